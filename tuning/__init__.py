@@ -1,0 +1,1 @@
+"""The autotuner (installed as ``sparselab.tuning``)."""
