@@ -1,0 +1,1 @@
+"""Benchmark tooling: machine identity, result loading, reports and comparisons."""

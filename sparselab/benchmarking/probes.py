@@ -1,0 +1,111 @@
+"""Machine ceilings for the roofline: memory bandwidth and peak FMA rate.
+
+Measured with torch on the thread count the benchmarks used, cached per CPU in
+reports/<slug>/probes.json because they take a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    fn()  # warm-up: first touch of fresh pages is page-fault bound, not DRAM bound
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def memory_bandwidth(nbytes: int = 512 * 2**20, repeats: int = 7) -> dict:
+    """GB/s of a copy (bytes read + bytes written) and of a sum (bytes read)."""
+    src = torch.ones(nbytes // 4, dtype=torch.float32)
+    dst = torch.zeros_like(src)
+    copy_gbs = 2 * src.nbytes / _median_seconds(lambda: dst.copy_(src), repeats) / 1e9
+    read_gbs = src.nbytes / _median_seconds(lambda: src.sum(), repeats) / 1e9
+    return {
+        "bandwidth_gbs": max(copy_gbs, read_gbs),
+        "copy_gbs": copy_gbs,
+        "read_gbs": read_gbs,
+        "bandwidth_method": (
+            f"max of torch copy_ (read+write counted) and sum (read) of {nbytes / 2**20:g} MiB fp32, "
+            f"median of {repeats}; write-allocate traffic is not counted"
+        ),
+    }
+
+
+def _native_probe():
+    try:
+        from sparselab import _C
+    except ImportError:
+        return None
+    return getattr(_C, "probe_fma_gflops", None)
+
+
+def _best_gflops(fn, flops: float, seconds: float) -> float:
+    fn()  # warm-up: oneDNN picks and JITs its kernel on the first call
+    best = 0.0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        start = time.perf_counter()
+        fn()
+        best = max(best, flops / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+def peak_gflops(threads: int, seconds: float = 1.0, size: int = 2048) -> dict:
+    native = _native_probe()
+    if native is not None:
+        return {
+            "peak_gflops": float(native(threads, seconds)),
+            "peak_method": f"sparselab._C.probe_fma_gflops(threads={threads}, seconds={seconds})",
+        }
+    a = torch.randn(size, size)
+    b = torch.randn(size, size)
+    a_mkl, b_mkl = a.to_mkldnn(), b.to_mkldnn()
+    flops = 2.0 * size**3
+    mm = _best_gflops(lambda: torch.mm(a, b), flops, seconds / 2)
+    mkldnn = _best_gflops(lambda: torch._C._nn.mkldnn_linear(a_mkl, b_mkl, None), flops, seconds / 2)
+    return {
+        "peak_gflops": max(mm, mkldnn),
+        "peak_method": (
+            f"peak = best dense GEMM measured, not FMA peak: best of torch.mm ({mm:.1f}) and "
+            f"mkldnn_linear ({mkldnn:.1f}) GFLOP/s, {size}x{size} fp32"
+        ),
+    }
+
+
+def run_probes(threads: int, seconds: float = 1.0, nbytes: int = 512 * 2**20, gemm_size: int = 2048) -> dict:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        result = {"threads": threads, "torch_version": torch.__version__}
+        result.update(memory_bandwidth(nbytes))
+        result.update(peak_gflops(threads, seconds, gemm_size))
+    finally:
+        torch.set_num_threads(before)
+    return result
+
+
+def cached_or_measured(cache: Path, threads: int, measure: bool) -> dict | None:
+    """probes.json if it was measured with `threads`, else a fresh measurement when allowed."""
+    if cache.is_file():
+        try:
+            cached = json.loads(cache.read_text())
+        except json.JSONDecodeError:
+            cached = {}  # a corrupt cache is re-measured below, or ignored
+        if cached.get("threads") == threads:
+            return cached
+    if not measure:
+        return None
+    result = run_probes(threads)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(result, indent=2) + "\n")
+    return result
