@@ -1,2 +1,154 @@
+// pybind11 module sparselab._C: the registry, the op drivers and the format
+// helpers, over raw addresses and sizes (no torch headers: torch stays a
+// runtime-only dependency). The GIL is released around every kernel call.
 #include <pybind11/pybind11.h>
-PYBIND11_MODULE(_C, m) { m.def("hello", []{ return 1; }); }
+#include <pybind11/stl.h>
+
+#include "common/cpu_features.h"
+#include "ops/run_ops.h"
+#include "registry.h"
+
+namespace py = pybind11;
+using namespace sparselab;
+
+#ifndef SPARSELAB_BUILD_HASH
+#define SPARSELAB_BUILD_HASH "unknown"
+#endif
+#ifndef SPARSELAB_SANITIZED
+#define SPARSELAB_SANITIZED 0
+#endif
+
+namespace {
+
+const Variant& variant_at(int64_t id) {
+  const auto& t = variants();
+  if (id < 0 || id >= int64_t(t.size())) throw py::index_error("no variant with id " + std::to_string(id));
+  return t[size_t(id)];
+}
+
+RawCsr raw(uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz,
+           int64_t rows, int64_t ncols) {
+  if (idx_bits != 16 && idx_bits != 32) throw py::value_error("idx_bits must be 16 or 32");
+  return RawCsr{values, cols, idx_bits, row_start, row_nnz, rows, ncols};
+}
+
+py::list variant_table() {
+  py::list out;
+  const auto& t = variants();
+  for (size_t i = 0; i < t.size(); ++i) {
+    const Variant& v = t[i];
+    py::dict d;
+    d["id"] = i;
+    d["op"] = op_name(v.op);
+    d["name"] = v.name;
+    d["isa"] = v.isa;
+    d["form"] = v.form;
+    d["params"] = v.params;
+    d["dx_layout"] = v.dx_layout == DxLayout::Transposed ? "transposed"
+                     : v.dx_layout == DxLayout::Scatter  ? "scatter"
+                                                         : "";
+    d["unavailable_reason"] = isa_unavailable_reason(v.isa);
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "SparseLab kernels (raw-pointer interface; use the sparselab package, not this module).";
+
+  m.def("variant_table", &variant_table, "Every compiled variant with its availability on this CPU.");
+  m.def("isa_unavailable_reason", &isa_unavailable_reason);
+  m.def("cpu_features", [] {
+    const CpuFeatures& f = cpu_features();
+    py::dict d;
+    d["avx2"] = f.avx2; d["fma"] = f.fma; d["avx512f"] = f.avx512f; d["avx512bw"] = f.avx512bw;
+    d["avx512vl"] = f.avx512vl; d["avx512dq"] = f.avx512dq; d["os_avx"] = f.os_avx;
+    d["os_avx512"] = f.os_avx512; d["neon"] = f.neon;
+    return d;
+  });
+  m.def("build_info", [] {
+    py::dict d;
+    d["build_hash"] = SPARSELAB_BUILD_HASH;
+    d["sanitized"] = bool(SPARSELAB_SANITIZED);
+#if defined(__x86_64__)
+    d["arch"] = "x86_64";
+#elif defined(__aarch64__)
+    d["arch"] = "aarch64";
+#else
+    d["arch"] = "other";
+#endif
+    d["compiler"] = __VERSION__;
+    return d;
+  });
+
+  m.def(
+      "spmm_fwd",
+      [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
+         uintptr_t row_nnz, int64_t rows, int64_t ncols, int64_t n, uintptr_t x, int64_t ldx,
+         uintptr_t bias, uintptr_t y, int64_t ldy, int threads) {
+        const Variant& v = variant_at(id);
+        const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+        py::gil_scoped_release nogil;
+        run_spmm_fwd(v, w, n, x, ldx, bias, y, ldy, threads);
+      });
+  m.def(
+      "spmm_dx",
+      [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
+         uintptr_t row_nnz, int64_t rows, int64_t ncols, uintptr_t t_cols, int t_idx_bits,
+         uintptr_t t_row_start, uintptr_t t_row_nnz, uintptr_t perm, int64_t n, uintptr_t dy,
+         int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
+        const Variant& v = variant_at(id);
+        const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+        const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
+        if (v.dx_layout == DxLayout::Transposed && (!t_cols || !t_row_start || !perm))
+          throw py::value_error("variant '" + v.name + "' needs W's transposed index");
+        py::gil_scoped_release nogil;
+        run_spmm_dx(v, w, wt, perm, n, dy, lddy, dx, lddx, threads);
+      });
+  m.def(
+      "sddmm_dw",
+      [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
+         uintptr_t row_nnz, int64_t rows, int64_t ncols, int64_t n, uintptr_t dy, int64_t lddy,
+         uintptr_t x, int64_t ldx, uintptr_t dw, int threads) {
+        const Variant& v = variant_at(id);
+        const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+        py::gil_scoped_release nogil;
+        run_sddmm_dw(v, w, n, dy, lddy, x, ldx, dw, threads);
+      });
+
+  m.def("spmm_fwd_f64", [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
+                           uintptr_t row_nnz, int64_t rows, int64_t ncols, int64_t n, uintptr_t x,
+                           int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy, int threads) {
+    const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+    py::gil_scoped_release nogil;
+    run_spmm_fwd_f64(w, n, x, ldx, bias, y, ldy, threads);
+  });
+  m.def("spmm_dx_f64", [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
+                          uintptr_t row_nnz, int64_t rows, int64_t ncols, int64_t n, uintptr_t dy,
+                          int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
+    const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+    py::gil_scoped_release nogil;
+    run_spmm_dx_f64(w, n, dy, lddy, dx, lddx, threads);
+  });
+  m.def("sddmm_dw_f64", [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
+                           uintptr_t row_nnz, int64_t rows, int64_t ncols, int64_t n, uintptr_t dy,
+                           int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw, int threads) {
+    const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+    py::gil_scoped_release nogil;
+    run_sddmm_dw_f64(w, n, dy, lddy, x, ldx, dw, threads);
+  });
+
+  m.def("build_transpose", [](uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz,
+                              int64_t rows, int64_t ncols, uintptr_t t_cols, int t_idx_bits,
+                              uintptr_t t_row_start, uintptr_t t_row_nnz, uintptr_t perm) {
+    const RawCsr w = raw(0, cols, idx_bits, row_start, row_nnz, rows, ncols);
+    const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
+    py::gil_scoped_release nogil;
+    build_transpose(w, wt, perm);
+  });
+  m.def("scratch_bytes_retained", &scratch_bytes_retained,
+        "Bytes of kernel scratch kept by the calling thread's arena.");
+  m.def("release_scratch", &release_scratch, "Free the calling thread's kernel scratch arena.");
+}

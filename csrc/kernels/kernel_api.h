@@ -1,0 +1,70 @@
+// The one signature per op that every variant implements. A variant sees raw
+// pointers, sizes and leading dimensions; scratch memory and the row partition
+// come from the caller (csrc/ops/).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "../format/padded_csr.h"
+
+namespace sparselab {
+
+// Y[n, out] = X[n, in] @ W^T (+ bias). W is out x in.
+template <typename Idx>
+struct FwdArgs {
+  CsrView<Idx> w;
+  int64_t n;
+  const float* x;      // [n, ldx], ldx >= w.ncols
+  int64_t ldx;
+  const float* bias;   // [w.rows] or nullptr
+  float* y;            // [n, ldy], ldy >= w.rows
+  int64_t ldy;
+  const int64_t* row_chunks;  // chunk c covers rows [row_chunks[c], row_chunks[c+1])
+  int64_t nchunks;
+  float* scratch;      // scratch_floats(...) floats, 64-byte aligned
+  int threads;
+};
+
+// dX[n, in] = dY[n, out] @ W. `wt` is W transposed (in x out, compact CSR whose
+// values are W's values gathered through the transpose permutation).
+template <typename Idx>
+struct DxArgs {
+  CsrView<Idx> w;      // original W (used by scatter variants)
+  int64_t n;
+  const float* dy;     // [n, lddy]
+  int64_t lddy;
+  float* dx;           // [n, lddx]
+  int64_t lddx;
+  const int64_t* row_chunks;
+  int64_t nchunks;
+  float* scratch;
+  int threads;
+};
+
+// dW[k] = sum_b dY[b, i] * X[b, cols[k]] for every live slot k of row i;
+// padding slots of dw are set to 0.
+template <typename Idx>
+struct DwArgs {
+  CsrView<Idx> w;
+  int64_t n;
+  const float* dy;     // [n, lddy]
+  int64_t lddy;
+  const float* x;      // [n, ldx]
+  int64_t ldx;
+  float* dw;           // [capacity]
+  const int64_t* row_chunks;
+  int64_t nchunks;
+  float* scratch;
+  int threads;
+};
+
+template <typename Idx> using FwdFn = void (*)(const FwdArgs<Idx>&);
+template <typename Idx> using DxFn = void (*)(const DxArgs<Idx>&);
+template <typename Idx> using DwFn = void (*)(const DwArgs<Idx>&);
+
+// How much scratch (floats) a variant needs for a problem.
+using ScratchFn = size_t (*)(int64_t n, int64_t in, int64_t out, int threads);
+
+inline size_t no_scratch(int64_t, int64_t, int64_t, int) { return 0; }
+
+}  // namespace sparselab

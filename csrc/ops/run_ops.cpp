@@ -1,0 +1,250 @@
+#include "run_ops.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+#include <stdexcept>
+#include <vector>
+
+#include "../common/cpu_features.h"
+#include "../common/parallel.h"
+#include "../kernels/scalar_reference.h"
+
+namespace sparselab {
+
+namespace {
+
+// Per-calling-thread scratch, grown on demand and kept: a fresh multi-MB
+// allocation per call would page-fault on every call.
+struct Arena {
+  float* ptr = nullptr;
+  size_t floats = 0;
+  ~Arena() { std::free(ptr); }
+  float* get(size_t need) {
+    if (need == 0) return nullptr;
+    if (need > floats) {
+      std::free(ptr);
+      ptr = nullptr;
+      floats = 0;
+      const size_t bytes = ((need * sizeof(float) + 63) / 64) * 64;
+      ptr = static_cast<float*>(std::aligned_alloc(64, bytes));
+      if (!ptr) throw std::bad_alloc();
+      floats = need;
+    }
+    return ptr;
+  }
+};
+thread_local Arena arena;
+
+template <typename Idx, typename Val = float>
+CsrView<Idx, Val> view(const RawCsr& m) {
+  return CsrView<Idx, Val>{reinterpret_cast<const Val*>(m.values), reinterpret_cast<const Idx*>(m.cols),
+                           reinterpret_cast<const int64_t*>(m.row_start),
+                           reinterpret_cast<const int32_t*>(m.row_nnz), m.rows, m.ncols};
+}
+
+// Row chunks with roughly equal live counts: small enough to balance two or
+// more threads dynamically, large enough that per-chunk overhead vanishes.
+std::vector<int64_t> row_chunks(const RawCsr& m, int64_t n, int threads) {
+  const int32_t* nnz = reinterpret_cast<const int32_t*>(m.row_nnz);
+  int64_t total = 0;
+  for (int64_t i = 0; i < m.rows; ++i) total += nnz[i];
+  // Aim for ~8 chunks per thread, each at least ~32k multiply-adds.
+  const int64_t work_per_row_unit = std::max<int64_t>(1, n);
+  int64_t target = total / (int64_t(std::max(threads, 1)) * 8) + 1;
+  target = std::max<int64_t>(target, 32768 / work_per_row_unit + 1);
+  std::vector<int64_t> chunks{0};
+  int64_t acc = 0;
+  for (int64_t i = 0; i < m.rows; ++i) {
+    acc += nnz[i] + 1;  // +1: an empty row still costs its output writes
+    if (acc >= target && i + 1 < m.rows) {
+      chunks.push_back(i + 1);
+      acc = 0;
+    }
+  }
+  chunks.push_back(m.rows);
+  return chunks;
+}
+
+void check_runnable(const Variant& v) {
+  static const std::vector<Variant>& table = variants();
+  static std::vector<int> ok = [] {
+    std::vector<int> r;
+    for (const Variant& x : variants()) r.push_back(isa_unavailable_reason(x.isa).empty());
+    return r;
+  }();
+  const size_t idx = &v - table.data();
+  if (idx >= table.size() || !ok[idx])
+    throw std::runtime_error("variant '" + v.name + "' (" + v.isa + ") cannot run on this CPU: " +
+                             isa_unavailable_reason(v.isa));
+}
+
+template <typename Idx>
+void fwd_typed(FwdFn<Idx> fn, const Variant& v, const CsrView<Idx>& w, int64_t n, const float* x,
+               int64_t ldx, const float* bias, float* y, int64_t ldy, const std::vector<int64_t>& ch,
+               int threads) {
+  FwdArgs<Idx> a{w, n, x, ldx, bias, y, ldy, ch.data(), int64_t(ch.size()) - 1, nullptr, threads};
+  a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, threads));
+  fn(a);
+}
+
+}  // namespace
+
+void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx,
+                  uintptr_t bias, uintptr_t y, int64_t ldy, int threads) {
+  check_runnable(v);
+  if (!v.fwd16) throw std::runtime_error("variant '" + v.name + "' is not a spmm_fwd variant");
+  const auto ch = row_chunks(w, n, threads);
+  auto* xp = reinterpret_cast<const float*>(x);
+  auto* bp = reinterpret_cast<const float*>(bias);
+  auto* yp = reinterpret_cast<float*>(y);
+  if (w.idx_bits == 16)
+    fwd_typed<int16_t>(v.fwd16, v, view<int16_t>(w), n, xp, ldx, bp, yp, ldy, ch, threads);
+  else
+    fwd_typed<int32_t>(v.fwd32, v, view<int32_t>(w), n, xp, ldx, bp, yp, ldy, ch, threads);
+}
+
+void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t n,
+                 uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
+  check_runnable(v);
+  auto* dyp = reinterpret_cast<const float*>(dy);
+  auto* dxp = reinterpret_cast<float*>(dx);
+  if (v.dx_layout == DxLayout::Scatter) {
+    auto go = [&](auto fn, auto wv) {
+      using Idx = std::remove_const_t<std::remove_pointer_t<decltype(wv.cols)>>;
+      const auto ch = row_chunks(w, n, threads);
+      DxArgs<Idx> a{wv, n, dyp, lddy, dxp, lddx, ch.data(), int64_t(ch.size()) - 1, nullptr, threads};
+      a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, threads));
+      fn(a);
+    };
+    if (w.idx_bits == 16) go(v.dx16, view<int16_t>(w));
+    else go(v.dx32, view<int32_t>(w));
+    return;
+  }
+  if (v.dx_layout != DxLayout::Transposed || !v.fwd16)
+    throw std::runtime_error("variant '" + v.name + "' is not a spmm_dx variant");
+  // Gather W's current values into transposed order, then run the forward
+  // kernel on W^T: dX = dY @ (W^T)^T. The gathered values live in scratch
+  // placed after the kernel's own scratch.
+  const int32_t* pm = reinterpret_cast<const int32_t*>(perm);
+  const int64_t nnz_t = reinterpret_cast<const int64_t*>(wt.row_start)[wt.rows];
+  const size_t kernel_floats = (v.scratch(n, wt.ncols, wt.rows, threads) + 15) / 16 * 16;
+  float* base = arena.get(kernel_floats + size_t(nnz_t) + 16);
+  float* vals_t = base + kernel_floats;
+  const float* vals = reinterpret_cast<const float*>(w.values);
+  const int64_t gather_tasks = std::max<int64_t>(1, std::min<int64_t>(threads * 4, nnz_t / 65536));
+  parallel_for(threads, gather_tasks, [&](int64_t t, int) {
+    const int64_t lo = nnz_t * t / gather_tasks, hi = nnz_t * (t + 1) / gather_tasks;
+    for (int64_t k = lo; k < hi; ++k) vals_t[k] = vals[pm[k]];
+  });
+  RawCsr wtv = wt;
+  wtv.values = reinterpret_cast<uintptr_t>(vals_t);
+  const auto ch = row_chunks(wtv, n, threads);
+  auto go = [&](auto fn, auto tv) {
+    using Idx = std::remove_const_t<std::remove_pointer_t<decltype(tv.cols)>>;
+    FwdArgs<Idx> a{tv, n, dyp, lddy, nullptr, dxp, lddx, ch.data(), int64_t(ch.size()) - 1,
+                   kernel_floats ? base : nullptr, threads};
+    fn(a);
+  };
+  if (wt.idx_bits == 16) go(v.fwd16, view<int16_t>(wtv));
+  else go(v.fwd32, view<int32_t>(wtv));
+}
+
+void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy,
+                  uintptr_t x, int64_t ldx, uintptr_t dw, int threads) {
+  check_runnable(v);
+  if (!v.dw16) throw std::runtime_error("variant '" + v.name + "' is not a sddmm_dw variant");
+  const auto ch = row_chunks(w, n, threads);
+  auto go = [&](auto fn, auto wv) {
+    using Idx = std::remove_const_t<std::remove_pointer_t<decltype(wv.cols)>>;
+    DwArgs<Idx> a{wv, n, reinterpret_cast<const float*>(dy), lddy, reinterpret_cast<const float*>(x),
+                  ldx, reinterpret_cast<float*>(dw), ch.data(), int64_t(ch.size()) - 1, nullptr, threads};
+    a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, threads));
+    fn(a);
+  };
+  if (w.idx_bits == 16) go(v.dw16, view<int16_t>(w));
+  else go(v.dw32, view<int32_t>(w));
+}
+
+// ---- float64 ----
+
+void run_spmm_fwd_f64(const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias,
+                      uintptr_t y, int64_t ldy, int threads) {
+  const auto ch = row_chunks(w, n, threads);
+  auto go = [&](auto wv) {
+    scalar::fwd(wv, n, reinterpret_cast<const double*>(x), ldx, reinterpret_cast<const double*>(bias),
+                reinterpret_cast<double*>(y), ldy, ch.data(), int64_t(ch.size()) - 1, threads);
+  };
+  if (w.idx_bits == 16) go(view<int16_t, double>(w));
+  else go(view<int32_t, double>(w));
+}
+
+void run_spmm_dx_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx,
+                     int64_t lddx, int threads) {
+  auto go = [&](auto wv) {
+    scalar::dx_scatter(wv, n, reinterpret_cast<const double*>(dy), lddy, reinterpret_cast<double*>(dx),
+                       lddx, threads);
+  };
+  if (w.idx_bits == 16) go(view<int16_t, double>(w));
+  else go(view<int32_t, double>(w));
+}
+
+void run_sddmm_dw_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x,
+                      int64_t ldx, uintptr_t dw, int threads) {
+  const auto ch = row_chunks(w, n, threads);
+  auto go = [&](auto wv) {
+    scalar::dw(wv, n, reinterpret_cast<const double*>(dy), lddy, reinterpret_cast<const double*>(x), ldx,
+               reinterpret_cast<double*>(dw), ch.data(), int64_t(ch.size()) - 1, threads);
+  };
+  if (w.idx_bits == 16) go(view<int16_t, double>(w));
+  else go(view<int32_t, double>(w));
+}
+
+// ---- transpose ----
+
+namespace {
+template <typename Idx, typename IdxT>
+void transpose_typed(const RawCsr& w, const RawCsr& wt, int32_t* perm) {
+  const auto* cols = reinterpret_cast<const Idx*>(w.cols);
+  const auto* rs = reinterpret_cast<const int64_t*>(w.row_start);
+  const auto* rn = reinterpret_cast<const int32_t*>(w.row_nnz);
+  auto* trs = reinterpret_cast<int64_t*>(wt.row_start);
+  auto* trn = reinterpret_cast<int32_t*>(wt.row_nnz);
+  auto* tcols = reinterpret_cast<IdxT*>(wt.cols);
+  std::vector<int64_t> fill(size_t(w.ncols) + 1, 0);
+  for (int64_t i = 0; i < w.rows; ++i)
+    for (int32_t k = 0; k < rn[i]; ++k) fill[size_t(cols[rs[i] + k]) + 1]++;
+  for (int64_t j = 0; j < w.ncols; ++j) {
+    trn[j] = int32_t(fill[j + 1]);
+    fill[j + 1] += fill[j];
+  }
+  for (int64_t j = 0; j <= w.ncols; ++j) trs[j] = fill[j];
+  // Rows visited in order, so each transposed row's columns come out sorted.
+  for (int64_t i = 0; i < w.rows; ++i)
+    for (int32_t k = 0; k < rn[i]; ++k) {
+      const int64_t dst = fill[size_t(cols[rs[i] + k])]++;
+      tcols[dst] = IdxT(i);
+      perm[dst] = int32_t(rs[i] + k);
+    }
+}
+}  // namespace
+
+void build_transpose(const RawCsr& w, const RawCsr& wt, uintptr_t perm) {
+  auto* pm = reinterpret_cast<int32_t*>(perm);
+  if (w.idx_bits == 16) {
+    if (wt.idx_bits == 16) transpose_typed<int16_t, int16_t>(w, wt, pm);
+    else transpose_typed<int16_t, int32_t>(w, wt, pm);
+  } else {
+    if (wt.idx_bits == 16) transpose_typed<int32_t, int16_t>(w, wt, pm);
+    else transpose_typed<int32_t, int32_t>(w, wt, pm);
+  }
+}
+
+size_t scratch_bytes_retained() { return arena.floats * sizeof(float); }
+void release_scratch() {
+  std::free(arena.ptr);
+  arena.ptr = nullptr;
+  arena.floats = 0;
+}
+
+}  // namespace sparselab

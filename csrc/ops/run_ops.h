@@ -1,0 +1,50 @@
+// Drivers between the Python binding and the kernels: build the views, cut
+// rows into nnz-balanced chunks, hand out scratch, and call one variant.
+// Python has validated dtypes, shapes and strides before any call lands here.
+#pragma once
+#include <cstdint>
+
+#include "../registry.h"
+
+namespace sparselab {
+
+// A padded-CSR matrix as raw addresses (torch tensors' data_ptr() in Python).
+struct RawCsr {
+  uintptr_t values = 0;
+  uintptr_t cols = 0;
+  int idx_bits = 32;  // 16 or 32
+  uintptr_t row_start = 0;
+  uintptr_t row_nnz = 0;
+  int64_t rows = 0;
+  int64_t ncols = 0;
+};
+
+void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx,
+                  uintptr_t bias, uintptr_t y, int64_t ldy, int threads);
+
+// wt: W's transposed index (values unused); perm[k] is the slot of W that
+// transposed slot k comes from.
+void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t n,
+                 uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
+
+void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy,
+                  uintptr_t x, int64_t ldx, uintptr_t dw, int threads);
+
+// float64 paths (scalar only): the same three ops in double precision.
+void run_spmm_fwd_f64(const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias,
+                      uintptr_t y, int64_t ldy, int threads);
+void run_spmm_dx_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx,
+                     int64_t lddx, int threads);
+void run_sddmm_dw_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x,
+                      int64_t ldx, uintptr_t dw, int threads);
+
+// Counting sort of W's live slots by column: fills wt.row_start (ncols+1),
+// wt.row_nnz (ncols), wt.cols (nnz, wt.idx_bits) and perm (nnz, int32).
+void build_transpose(const RawCsr& w, const RawCsr& wt, uintptr_t perm);
+
+// Bytes of scratch currently retained by this thread's arena, and a way to
+// give it back.
+size_t scratch_bytes_retained();
+void release_scratch();
+
+}  // namespace sparselab

@@ -1,0 +1,295 @@
+"""Padded CSR: the one storage format of SparseLab.
+
+Row ``i`` owns the slots ``row_start[i] .. row_start[i+1]``; its first
+``row_nnz[i]`` slots are live (columns strictly increasing), the rest are
+padding whose column is ``PADDING`` (-1) and whose value is never read. The
+spare slots let dynamic-sparse-training algorithms drop and regrow connections
+in place. Column indices are int16 when ``in_features <= 32768`` (half the
+index bytes), int32 otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import _C
+
+PADDING = -1
+INT16_MAX_COLUMNS = 32768  # indices 0..32767 fit in int16
+VALUE_DTYPES = (torch.float32, torch.float64)
+
+
+def index_dtype_for(columns: int) -> torch.dtype:
+    """The narrowest index dtype that holds column indices ``0 .. columns-1``."""
+    return torch.int16 if columns <= INT16_MAX_COLUMNS else torch.int32
+
+
+def _bits(dtype: torch.dtype) -> int:
+    return 16 if dtype == torch.int16 else 32
+
+
+class TransposedIndex:
+    """W's live slots sorted by column: the structure ``spmm_dx`` runs on.
+
+    ``perm[k]`` is the slot of W that transposed slot ``k`` comes from, so the
+    values are gathered fresh at every call and never go stale; the index
+    itself is rebuilt whenever W's topology version changes.
+    """
+
+    def __init__(self, w: "PaddedCSR"):
+        rows, cols = w.shape
+        nnz = w.nnz
+        self.version = w.topology_version
+        self.index_dtype = index_dtype_for(rows)
+        self.row_start = torch.empty(cols + 1, dtype=torch.int64)
+        self.row_nnz = torch.empty(cols, dtype=torch.int32)
+        self.cols = torch.empty(nnz, dtype=self.index_dtype)
+        self.perm = torch.empty(nnz, dtype=torch.int32)
+        _C.build_transpose(
+            w.cols.data_ptr(), _bits(w.cols.dtype), w.row_start.data_ptr(), w.row_nnz.data_ptr(),
+            rows, cols, self.cols.data_ptr(), _bits(self.index_dtype), self.row_start.data_ptr(),
+            self.row_nnz.data_ptr(), self.perm.data_ptr())
+
+    def memory_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.row_start, self.row_nnz, self.cols, self.perm))
+
+
+class PaddedCSR:
+    """A sparse ``out_features x in_features`` matrix in padded CSR.
+
+    Build one with :meth:`from_dense`, :meth:`random` or
+    :meth:`from_torch_sparse_csr`; the raw constructor checks every invariant
+    (see :meth:`validate`). ``values`` is an ordinary tensor, so an
+    ``nn.Parameter`` can own it without a copy.
+    """
+
+    def __init__(self, values: torch.Tensor, cols: torch.Tensor, row_start: torch.Tensor,
+                 row_nnz: torch.Tensor, shape: tuple[int, int], *, check: bool = True):
+        self.values = values
+        self.cols = cols
+        self.row_start = row_start
+        self.row_nnz = row_nnz
+        self.shape = (int(shape[0]), int(shape[1]))
+        self.topology_version = 0
+        self._transposed: TransposedIndex | None = None
+        if check:
+            self.validate()
+
+    # ---- construction ----
+
+    @staticmethod
+    def _layout(row_nnz: torch.Tensor, padding: float | int) -> torch.Tensor:
+        """Per-row capacity: live count plus spare slots (``padding`` as a
+        fraction of the mean row count, or an int count per row)."""
+        if isinstance(padding, bool) or not isinstance(padding, (int, float)) or padding < 0:
+            raise ValueError(f"padding must be a non-negative int (slots per row) or float "
+                             f"(fraction of the mean row count), got {padding!r}")
+        if isinstance(padding, float):
+            mean = float(row_nnz.double().mean()) if row_nnz.numel() else 0.0
+            spare = math.ceil(padding * mean)
+        else:
+            spare = padding
+        return row_nnz.to(torch.int64) + spare
+
+    @classmethod
+    def _from_rows(cls, shape, row_nnz: torch.Tensor, live_cols: torch.Tensor, live_vals: torch.Tensor,
+                   padding, index_dtype) -> "PaddedCSR":
+        """Lay out live entries (given row by row, columns sorted) with padding."""
+        out_f, in_f = shape
+        cap = cls._layout(row_nnz, padding)
+        row_start = torch.zeros(out_f + 1, dtype=torch.int64)
+        torch.cumsum(cap, 0, out=row_start[1:])
+        capacity = int(row_start[-1])
+        if capacity >= 2**31:
+            raise ValueError(f"capacity {capacity} exceeds 2**31 - 1 slots (int32 slot ids)")
+        values = torch.zeros(capacity, dtype=live_vals.dtype)
+        cols = torch.full((capacity,), PADDING, dtype=index_dtype)
+        # Slot of each live entry: its row's start plus its rank within the row.
+        rows_of = torch.repeat_interleave(torch.arange(out_f), row_nnz.to(torch.int64))
+        first = torch.zeros(out_f + 1, dtype=torch.int64)
+        torch.cumsum(row_nnz.to(torch.int64), 0, out=first[1:])
+        rank = torch.arange(live_cols.numel()) - first[rows_of]
+        slots = row_start[rows_of] + rank
+        values[slots] = live_vals
+        cols[slots] = live_cols.to(index_dtype)
+        return cls(values, cols, row_start, row_nnz.to(torch.int32).contiguous(), shape, check=False)
+
+    @classmethod
+    def from_dense(cls, dense: torch.Tensor, *, padding: float | int = 0.0,
+                   index_dtype: torch.dtype | None = None) -> "PaddedCSR":
+        """Keep the nonzeros of a 2-D dense float tensor (explicit zeros are dropped)."""
+        if not isinstance(dense, torch.Tensor):
+            raise TypeError(f"dense must be a torch.Tensor, got {type(dense).__name__}")
+        if dense.dtype not in VALUE_DTYPES:
+            raise TypeError(f"dense must be float32 or float64, got {dense.dtype}")
+        if dense.device.type != "cpu":
+            raise ValueError(f"dense must be on the CPU, got device {dense.device}")
+        if dense.dim() != 2:
+            raise ValueError(f"dense must be 2-D (out_features, in_features), got shape {tuple(dense.shape)}")
+        if not torch.isfinite(dense).all():
+            raise ValueError("dense contains NaN or Inf; a sparse weight must be finite")
+        index_dtype = cls._check_index_dtype(index_dtype, dense.shape[1])
+        mask = dense != 0
+        row_nnz = mask.sum(1)
+        r, c = mask.nonzero(as_tuple=True)  # row-major order: columns sorted in a row
+        return cls._from_rows(tuple(dense.shape), row_nnz, c, dense[r, c], padding, index_dtype)
+
+    @classmethod
+    def random(cls, out_features: int, in_features: int, sparsity: float, *, seed: int = 0,
+               dtype: torch.dtype = torch.float32, padding: float | int = 0.0,
+               index_dtype: torch.dtype | None = None, init_std: float | None = None) -> "PaddedCSR":
+        """Uniformly random positions with the same live count in every row
+        (``round((1 - sparsity) * in_features)``) and normal values.
+
+        ``init_std`` defaults to ``1/sqrt(fan_in)`` of the *live* fan-in, which
+        keeps the output scale of a dense layer at any sparsity.
+        """
+        for name, v in (("out_features", out_features), ("in_features", in_features)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if not isinstance(sparsity, (int, float)) or not (0.0 <= sparsity < 1.0):
+            raise ValueError(f"sparsity must be in [0, 1), got {sparsity!r}")
+        if dtype not in VALUE_DTYPES:
+            raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+        index_dtype = cls._check_index_dtype(index_dtype, in_features)
+        per_row = max(0, min(in_features, round((1.0 - sparsity) * in_features)))
+        g = torch.Generator().manual_seed(seed)
+        # Top-k of random keys per row gives a uniform k-subset; sort for CSR order.
+        if per_row == in_features:
+            cols = torch.arange(in_features).repeat(out_features, 1)
+        elif per_row == 0:
+            cols = torch.empty(out_features, 0, dtype=torch.int64)
+        else:
+            keys = torch.rand(out_features, in_features, generator=g)
+            cols = keys.topk(per_row, dim=1).indices.sort(dim=1).values
+        std = init_std if init_std is not None else 1.0 / math.sqrt(max(per_row, 1))
+        vals = torch.randn(out_features, per_row, generator=g, dtype=torch.float64).mul_(std).to(dtype)
+        row_nnz = torch.full((out_features,), per_row, dtype=torch.int64)
+        return cls._from_rows((out_features, in_features), row_nnz, cols.reshape(-1), vals.reshape(-1),
+                              padding, index_dtype)
+
+    @classmethod
+    def from_torch_sparse_csr(cls, t: torch.Tensor, *, padding: float | int = 0.0,
+                              index_dtype: torch.dtype | None = None) -> "PaddedCSR":
+        """From a ``torch.sparse_csr`` tensor. Columns are sorted within rows."""
+        if not isinstance(t, torch.Tensor) or t.layout != torch.sparse_csr:
+            raise TypeError("t must be a torch tensor with layout torch.sparse_csr")
+        if t.dim() != 2:
+            raise ValueError(f"t must be 2-D, got shape {tuple(t.shape)}")
+        if t.dtype not in VALUE_DTYPES:
+            raise TypeError(f"t must be float32 or float64, got {t.dtype}")
+        crow, col, val = t.crow_indices(), t.col_indices(), t.values()
+        out_f, in_f = t.shape
+        index_dtype = cls._check_index_dtype(index_dtype, in_f)
+        row_nnz = crow[1:] - crow[:-1]
+        if col.numel() and (col.min() < 0 or col.max() >= in_f):
+            raise ValueError(f"t has column indices outside [0, {in_f})")
+        rows_of = torch.repeat_interleave(torch.arange(out_f), row_nnz)
+        order = torch.argsort(rows_of * in_f + col.to(torch.int64), stable=True)
+        key = (rows_of * in_f + col.to(torch.int64))[order]
+        if key.numel() > 1 and bool((key[1:] == key[:-1]).any()):
+            raise ValueError("t has duplicate (row, column) entries")
+        if not torch.isfinite(val).all():
+            raise ValueError("t contains NaN or Inf values")
+        return cls._from_rows((out_f, in_f), row_nnz, col[order], val[order], padding, index_dtype)
+
+    @staticmethod
+    def _check_index_dtype(index_dtype, columns: int) -> torch.dtype:
+        if index_dtype is None:
+            return index_dtype_for(columns)
+        if index_dtype not in (torch.int16, torch.int32):
+            raise TypeError(f"index_dtype must be torch.int16 or torch.int32, got {index_dtype}")
+        if index_dtype == torch.int16 and columns > INT16_MAX_COLUMNS:
+            raise ValueError(f"index_dtype int16 cannot index {columns} columns (max {INT16_MAX_COLUMNS})")
+        return index_dtype
+
+    # ---- views and conversions ----
+
+    @property
+    def out_features(self) -> int:
+        return self.shape[0]
+
+    @property
+    def in_features(self) -> int:
+        return self.shape[1]
+
+    @property
+    def nnz(self) -> int:
+        return int(self.row_nnz.sum())
+
+    @property
+    def capacity(self) -> int:
+        return self.values.numel()
+
+    @property
+    def density(self) -> float:
+        return self.nnz / max(1, self.shape[0] * self.shape[1])
+
+    @property
+    def sparsity(self) -> float:
+        return 1.0 - self.density
+
+    def live_mask(self) -> torch.Tensor:
+        """Bool per slot: True where the slot holds a live entry."""
+        rows = self.slot_rows()
+        rank = torch.arange(self.capacity) - self.row_start[rows]
+        return rank < self.row_nnz.to(torch.int64)[rows]
+
+    def slot_rows(self) -> torch.Tensor:
+        """Row index of every slot (int64, length capacity)."""
+        return torch.repeat_interleave(torch.arange(self.shape[0]), self.row_start[1:] - self.row_start[:-1])
+
+    def to_dense(self) -> torch.Tensor:
+        live = self.live_mask()
+        dense = torch.zeros(self.shape, dtype=self.values.dtype)
+        dense[self.slot_rows()[live], self.cols[live].to(torch.int64)] = self.values.detach()[live]
+        return dense
+
+    def to_torch_sparse_csr(self) -> torch.Tensor:
+        live = self.live_mask()
+        crow = torch.zeros(self.shape[0] + 1, dtype=torch.int64)
+        torch.cumsum(self.row_nnz.to(torch.int64), 0, out=crow[1:])
+        return torch.sparse_csr_tensor(crow, self.cols[live].to(torch.int64), self.values.detach()[live].clone(),
+                                       size=self.shape)
+
+    def transposed(self) -> TransposedIndex:
+        """W's transposed index, rebuilt only when the topology changed."""
+        if self._transposed is None or self._transposed.version != self.topology_version:
+            self._transposed = TransposedIndex(self)
+        return self._transposed
+
+    def mark_topology_changed(self) -> None:
+        """Call after mutating ``cols`` / ``row_nnz`` in place: derived
+        structures (the transposed index) are rebuilt on next use."""
+        self.topology_version += 1
+
+    def memory_bytes(self, *, include_cache: bool = True) -> int:
+        """Every byte the format holds: values, indices, row arrays, padding
+        slots and (if built) the cached transposed index."""
+        total = sum(t.numel() * t.element_size() for t in (self.values, self.cols, self.row_start, self.row_nnz))
+        if include_cache and self._transposed is not None:
+            total += self._transposed.memory_bytes()
+        return total
+
+    def clone(self) -> "PaddedCSR":
+        return PaddedCSR(self.values.detach().clone(), self.cols.clone(), self.row_start.clone(),
+                         self.row_nnz.clone(), self.shape, check=False)
+
+    def __repr__(self) -> str:
+        return (f"PaddedCSR(shape={self.shape}, nnz={self.nnz}, capacity={self.capacity}, "
+                f"density={self.density:.4f}, values={self.values.dtype}, index={self.cols.dtype})")
+
+    # ---- invariants ----
+
+    def validate(self) -> None:
+        """Check every invariant; raise ``ValueError`` naming the one that broke and where."""
+        from .validation import validate_padded_csr
+
+        validate_padded_csr(self)
+
+    # raw view for the kernels
+    def raw_args(self) -> tuple:
+        return (self.values.data_ptr(), self.cols.data_ptr(), _bits(self.cols.dtype), self.row_start.data_ptr(),
+                self.row_nnz.data_ptr(), self.shape[0], self.shape[1])

@@ -1,0 +1,101 @@
+"""The registry of kernel variants, as Python sees it.
+
+Every compiled variant (``sparselab._C.variant_table()``) plus the dense
+pseudo-variants that let torch compete in the tuner. ``variants(op)`` lists
+them with their availability on this CPU and the reason when unavailable.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from . import _C
+
+OPS = ("spmm_fwd", "spmm_dx", "sddmm_dw")
+REFERENCE = "scalar"  # the reference variant name of every op
+DENSE = {"spmm_fwd": ("dense_torch", "dense_mkldnn"), "spmm_dx": ("dense_torch",), "sddmm_dw": ("dense_torch",)}
+
+
+@dataclass(frozen=True)
+class VariantInfo:
+    op: str
+    name: str
+    isa: str
+    form: str
+    params: dict = field(default_factory=dict, hash=False, compare=False)
+    available: bool = True
+    reason: str = ""
+    id: int = -1           # index in the compiled table; -1 for dense pseudo-variants
+    dx_layout: str = ""    # spmm_dx: 'transposed' or 'scatter'
+
+    @property
+    def is_dense(self) -> bool:
+        return self.isa == "torch"
+
+
+def _build() -> dict[str, dict[str, VariantInfo]]:
+    table: dict[str, dict[str, VariantInfo]] = {op: {} for op in OPS}
+    for row in _C.variant_table():
+        reason = row["unavailable_reason"]
+        v = VariantInfo(op=row["op"], name=row["name"], isa=row["isa"], form=row["form"],
+                        params=json.loads(row["params"]), available=not reason, reason=reason,
+                        id=row["id"], dx_layout=row["dx_layout"])
+        if v.name in table[v.op]:
+            raise RuntimeError(f"duplicate variant name {v.op}/{v.name} in the compiled registry")
+        table[v.op][v.name] = v
+    for op, names in DENSE.items():
+        for name in names:
+            table[op][name] = VariantInfo(op=op, name=name, isa="torch", form="dense")
+    return table
+
+
+_TABLE = _build()
+
+
+def _check_op(op: str) -> None:
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
+
+
+def variants(op: str | None = None, *, available_only: bool = False) -> list[VariantInfo]:
+    """All variants (of one op, or of every op), in registry order."""
+    ops = OPS if op is None else (op,)
+    out = []
+    for o in ops:
+        _check_op(o)
+        out.extend(v for v in _TABLE[o].values() if v.available or not available_only)
+    return out
+
+
+def get(op: str, name: str) -> VariantInfo:
+    """One variant by op and name; ``ValueError`` listing the names if unknown."""
+    _check_op(op)
+    try:
+        return _TABLE[op][name]
+    except KeyError:
+        raise ValueError(f"no {op} variant named {name!r}; known: {sorted(_TABLE[op])}") from None
+
+
+def require_available(op: str, name: str) -> VariantInfo:
+    v = get(op, name)
+    if not v.available:
+        raise RuntimeError(f"{op} variant {name!r} cannot run on this CPU: {v.reason}")
+    return v
+
+
+def default(op: str) -> str:
+    """The variant used for an op when tuning is off and no heuristic applies:
+    the most capable available sparse variant by a fixed preference order."""
+    from .heuristics import default_variant
+
+    return default_variant(op)
+
+
+def describe() -> str:
+    """A plain-text table of every variant and its availability."""
+    lines = [f"{'op':9} {'name':22} {'isa':7} {'form':9} {'params':22} available"]
+    for v in variants():
+        avail = "yes" if v.available else f"no: {v.reason}"
+        lines.append(f"{v.op:9} {v.name:22} {v.isa:7} {v.form:9} {json.dumps(v.params):22} {avail}")
+    return "\n".join(lines)

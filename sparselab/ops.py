@@ -1,0 +1,149 @@
+"""The three sparse ops on PaddedCSR weights.
+
+Each op validates its arguments once (clear ``TypeError``/``ValueError``
+naming the argument), asks the dispatch table for a variant unless one is
+forced, allocates the output and hands raw pointers to ``sparselab._C``.
+
+- ``spmm_fwd(W, X, bias)``: ``Y[N, out] = X[N, in] @ W^T + bias``
+- ``spmm_dx(W, dY)``:       ``dX[N, in] = dY[N, out] @ W``
+- ``sddmm_dw(W, dY, X)``:   ``dW[k] = sum_b dY[b, row(k)] * X[b, col(k)]`` for
+  every live slot ``k``; a tensor shaped like ``W.values`` (padding slots 0).
+
+float64 weights run the scalar float64 path (for gradcheck); float32 weights
+dispatch through the variant table, dense torch included.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _C, kernels
+from .format import PaddedCSR
+from .validation import check_dense_operand
+
+
+def _check_weight(W) -> None:
+    if not isinstance(W, PaddedCSR):
+        raise TypeError(f"W must be a sparselab.PaddedCSR, got {type(W).__name__}")
+
+
+def _ld(t: torch.Tensor) -> int:
+    return max(t.stride(0), t.shape[1]) if t.shape[0] > 0 else t.shape[1]
+
+
+def _threads(threads: int | None) -> int:
+    if threads is None:
+        return torch.get_num_threads()
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive int, got {threads!r}")
+    return threads
+
+
+def _resolve(op: str, W: PaddedCSR, n: int, variant: str | None) -> kernels.VariantInfo:
+    if variant is None:
+        from . import dispatch
+
+        variant = dispatch.choose(op, W.shape[0], W.shape[1], n, W.density)
+    elif not isinstance(variant, str):
+        raise TypeError(f"variant must be a str or None, got {type(variant).__name__}")
+    return kernels.require_available(op, variant)
+
+
+def spmm_fwd(W: PaddedCSR, X: torch.Tensor, bias: torch.Tensor | None = None, *,
+             variant: str | None = None, threads: int | None = None) -> torch.Tensor:
+    """``Y = X @ W^T (+ bias)`` for X of shape (N, in_features)."""
+    _check_weight(W)
+    out_f, in_f = W.shape
+    dtype = W.values.dtype
+    check_dense_operand("X", X, None, in_f, dtype)
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
+        if bias.dtype != dtype or bias.device.type != "cpu":
+            raise TypeError(f"bias must be a CPU {dtype} tensor, got {bias.dtype} on {bias.device}")
+        if bias.shape != (out_f,):
+            raise ValueError(f"bias must have shape ({out_f},), got {tuple(bias.shape)}")
+        bias = bias.contiguous()
+    nthreads = _threads(threads)
+    n = X.shape[0]
+    Y = torch.empty(n, out_f, dtype=dtype)
+    if n == 0:
+        return Y
+    bias_ptr = bias.data_ptr() if bias is not None else 0
+    if dtype == torch.float64:
+        _C.spmm_fwd_f64(*W.raw_args(), n, X.data_ptr(), _ld(X), bias_ptr, Y.data_ptr(), out_f, nthreads)
+        return Y
+    v = _resolve("spmm_fwd", W, n, variant)
+    if v.is_dense:
+        return _dense_fwd(v.name, W, X, bias)
+    _C.spmm_fwd(v.id, *W.raw_args(), n, X.data_ptr(), _ld(X), bias_ptr, Y.data_ptr(), out_f, nthreads)
+    return Y
+
+
+def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None,
+            threads: int | None = None) -> torch.Tensor:
+    """``dX = dY @ W`` for dY of shape (N, out_features)."""
+    _check_weight(W)
+    out_f, in_f = W.shape
+    dtype = W.values.dtype
+    check_dense_operand("dY", dY, None, out_f, dtype)
+    nthreads = _threads(threads)
+    n = dY.shape[0]
+    dX = torch.empty(n, in_f, dtype=dtype)
+    if n == 0:
+        return dX
+    if dtype == torch.float64:
+        _C.spmm_dx_f64(*W.raw_args(), n, dY.data_ptr(), _ld(dY), dX.data_ptr(), in_f, nthreads)
+        return dX
+    v = _resolve("spmm_dx", W, n, variant)
+    if v.is_dense:
+        return dY @ W.to_dense()
+    if v.dx_layout == "transposed":
+        t = W.transposed()
+        tr = (t.cols.data_ptr(), 16 if t.cols.dtype == torch.int16 else 32, t.row_start.data_ptr(),
+              t.row_nnz.data_ptr(), t.perm.data_ptr())
+    else:
+        tr = (0, 32, 0, 0, 0)
+    _C.spmm_dx(v.id, *W.raw_args(), *tr, n, dY.data_ptr(), _ld(dY), dX.data_ptr(), in_f, nthreads)
+    return dX
+
+
+def sddmm_dw(W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor, *, variant: str | None = None,
+             threads: int | None = None) -> torch.Tensor:
+    """Weight gradient at W's live slots, shaped like ``W.values``."""
+    _check_weight(W)
+    out_f, in_f = W.shape
+    dtype = W.values.dtype
+    check_dense_operand("dY", dY, None, out_f, dtype)
+    check_dense_operand("X", X, dY.shape[0], in_f, dtype)
+    nthreads = _threads(threads)
+    n = dY.shape[0]
+    dW = torch.empty(W.capacity, dtype=dtype)
+    if n == 0:
+        return dW.zero_()
+    if dtype == torch.float64:
+        _C.sddmm_dw_f64(*W.raw_args(), n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dW.data_ptr(), nthreads)
+        return dW
+    v = _resolve("sddmm_dw", W, n, variant)
+    if v.is_dense:
+        return _dense_dw(W, dY, X)
+    _C.sddmm_dw(v.id, *W.raw_args(), n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dW.data_ptr(), nthreads)
+    return dW
+
+
+# ---- dense torch candidates: the same job through torch's BLAS ----
+
+def _dense_fwd(name: str, W: PaddedCSR, X: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    dense = W.to_dense()
+    if name == "dense_mkldnn":
+        b = bias.to_mkldnn() if bias is not None else None
+        return torch._C._nn.mkldnn_linear(X.contiguous().to_mkldnn(), dense.to_mkldnn(), b).to_dense()
+    return torch.nn.functional.linear(X, dense, bias)
+
+
+def _dense_dw(W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    full = dY.t() @ X
+    live = W.live_mask()
+    dW = torch.zeros(W.capacity, dtype=full.dtype)
+    dW[live] = full[W.slot_rows()[live], W.cols[live].to(torch.int64)]
+    return dW

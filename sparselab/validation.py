@@ -1,0 +1,108 @@
+"""Argument checks shared by the format and the ops: each raises a clear
+``TypeError`` / ``ValueError`` naming the argument, before any pointer reaches
+the C++ kernels."""
+
+from __future__ import annotations
+
+import torch
+
+from .format import PADDING, VALUE_DTYPES
+
+
+def _fail(msg: str) -> None:
+    raise ValueError(f"PaddedCSR invariant broken: {msg}")
+
+
+def validate_padded_csr(w) -> None:
+    """Every invariant of the padded-CSR layout (see ``sparselab.format``)."""
+    out_f, in_f = w.shape
+    if out_f < 1 or in_f < 1:
+        _fail(f"shape must be positive, got {w.shape}")
+    for name, t in (("values", w.values), ("cols", w.cols), ("row_start", w.row_start), ("row_nnz", w.row_nnz)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.device.type != "cpu":
+            raise ValueError(f"{name} must be on the CPU, got {t.device}")
+        if t.dim() != 1 or not t.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous 1-D tensor, got shape {tuple(t.shape)} "
+                             f"strides {t.stride()}")
+    if w.values.dtype not in VALUE_DTYPES:
+        raise TypeError(f"values must be float32 or float64, got {w.values.dtype}")
+    if w.cols.dtype not in (torch.int16, torch.int32):
+        raise TypeError(f"cols must be int16 or int32, got {w.cols.dtype}")
+    if w.cols.dtype == torch.int16 and in_f > 32768:
+        raise ValueError(f"cols is int16 but in_features={in_f} > 32768")
+    if w.row_start.dtype != torch.int64:
+        raise TypeError(f"row_start must be int64, got {w.row_start.dtype}")
+    if w.row_nnz.dtype != torch.int32:
+        raise TypeError(f"row_nnz must be int32, got {w.row_nnz.dtype}")
+    cap = w.values.numel()
+    if w.cols.numel() != cap:
+        _fail(f"cols has {w.cols.numel()} slots but values has {cap}")
+    if w.row_start.numel() != out_f + 1:
+        _fail(f"row_start has {w.row_start.numel()} entries, expected out_features + 1 = {out_f + 1}")
+    if w.row_nnz.numel() != out_f:
+        _fail(f"row_nnz has {w.row_nnz.numel()} entries, expected out_features = {out_f}")
+    if int(w.row_start[0]) != 0:
+        _fail(f"row_start[0] = {int(w.row_start[0])}, expected 0")
+    if int(w.row_start[-1]) != cap:
+        _fail(f"row_start[-1] = {int(w.row_start[-1])}, expected capacity {cap}")
+    if cap >= 2**31:
+        _fail(f"capacity {cap} exceeds 2**31 - 1 slots")
+    row_cap = w.row_start[1:] - w.row_start[:-1]
+    bad = (row_cap < 0).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        _fail(f"row_start decreases at row {i} ({int(w.row_start[i])} -> {int(w.row_start[i + 1])})")
+    nnz = w.row_nnz.to(torch.int64)
+    bad = ((nnz < 0) | (nnz > row_cap)).nonzero()
+    if bad.numel():
+        i = int(bad[0])
+        _fail(f"row {i} has row_nnz {int(nnz[i])} outside [0, capacity {int(row_cap[i])}]")
+    rows = torch.repeat_interleave(torch.arange(out_f), row_cap)
+    rank = torch.arange(cap) - w.row_start[rows]
+    live = rank < nnz[rows]
+    cols = w.cols.to(torch.int64)
+    bad = (live & ((cols < 0) | (cols >= in_f))).nonzero()
+    if bad.numel():
+        k = int(bad[0])
+        _fail(f"live slot {k} (row {int(rows[k])}) has column {int(cols[k])} outside [0, {in_f})")
+    bad = (~live & (cols != PADDING)).nonzero()
+    if bad.numel():
+        k = int(bad[0])
+        _fail(f"padding slot {k} (row {int(rows[k])}) has column {int(cols[k])}, expected {PADDING}")
+    if cap > 1:
+        # Strictly increasing columns between consecutive live slots of one row.
+        pair = live[1:] & live[:-1] & (rows[1:] == rows[:-1])
+        bad = (pair & (cols[1:] <= cols[:-1])).nonzero()
+        if bad.numel():
+            k = int(bad[0])
+            _fail(f"row {int(rows[k])} columns not strictly increasing at slot {k + 1} "
+                  f"({int(cols[k])} then {int(cols[k + 1])})")
+    if not torch.isfinite(w.values.detach()[live]).all():
+        k = int((~torch.isfinite(w.values.detach()) & live).nonzero()[0])
+        _fail(f"live slot {k} (row {int(rows[k])}) holds a non-finite value")
+
+
+def check_dense_operand(name: str, t, rows: int | None, cols: int, dtype: torch.dtype) -> None:
+    """A 2-D CPU activation/gradient: right type, dtype, shape and a row-major
+    layout (unit column stride) the kernels can read through a leading dimension."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
+    if t.device.type != "cpu":
+        raise ValueError(f"{name} must be on the CPU, got device {t.device}")
+    if t.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype} (the weight's dtype), got {t.dtype}")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
+    if t.shape[1] != cols:
+        raise ValueError(f"{name} must have {cols} columns, got shape {tuple(t.shape)}")
+    if rows is not None and t.shape[0] != rows:
+        raise ValueError(f"{name} must have {rows} rows to match the other operand, got shape {tuple(t.shape)}")
+    if t.shape[0] > 1 and t.shape[1] > 0 and (t.stride(1) != 1 or t.stride(0) < t.shape[1]):
+        raise ValueError(f"{name} must be row-major with unit column stride, got strides {t.stride()}; "
+                         f"call .contiguous() first")
+    if t.shape[0] == 1 and t.shape[1] > 1 and t.stride(1) != 1:
+        raise ValueError(f"{name} must have unit column stride, got strides {t.stride()}; call .contiguous() first")
