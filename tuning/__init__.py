@@ -1,1 +1,9 @@
-"""The autotuner (installed as ``sparselab.tuning``)."""
+"""The autotuner (installed as ``sparselab.tuning``).
+
+Public API: ``set_mode('on'|'off'|'force')``, ``get_mode()``, the ``mode(...)`` context manager,
+``TuningCache`` (tuning.cache) and ``tune`` (tuning.tuner). Importing this package is cheap: the
+heavy parts (torch, the registry, py-cpuinfo) load on first use.
+"""
+from .modes import MODES, get_mode, mode, set_mode
+
+__all__ = ["MODES", "get_mode", "mode", "set_mode"]

@@ -1,0 +1,212 @@
+"""TuningCache survives real life: atomic writes, concurrent writers, corrupt/foreign files,
+unwritable locations. Every test works in tmp_path; a fake fingerprint keeps them independent of
+the CPU and of the compiled extension."""
+import json
+import multiprocessing as mp
+import os
+import warnings
+
+import pytest
+
+from sparselab.tuning import cache as cache_mod
+from sparselab.tuning.cache import ForeignFingerprintError, TuningCache, TuningCacheWarning
+from sparselab.tuning.keys import make_key, size_of_bucket
+
+FP = {"arch": "X86_64", "brand": "Fake CPU 9000", "isa_flags": ["avx2", "fma"], "l2_cache": 1 << 20,
+      "library_version": "0.1.0", "build_hash": "feedbeef"}
+OTHER_FP = dict(FP, brand="Other CPU", isa_flags=["avx512f"])
+
+
+def key(i=0, op="spmm_fwd"):
+    # one distinct out-bucket per i
+    return make_key(op, size_of_bucket(8 + i), 512, 64, 0.1, 2)
+
+
+def entry(variant="scalar", t=1e-3):
+    return {"variant": variant, "median_s": t}
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("SPARSELAB_CACHE_DIR", str(d))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    return d
+
+
+def on_disk(c: TuningCache) -> dict:
+    with open(c.path) as f:
+        return json.load(f)["entries"]
+
+
+def test_location_follows_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARSELAB_CACHE_DIR", str(tmp_path / "override"))
+    assert cache_mod.default_dir() == tmp_path / "override"
+    monkeypatch.delenv("SPARSELAB_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_mod.default_dir() == tmp_path / "xdg" / "sparselab"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_mod.default_dir() == tmp_path / "home" / ".cache" / "sparselab"
+
+
+def test_roundtrip_and_one_file_per_fingerprint(cache_dir):
+    a = TuningCache(fingerprint=FP)
+    a.put(key(0), entry("avx2_tile64"))
+    assert TuningCache(fingerprint=FP).get(key(0))["variant"] == "avx2_tile64"
+    other = TuningCache(fingerprint=OTHER_FP)
+    assert other.path != a.path
+    assert other.get(key(0)) is None  # another CPU's table is never read
+
+
+def test_atomic_write_survives_crash_in_replace(cache_dir, monkeypatch):
+    c = TuningCache(fingerprint=FP)
+    c.put(key(0), entry("old"))
+    before = c.path.read_bytes()
+
+    def crash(src, dst):
+        raise RuntimeError("simulated crash before the rename")
+
+    monkeypatch.setattr(cache_mod.os, "replace", crash)
+    with pytest.raises(RuntimeError):
+        c.put(key(1), entry("new"))
+    assert c.path.read_bytes() == before
+    assert not [p for p in cache_dir.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_atomic_write_survives_crash_mid_json(cache_dir, monkeypatch):
+    c = TuningCache(fingerprint=FP)
+    c.put(key(0), entry("old"))
+    real_dump = cache_mod.json.dump
+
+    def torn_dump(doc, f, **kw):
+        f.write('{"format": 1, "entr')  # half a document, then the process "dies"
+        raise RuntimeError("simulated crash mid-write")
+
+    monkeypatch.setattr(cache_mod.json, "dump", torn_dump)
+    with pytest.raises(RuntimeError):
+        c.put(key(1), entry("new"))
+    monkeypatch.setattr(cache_mod.json, "dump", real_dump)
+    assert on_disk(c) == {str(key(0)): entry("old")}
+
+
+def _writer(directory, offset, count):
+    c = TuningCache(directory, fingerprint=FP)
+    for i in range(count):
+        c.put(key(offset + i), entry(f"v{offset + i}"))
+
+
+def test_two_processes_keep_each_others_entries(cache_dir):
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(str(cache_dir), off, 12)) for off in (0, 100)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    entries = on_disk(TuningCache(fingerprint=FP))
+    assert len(entries) == 24
+    assert {e["variant"] for e in entries.values()} == {f"v{i}" for i in [*range(12), *range(100, 112)]}
+
+
+def test_merge_keeps_entries_written_after_our_load(cache_dir):
+    a, b = TuningCache(fingerprint=FP), TuningCache(fingerprint=FP)
+    a.entries(), b.entries()  # both loaded the (empty) file
+    a.put(key(0), entry("from_a"))
+    b.put(key(1), entry("from_b"))
+    assert set(on_disk(a)) == {str(key(0)), str(key(1))}
+
+
+def test_corrupt_file_set_aside_with_one_warning_and_rebuilt(cache_dir):
+    c = TuningCache(fingerprint=FP)
+    cache_dir.mkdir(parents=True)
+    c.path.write_text("{ not json")
+    with pytest.warns(TuningCacheWarning, match="corrupt") as rec:
+        assert c.get(key(0)) is None
+        c.put(key(0), entry("fresh"))
+    assert len(rec) == 1
+    assert len(list(cache_dir.glob(c.path.name + ".corrupt-*"))) == 1
+    assert on_disk(c) == {str(key(0)): entry("fresh")}
+
+
+def test_bad_schema_counts_as_corrupt(cache_dir):
+    c = TuningCache(fingerprint=FP)
+    cache_dir.mkdir(parents=True)
+    c.path.write_text(json.dumps({"format": 1, "fingerprint": FP, "entries": {"nonsense": {}}}))
+    with pytest.warns(TuningCacheWarning, match="corrupt"):
+        assert c.entries() == {}
+
+
+def test_foreign_fingerprint_in_our_file_is_not_applied(cache_dir):
+    c = TuningCache(fingerprint=FP)
+    cache_dir.mkdir(parents=True)
+    # e.g. a file copied by hand from another machine under our file name
+    c.path.write_text(json.dumps({"format": 1, "fingerprint": OTHER_FP,
+                                  "entries": {str(key(0)): entry("avx512_tile64")}}))
+    with pytest.warns(TuningCacheWarning, match="another CPU") as rec:
+        assert c.get(key(0)) is None
+    assert len(rec) == 1
+    assert list(cache_dir.glob(c.path.name + ".corrupt-*"))
+    assert not c.path.exists()
+
+
+def test_unwritable_location_falls_back_to_memory_with_one_warning(tmp_path, monkeypatch):
+    # Tests run as root, so chmod does not stop writes: put the cache dir under a regular file,
+    # which no user can create directories in.
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    monkeypatch.setenv("SPARSELAB_CACHE_DIR", str(blocker / "cache"))
+    c = TuningCache(fingerprint=FP)
+    with pytest.warns(TuningCacheWarning, match="not writable") as rec:
+        for i in range(3):
+            c.put(key(i), entry(f"v{i}"))
+    assert len(rec) == 1
+    assert c.in_memory
+    assert c.get(key(2))["variant"] == "v2"
+    assert blocker.read_text() == "x"
+
+
+def test_readonly_existing_cache_still_read_and_new_entries_kept_in_memory(cache_dir, monkeypatch):
+    TuningCache(fingerprint=FP).put(key(0), entry("stored"))
+    before = TuningCache(fingerprint=FP).path.read_bytes()
+
+    def denied(*a, **kw):
+        raise PermissionError(13, "Read-only file system")
+
+    monkeypatch.setattr(cache_mod.tempfile, "mkstemp", denied)
+    c = TuningCache(fingerprint=FP)
+    assert c.get(key(0))["variant"] == "stored"
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        c.put(key(1), entry("new"))
+        c.put(key(2), entry("newer"))
+    assert [w.category for w in rec] == [TuningCacheWarning]
+    assert c.get(key(1))["variant"] == "new" and c.get(key(2))["variant"] == "newer"
+    assert c.path.read_bytes() == before
+
+
+def test_export_import_and_foreign_refused_unless_forced(tmp_path, cache_dir):
+    src = TuningCache(fingerprint=FP)
+    src.put(key(0), entry("a"))
+    exported = tmp_path / "table.json"
+    assert src.export(exported) == 1
+
+    same = TuningCache(tmp_path / "other_home", fingerprint=FP)
+    assert same.import_(exported) == 1 and same.get(key(0))["variant"] == "a"
+
+    foreign = TuningCache(tmp_path / "foreign_home", fingerprint=OTHER_FP)
+    with pytest.raises(ForeignFingerprintError):
+        foreign.import_(exported)
+    assert foreign.get(key(0)) is None
+    foreign.import_(exported, force=True)
+    assert foreign.get(key(0))["variant"] == "a"
+    # forced entries live in the importer's own file, under its own fingerprint
+    assert json.loads(foreign.path.read_text())["fingerprint"] == OTHER_FP
+
+
+def test_clear(cache_dir):
+    c = TuningCache(fingerprint=FP)
+    c.put(key(0), entry())
+    assert c.clear() is True
+    assert not c.path.exists() and c.entries() == {}
+    assert TuningCache(fingerprint=FP).clear() is False

@@ -1,0 +1,177 @@
+"""`sparselab-tune`: tuning sources, --show/--export/--import/--clear, and user errors (exit 2,
+``error: ...``, no traceback). The tuner is faked except in one small real run."""
+import json
+import sys
+import types
+
+import pytest
+
+from sparselab.tuning import cli, modes, resolve, tuner
+from sparselab.tuning.cache import TuningCache
+
+FP = {"brand": "Fake CPU", "build_hash": "feedbeef"}
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("SPARSELAB_CACHE_DIR", str(directory))
+    holder = {}
+
+    def get_cache():
+        if "c" not in holder:
+            holder["c"] = TuningCache(directory, fingerprint=FP)
+        return holder["c"]
+
+    def reset():
+        holder.clear()
+    monkeypatch.setattr(resolve, "get_cache", get_cache)
+    monkeypatch.setattr(resolve, "reset", reset)
+    modes.set_mode("on")
+    yield directory
+    modes.set_mode("on")
+
+
+@pytest.fixture
+def fake_tune(monkeypatch):
+    calls = []
+
+    def tune(key, **kw):
+        calls.append(str(key))
+        return {"variant": "scalar", "median_s": 2e-4, "runner_up": "dense_torch",
+                "runner_up_s": 4e-4, "dense": "dense_torch", "dense_s": 4e-4,
+                "reference_s": 2e-4, "n_timed": key.n, "medians": {}, "rejected": {}}
+    monkeypatch.setattr(tuner, "tune", tune)
+    return calls
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+SPEC = json.dumps([{"out": 300, "in": 784, "sparsity": 0.9}, {"out": 100, "in": 300, "n": 16, "sparsity": 0.5}])
+
+
+def test_model_spec_tunes_each_op_and_prints_table(capsys, fake_tune):
+    code, out, err = run(capsys, "--model", SPEC, "--batch", "32,256")
+    assert code == 0
+    # layer 1: 3 ops x 2 batches; layer 2 has its own n: 3 ops x 1
+    assert len(fake_tune) == 9
+    assert "variant" in out and "x_dense" in out and "sddmm_dw" in out
+    # a second run finds every key cached
+    code, out, err = run(capsys, "--model", SPEC, "--batch", "32,256")
+    assert code == 0 and len(fake_tune) == 9
+    run(capsys, "--model", SPEC, "--batch", "32,256", "--retune")
+    assert len(fake_tune) == 18
+
+
+def test_model_spec_from_file_and_quick(tmp_path, capsys, fake_tune):
+    spec = tmp_path / "model.json"
+    spec.write_text(json.dumps({"layers": [{"out": 64, "in": 64, "sparsity": 0.75}]}))
+    assert run(capsys, "--model", str(spec), "--quick")[0] == 0
+    assert len(fake_tune) == 3  # one batch in the quick grid
+    assert run(capsys, "--quick")[0] == 0
+    assert len(fake_tune) > 3
+
+
+def test_module_factory_collects_sparse_layers(capsys, fake_tune, monkeypatch):
+    class SparseLinear:
+        def __init__(self, o, i, d):
+            self.out_features, self.in_features = o, i
+            self.weight_csr = types.SimpleNamespace(density=d)
+
+    class Model:
+        def modules(self):
+            return [self, SparseLinear(128, 64, 0.1), types.SimpleNamespace(in_features=3),
+                    SparseLinear(10, 128, 0.2)]
+
+    fake_mod = types.ModuleType("fake_models")
+    fake_mod.build = Model
+    monkeypatch.setitem(sys.modules, "fake_models", fake_mod)
+    code, out, err = run(capsys, "--module", "fake_models:build", "--batch", "8")
+    assert code == 0 and len(fake_tune) == 6
+
+
+def test_show_export_import_clear(tmp_path, capsys, fake_tune, isolated):
+    code, out, _ = run(capsys, "--show")
+    assert code == 0 and "no tuned keys" in out and fake_tune == []
+    run(capsys, "--model", SPEC)
+    code, out, _ = run(capsys, "--show")
+    assert code == 0 and "runner_up" in out and "x_scalar" in out and "Fake CPU" in out
+
+    exported = tmp_path / "export.json"
+    code, out, _ = run(capsys, "--export", str(exported))
+    assert code == 0 and json.loads(exported.read_text())["fingerprint"] == FP
+    n = len(json.loads(exported.read_text())["entries"])
+
+    code, out, _ = run(capsys, "--clear")
+    assert code == 0 and not list(isolated.glob("tuning-*.json"))
+    code, out, _ = run(capsys, "--import", str(exported))
+    assert code == 0 and f"imported {n} entries" in out
+    assert len(resolve.get_cache().entries()) == n
+
+
+def test_import_foreign_refused_unless_forced(tmp_path, capsys):
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"format": 1, "fingerprint": dict(FP, brand="Other CPU"),
+                                   "entries": {"spmm_fwd|64x64|n8|d8|float32|t1": {"variant": "x"}}}))
+    code, out, err = run(capsys, "--import", str(foreign))
+    assert code == 2 and err.startswith("error:") and "another CPU" in err
+    assert resolve.get_cache().entries() == {}
+    code, out, err = run(capsys, "--import", str(foreign), "--force")
+    assert code == 0 and len(resolve.get_cache().entries()) == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "not_a_file.json"], "neither a file nor inline JSON"),
+    (["--model", "[{\"out\": 3}]"], "'in' must be a positive integer"),
+    (["--model", "[{\"out\": 3, \"in\": 4, \"sparsity\": 1.5}]"], "sparsity"),
+    (["--model", "[1, 2"], "not valid JSON"),
+    (["--module", "no_colon_here"], "package.module:factory"),
+    (["--module", "surely_not_a_module_xyz:f"], "cannot import"),
+    (["--module", "json:no_such_factory"], "has no attribute"),
+    (["--module", "json:JSONDecoder"], "no SparseLinear layers"),
+    (["--import", "missing.json"], "no such file"),
+    (["--force"], "only applies to --import"),
+    (["--model", "[{\"out\": 3, \"in\": 4, \"sparsity\": 0.5}]", "--batch", "0"], "--batch"),
+])
+def test_user_errors_exit_2_without_traceback(capsys, fake_tune, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert err.startswith("error:") and message in err and "Traceback" not in err
+
+
+def test_bad_import_file_is_an_error(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json at all")
+    code, _, err = run(capsys, "--import", str(bad))
+    assert code == 2 and err.startswith("error:")
+
+
+def test_tuning_refused_when_mode_off(capsys, fake_tune):
+    modes.set_mode("off")
+    code, _, err = run(capsys, "--quick")
+    assert code == 2 and "SPARSELAB_TUNING=off" in err and fake_tune == []
+
+
+def test_unknown_flag_exits_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--bogus"])
+    assert e.value.code == 2
+
+
+def test_real_tuning_of_one_tiny_layer(capsys):
+    pytest.importorskip("sparselab._C")
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        code, out, err = run(capsys, "--model", '[{"out": 48, "in": 80, "n": 4, "sparsity": 0.8}]',
+                             "--threads", "1")
+    finally:
+        torch.set_num_threads(threads)
+    assert code == 0, err
+    entries = resolve.get_cache().entries()
+    assert len(entries) == 3 and all(k.endswith("|t1") for k in entries)

@@ -1,0 +1,353 @@
+"""Keys, the timing race, the tuner, modes and the dispatch path.
+
+The race is driven by a fake clock (each fake candidate advances it by its own cost), so choices
+are exact and no test asserts anything about real timings."""
+import random
+import types
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sparselab.tuning import keys, modes, race, resolve, tuner
+from sparselab.tuning.cache import TuningCache
+from sparselab.tuning.keys import make_key, parse_key
+from sparselab.tuning.problem import compare, tolerance
+
+try:  # the compiled extension is rebuilt concurrently during development
+    import sparselab._C  # noqa: F401
+    from sparselab import PaddedCSR, kernels, ops
+
+    HAVE_C = True
+except ImportError:
+    HAVE_C = False
+needs_c = pytest.mark.skipif(not HAVE_C, reason="sparselab._C not built")
+
+FP = {"brand": "Fake CPU", "build_hash": "feedbeef"}
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """Own cache dir, mode 'on', fresh resolve/dispatch state, fake fingerprint."""
+    monkeypatch.setenv("SPARSELAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(resolve, "get_cache", _fresh_cache_getter(tmp_path / "cache"))
+    resolve.reset()
+    modes.set_mode("on")
+    yield tmp_path / "cache"
+    modes.set_mode("on")
+    resolve.reset()
+
+
+def _fresh_cache_getter(directory):
+    holder = {}
+
+    def get_cache():
+        if "c" not in holder:
+            holder["c"] = TuningCache(directory, fingerprint=FP)
+        return holder["c"]
+    return get_cache
+
+
+# ---------------------------------------------------------------- keys
+
+@given(st.integers(1, 1 << 20))
+def test_size_bucket_is_within_sqrt2_and_representative_maps_back(x):
+    b = keys.size_bucket(x)
+    rep = keys.size_of_bucket(b)
+    assert keys.size_bucket(rep) == b
+    if x >= 16:  # below that, integer rounding dominates (5 and 6 share a bucket)
+        assert 2 ** -0.26 <= rep / x <= 2 ** 0.26  # half a bucket (2**0.25) plus rounding
+
+
+@given(st.floats(1e-3, 1.0))
+def test_density_bucket_is_within_quarter_octave(d):
+    b = keys.density_bucket(d)
+    assert keys.density_bucket(keys.density_of_bucket(b)) == b
+    assert 2 ** -0.126 <= keys.density_of_bucket(b) / d <= 2 ** 0.126
+
+
+def test_key_string_roundtrip_and_n_cap():
+    k = make_key("sddmm_dw", 768, 3072, 100, 0.1, 2)
+    assert parse_key(str(k)) == k
+    assert make_key("spmm_fwd", 64, 64, 10**6, 0.5, 1).n == keys.N_CAP
+    for bad in ("", "spmm_fwd|1x1", "conv|8x8|n1|d0|float32|t1"):
+        with pytest.raises(ValueError):
+            parse_key(bad)
+
+
+def test_powers_of_two_are_their_own_representatives():
+    for p in range(0, 15):
+        assert keys.size_of_bucket(keys.size_bucket(2 ** p)) == 2 ** p
+
+
+@needs_c
+def test_dst_topology_change_keeps_the_key():
+    # Same sparsity, different topology (another seed; a drop/regrow keeps nnz): same key.
+    a = PaddedCSR.random(300, 784, 0.9, seed=1)
+    b = PaddedCSR.random(300, 784, 0.9, seed=2)
+    assert a.nnz == b.nnz and a.density == b.density
+    assert make_key("spmm_fwd", 300, 784, 64, a.density, 2) == make_key("spmm_fwd", 300, 784, 64, b.density, 2)
+
+
+def test_density_schedule_moves_keys_only_across_bucket_edges():
+    # A gradual-sparsity schedule: the key changes exactly when the density bucket does.
+    seen = []
+    for step in range(200):
+        density = 1.0 - 0.95 * step / 199
+        k = make_key("spmm_fwd", 1024, 1024, 128, density, 2)
+        assert k.density_b == keys.density_bucket(density)
+        if not seen or seen[-1] != k:
+            seen.append(k)
+    assert len(seen) == len({k.density_b for k in seen}) > 10
+    assert seen[0].density == 1.0 and seen[-1].density_b == keys.density_bucket(0.05)
+
+
+# ---------------------------------------------------------------- race
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def fake(clock, name, rank, cost, output=1.0, kind="sparse", calls=None):
+    def run():
+        clock.t += cost
+        if calls is not None:
+            calls[name] = calls.get(name, 0) + 1
+        if isinstance(output, Exception):
+            raise output
+        return torch.full((4,), output)
+    return race.Candidate(name, rank, run, kind)
+
+
+def check_equals_one(out):
+    return compare(out, torch.ones(4), 16)
+
+
+def test_tie_goes_to_simplest_regardless_of_order():
+    for seed in range(5):
+        clock = FakeClock()
+        cands = [fake(clock, "tiled", (3,), 1.00e-3), fake(clock, "plain", (1,), 1.015e-3),
+                 fake(clock, "unrolled", (2,), 0.99e-3)]
+        random.Random(seed).shuffle(cands)
+        res = race.race(cands, check_equals_one, clock=clock)
+        assert res.winner == "plain"  # all within the 3% band: the simplest wins
+
+
+def test_clear_winner_beats_simplicity():
+    clock = FakeClock()
+    cands = [fake(clock, "plain", (1,), 1.0e-3), fake(clock, "tiled", (3,), 0.8e-3)]
+    res = race.race(cands, check_equals_one, clock=clock)
+    assert res.winner == "tiled" and res.runner_up == "plain"
+
+
+def test_wrong_or_crashing_candidate_is_rejected_even_if_fastest():
+    clock = FakeClock()
+    cands = [fake(clock, "scalar", (0,), 5e-3), fake(clock, "fast_but_wrong", (1,), 1e-4, output=1.01),
+             fake(clock, "crashes", (2,), 1e-5, output=RuntimeError("boom")),
+             fake(clock, "ok", (3,), 1e-3)]
+    res = race.race(cands, check_equals_one, clock=clock)
+    assert res.winner == "ok"
+    assert set(res.rejected) == {"fast_but_wrong", "crashes"}
+    assert "disagrees" in res.rejected["fast_but_wrong"]
+
+
+def test_clearly_losing_candidate_is_cut_early():
+    clock, calls = FakeClock(), {}
+    cands = [fake(clock, "slow", (0,), 10e-3, calls=calls), fake(clock, "a", (1,), 1e-3, calls=calls),
+             fake(clock, "b", (2,), 1.05e-3, calls=calls)]
+    res = race.race(cands, check_equals_one, clock=clock, max_reps=7)
+    assert calls["slow"] == 1 and "slow" in res.cut  # only its warm-up ran
+    assert calls["a"] == 8  # warm-up + 7 timed samples
+
+
+def test_budget_bounds_the_race():
+    clock = FakeClock()
+    cands = [fake(clock, f"c{i}", (i,), 0.1) for i in range(4)]  # equal, never cut
+    res = race.race(cands, check_equals_one, clock=clock, budget_s=0.5)
+    assert res.elapsed_s <= 0.5 + 4 * 0.1 + 0.4 + 1e-9  # warm-ups + round 1 always; then budget
+    assert res.winner == "c0"
+
+
+def test_all_rejected_raises():
+    clock = FakeClock()
+    with pytest.raises(race.NoValidCandidate):
+        race.race([fake(clock, "x", (0,), 1e-3, output=2.0)], check_equals_one, clock=clock)
+
+
+def test_tolerance_scales_with_sqrt_of_dot_length():
+    assert tolerance(10000) == pytest.approx(10 * tolerance(100))
+    ref = torch.randn(64, 64, dtype=torch.float64)
+    a = torch.randn(64, 1000, dtype=torch.float64)
+    b = torch.randn(1000, 64, dtype=torch.float64)
+    exact = a @ b
+    # float32 in a different summation order passes; a real error fails
+    reordered = (a.float().t().flip(0).t() @ b.float().flip(0)).double()
+    assert compare(reordered.float(), exact.float(), 1000) is None
+    assert compare((exact * 1.001).float(), exact.float(), 1000) is not None
+    assert compare(ref[:, :3].float(), ref.float(), 1) is not None  # wrong shape
+    assert compare(torch.full((2,), float("nan")), torch.ones(2), 1) is not None
+
+
+# ---------------------------------------------------------------- tuner with fakes
+
+class FakeProblem:
+    """Stands in for problem.Problem: runners are fakes, check compares to the reference."""
+
+    def __init__(self, clock, costs, wrong=()):
+        self.clock, self.costs, self.wrong = clock, costs, set(wrong)
+        self.reference_output, self.n, self.dot_length = None, 64, 64
+
+    def runner(self, name):
+        def run():
+            self.clock.t += self.costs[name]
+            return torch.arange(8.0) + (1.0 if name in self.wrong else 0.0)
+        return run
+
+    def check(self, out):
+        return compare(out, self.reference_output, self.dot_length)
+
+
+def info(name, isa, form, params=None):
+    return types.SimpleNamespace(name=name, isa=isa, form=form, params=params or {}, available=True)
+
+
+FAKE_VARIANTS = [info("scalar", "scalar", "plain"), info("avx2_plain", "avx2", "plain"),
+                 info("avx2_tile64", "avx2", "tiled", {"tile": 64}),
+                 info("avx2_tile128", "avx2", "tiled", {"tile": 128}),
+                 info("dense_torch", "torch", "dense")]
+
+
+def test_tuner_rejects_a_deliberately_wrong_candidate():
+    clock = FakeClock()
+    costs = {"scalar": 8e-3, "avx2_plain": 2e-3, "avx2_tile64": 1e-4, "avx2_tile128": 1.5e-3,
+             "dense_torch": 4e-3}
+    e = tuner.tune(make_key("spmm_fwd", 512, 512, 64, 0.1, 2), variants=FAKE_VARIANTS,
+                   problem=FakeProblem(clock, costs, wrong={"avx2_tile64"}), reference="scalar",
+                   clock=clock)
+    assert e["variant"] == "avx2_tile128"
+    assert "avx2_tile64" in e["rejected"]
+    assert e["reference_s"] == pytest.approx(8e-3) and e["dense"] == "dense_torch"
+
+
+def test_tuner_tie_break_is_deterministic_and_prefers_sparse_over_dense():
+    costs = {n.name: 1e-3 for n in FAKE_VARIANTS}
+    costs["scalar"] = 1e-2
+    choices = set()
+    for seed in range(4):
+        variants = FAKE_VARIANTS[:]
+        random.Random(seed).shuffle(variants)
+        clock = FakeClock()
+        e = tuner.tune(make_key("spmm_fwd", 512, 512, 64, 0.1, 2), variants=variants,
+                       problem=FakeProblem(clock, costs), reference="scalar", clock=clock)
+        choices.add(e["variant"])
+    assert choices == {"avx2_plain"}  # plain < tiled < dense on a tie
+
+
+# ---------------------------------------------------------------- modes and the dispatch path
+
+def test_modes_api_env_and_context_manager(monkeypatch):
+    with pytest.raises(ValueError):
+        modes.set_mode("sometimes")
+    with modes.mode("off"):
+        assert modes.get_mode() == "off"
+        with modes.mode("force"):
+            assert modes.get_mode() == "force"
+        assert modes.get_mode() == "off"
+    assert modes.get_mode() == "on"
+    monkeypatch.setenv("SPARSELAB_TUNING", "FORCE")
+    assert modes._mode_from_env() == "force"
+    monkeypatch.setenv("SPARSELAB_TUNING", "bogus")
+    with pytest.warns(UserWarning):
+        assert modes._mode_from_env() == "on"
+
+
+@pytest.fixture
+def counting_tuner(monkeypatch):
+    calls = []
+
+    def fake_tune(key, **kw):
+        calls.append(str(key))
+        return {"variant": "scalar", "median_s": 1e-3}
+    monkeypatch.setattr(tuner, "tune", fake_tune)
+    monkeypatch.setattr(resolve, "_available_names", lambda op: frozenset({"scalar"}))
+    monkeypatch.setattr(resolve.heuristic, "choose", lambda *a: "heuristic_pick")
+    return calls
+
+
+def test_mode_off_uses_heuristic_and_writes_nothing(isolated, counting_tuner):
+    modes.set_mode("off")
+    assert resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2) == "heuristic_pick"
+    assert counting_tuner == []
+    assert not isolated.exists()  # no cache dir, no file, no cpuinfo memo
+
+
+def test_mode_on_tunes_a_miss_once_then_hits(isolated, counting_tuner):
+    assert resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2) == "scalar"
+    assert resolve.choose("spmm_fwd", 520, 500, 60, 0.1, 2) == "scalar"  # same buckets
+    assert len(counting_tuner) == 1
+    assert list(isolated.glob("tuning-*.json"))
+    resolve.reset()  # a new process: the entry comes from disk
+    resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2)
+    assert len(counting_tuner) == 1
+
+
+def test_mode_force_retunes_cached_keys_once_per_process(isolated, counting_tuner):
+    resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2)
+    modes.set_mode("force")
+    resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2)
+    resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2)
+    assert len(counting_tuner) == 2
+
+
+def test_stale_variant_in_cache_is_retuned(isolated, counting_tuner):
+    k = make_key("spmm_fwd", 512, 512, 64, 0.1, 2)
+    resolve.get_cache().put(k, {"variant": "avx512_from_another_box", "median_s": 1.0})
+    assert resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2) == "scalar"
+    assert counting_tuner == [str(k)]
+
+
+def test_failed_tuning_falls_back_to_heuristic_with_a_warning(isolated, monkeypatch, counting_tuner):
+    def broken(key, **kw):
+        raise RuntimeError("kernel exploded")
+    monkeypatch.setattr(tuner, "tune", broken)
+    monkeypatch.setattr(resolve, "_failed_warned", False)
+    with pytest.warns(RuntimeWarning, match="kernel exploded"):
+        assert resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2) == "heuristic_pick"
+
+
+def test_dispatch_memo_follows_mode_changes(counting_tuner):
+    from sparselab import dispatch
+
+    dispatch.invalidate()
+    assert dispatch.choose("spmm_dx", 512, 512, 64, 0.1) == "scalar"
+    with modes.mode("off"):
+        assert dispatch.choose("spmm_dx", 512, 512, 64, 0.1) == "heuristic_pick"
+    assert dispatch.choose("spmm_dx", 512, 512, 64, 0.1) == "scalar"
+    dispatch.invalidate()
+
+
+# ---------------------------------------------------------------- the real registry
+
+@needs_c
+def test_real_tuning_of_a_small_key_agrees_with_the_registry():
+    k = make_key("spmm_fwd", 96, 160, 8, 0.2, torch.get_num_threads())
+    e = tuner.tune(k)
+    names = {v.name for v in kernels.variants("spmm_fwd") if v.available}
+    assert e["variant"] in names
+    assert kernels.REFERENCE in e["medians"] and not e["rejected"]
+    assert e["dense"] in ("dense_torch", "dense_mkldnn")
+
+
+@needs_c
+def test_ops_dispatch_through_the_tuned_table(isolated):
+    W = PaddedCSR.random(64, 96, 0.8, seed=3)
+    X = torch.randn(5, 96)
+    y = ops.spmm_fwd(W, X)  # variant=None: dispatch -> tune -> cache
+    ref = ops.spmm_fwd(W, X, variant=kernels.REFERENCE)
+    torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-5)
+    assert len(resolve.get_cache().entries()) == 1

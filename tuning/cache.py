@@ -1,0 +1,223 @@
+"""TuningCache: the persistent table of tuned choices, one JSON file per CPU/build fingerprint.
+
+Location: ``$SPARSELAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/sparselab``, else ``~/.cache/sparselab``;
+the file is ``tuning-<fingerprint id>.json`` there.
+
+It survives real life:
+- writes are atomic (temp file in the same dir + os.replace): a crash mid-write leaves the old file;
+- every write is read-merge-write under a FileLock, so two processes tuning at once keep each
+  other's entries;
+- a corrupt file, or one whose fingerprint is not ours, is moved aside (``*.corrupt-<timestamp>``)
+  with one warning and rebuilt;
+- an unwritable location falls back to an in-memory table with exactly one warning.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+from filelock import FileLock
+
+from . import fingerprint as fingerprint_mod
+from .keys import parse_key
+
+FORMAT = 1
+LOCK_TIMEOUT_S = 30.0
+
+
+class TuningCacheWarning(UserWarning):
+    """The cache file could not be used as is (corrupt, foreign, or unwritable)."""
+
+
+class ForeignFingerprintError(ValueError):
+    """A tuning file made on another CPU or build."""
+
+
+def default_dir() -> Path:
+    override = os.environ.get("SPARSELAB_CACHE_DIR")
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "sparselab"
+
+
+def _validate(doc, fp: dict) -> str | None:
+    """Why ``doc`` is not a usable cache for fingerprint ``fp`` (None if it is)."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        return "unknown format"
+    entries = doc.get("entries")
+    if not isinstance(entries, dict):
+        return "no entries table"
+    for k, v in entries.items():
+        try:
+            parse_key(k)
+        except ValueError:
+            return f"bad key {k!r}"
+        if not isinstance(v, dict) or not isinstance(v.get("variant"), str):
+            return f"bad entry for {k!r}"
+    if doc.get("fingerprint") != fp:
+        return "foreign"
+    return None
+
+
+def read_document(path: str | os.PathLike) -> dict:
+    """Read a tuning JSON document (cache or export); raises OSError / ValueError."""
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def write_atomic(path: Path, doc: dict) -> None:
+    """Write JSON so that readers see the old file or the new one, never a torn one."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):  # only if the replace did not happen
+            os.unlink(tmp)
+
+
+class TuningCache:
+    def __init__(self, directory: str | os.PathLike | None = None, fingerprint: dict | None = None):
+        self.directory = Path(directory) if directory is not None else default_dir()
+        self._fingerprint = fingerprint
+        self._entries: dict[str, dict] | None = None  # loaded on first use
+        self.in_memory = False  # True after falling back from an unwritable location
+
+    # ---- identity -------------------------------------------------------------------------
+    @property
+    def fingerprint(self) -> dict:
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint_mod.current(str(self.directory))
+        return self._fingerprint
+
+    @property
+    def path(self) -> Path:
+        return self.directory / f"tuning-{fingerprint_mod.fingerprint_id(self.fingerprint)}.json"
+
+    def _lock(self) -> FileLock:
+        return FileLock(str(self.path) + ".lock", timeout=LOCK_TIMEOUT_S)
+
+    def document(self) -> dict:
+        return {"format": FORMAT, "fingerprint": self.fingerprint, "entries": dict(self.entries())}
+
+    # ---- reading --------------------------------------------------------------------------
+    def entries(self) -> dict[str, dict]:
+        if self._entries is None:
+            self._entries = self._read_disk()
+        return self._entries
+
+    def get(self, key) -> dict | None:
+        return self.entries().get(str(key))
+
+    def reload(self) -> None:
+        self._entries = None
+
+    def _read_disk(self, locked: bool = False) -> dict[str, dict]:
+        """Entries of the file on disk; a bad file is set aside (under the lock) and reads empty."""
+        try:
+            doc = read_document(self.path)
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        except PermissionError as e:
+            if not self.in_memory:
+                self._fall_back(e)
+            return {}
+        except (OSError, ValueError) as e:
+            problem = f"unreadable ({type(e).__name__}: {e})"
+        else:
+            problem = _validate(doc, self.fingerprint)
+            if problem is None:
+                return dict(doc["entries"])
+        if not locked:
+            # Re-check under the lock: another process may have just rebuilt the file.
+            try:
+                with self._lock():
+                    return self._read_disk(locked=True)
+            except OSError:
+                pass  # cannot lock (read-only location): ignore the file, do not move it
+        self._set_aside(problem)
+        return {}
+
+    def _set_aside(self, problem: str) -> None:
+        what = ("was written on another CPU or build" if problem == "foreign"
+                else f"is corrupt ({problem})")
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
+                                    f"-{time.time_ns() % 1_000_000_000:09d}")
+        try:
+            os.replace(self.path, aside)
+            action = f"moved aside to {aside.name}; it will be rebuilt"
+        except OSError:
+            action = "ignored (could not move it aside)"
+        warnings.warn(f"sparselab tuning cache {self.path} {what}: {action}",
+                      TuningCacheWarning, stacklevel=4)
+
+    # ---- writing --------------------------------------------------------------------------
+    def put(self, key, entry: dict) -> None:
+        self.put_many({str(key): entry})
+
+    def put_many(self, new: dict[str, dict]) -> None:
+        self.entries().update(new)
+        if self.in_memory:
+            return
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with self._lock():
+                # Merge only what we add onto what is on disk now: other processes' entries
+                # (including newer ones for keys we read earlier) are kept.
+                merged = self._read_disk(locked=True)
+                merged.update(new)
+                write_atomic(self.path, {"format": FORMAT, "fingerprint": self.fingerprint,
+                                         "entries": merged})
+                self._entries = merged
+        except OSError as e:
+            self._fall_back(e)
+
+    def _fall_back(self, error: OSError) -> None:
+        self.in_memory = True
+        warnings.warn(f"sparselab tuning cache location {self.directory} is not writable "
+                      f"({type(error).__name__}: {error}); tuning results are kept in memory "
+                      f"for this process only", TuningCacheWarning, stacklevel=4)
+
+    def clear(self) -> bool:
+        """Forget every entry of this fingerprint; True if a file was removed."""
+        self._entries = {}
+        if self.in_memory:
+            return False
+        try:
+            with self._lock():
+                self.path.unlink()
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            self._fall_back(e)
+            return False
+
+    # ---- moving results between machines -------------------------------------------------
+    def export(self, path: str | os.PathLike) -> int:
+        target = Path(path)
+        write_atomic(target, self.document())
+        return len(self.entries())
+
+    def import_(self, path: str | os.PathLike, force: bool = False) -> int:
+        """Merge an exported file; refuse one from another CPU/build unless ``force``."""
+        doc = read_document(path)
+        problem = _validate(doc, self.fingerprint)
+        if problem == "foreign" and not force:
+            raise ForeignFingerprintError(
+                f"{path} was tuned on another CPU or build "
+                f"({doc.get('fingerprint', {}).get('brand', '?')!r}, build "
+                f"{doc.get('fingerprint', {}).get('build_hash', '?')}); use --force to import anyway")
+        if problem not in (None, "foreign"):
+            raise ValueError(f"{path} is not a sparselab tuning file ({problem})")
+        self.put_many(dict(doc["entries"]))
+        return len(doc["entries"])

@@ -1,0 +1,55 @@
+"""Which candidates a key's race has, and the fixed simplicity order that breaks ties.
+
+Candidates: every *available* registered variant of the op, including the dense pseudo-variants
+(``dense_torch``, ``dense_mkldnn``): below some density they must win, above it they must lose,
+and only a measurement says where.
+
+Simplicity order (lower is simpler and wins a tie within the race's tie band):
+  1. the scalar reference                (the most trusted code)
+  2. sparse kernels by form: plain < scatter < unrolled < tiled < anything else
+     then by ISA: scalar < neon < avx2 < avx512  (a narrower ISA avoids wide-vector clock drops)
+     then by tile parameters (smaller first), then by name
+  3. dense candidates: dense_torch < dense_mkldnn  (a tie keeps the sparse kernel: it needs no
+     dense copy of W, and a tie means the sparse path is not losing)
+"""
+from __future__ import annotations
+
+FORM_ORDER = {"plain": 0, "scatter": 1, "unrolled": 2, "tiled": 3}
+ISA_ORDER = {"scalar": 0, "neon": 1, "avx2": 2, "avx512": 3}
+DENSE_ORDER = {"dense_torch": 0, "dense_mkldnn": 1}
+
+
+def is_dense(info) -> bool:
+    return info.isa == "torch" or info.name.startswith("dense")
+
+
+def _params_key(params: dict) -> tuple:
+    # Numbers compare as numbers (tile 64 < tile 128); anything else as text after the numbers.
+    out = []
+    for k in sorted(params):
+        v = params[k]
+        out.append((k, 0, float(v), "") if isinstance(v, (int, float)) else (k, 1, 0.0, str(v)))
+    return tuple(out)
+
+
+def rank(info, reference: str) -> tuple:
+    """Position of a variant in the simplicity order (a sortable tuple)."""
+    if info.name == reference:
+        return (0,)
+    if is_dense(info):
+        return (2, DENSE_ORDER.get(info.name, len(DENSE_ORDER)), info.name)
+    return (1, FORM_ORDER.get(info.form, len(FORM_ORDER)), ISA_ORDER.get(info.isa, len(ISA_ORDER)),
+            _params_key(info.params or {}), info.name)
+
+
+def kind(info, reference: str) -> str:
+    if info.name == reference:
+        return "reference"
+    return "dense" if is_dense(info) else "sparse"
+
+
+def available_variants(op: str) -> list:
+    """The registry's available variants of ``op`` (dense pseudo-variants included)."""
+    from sparselab import kernels
+
+    return [v for v in kernels.variants(op) if v.available]

@@ -1,0 +1,170 @@
+"""`sparselab-tune`: tune ahead of time and manage the tuning cache.
+
+    sparselab-tune                      tune the standard grid of common layers, print the table
+    sparselab-tune --quick              a tiny grid (CI smoke test)
+    sparselab-tune --model SPEC         layers from JSON (file or inline): [{out, in, n?, sparsity}]
+    sparselab-tune --module pkg.mod:fn  layers of the model fn() builds (its SparseLinear layers)
+    sparselab-tune --show               print the table of this machine's tuned keys
+    sparselab-tune --export FILE        write this machine's table to FILE
+    sparselab-tune --import FILE        merge FILE (refused if tuned on another CPU/build; --force)
+    sparselab-tune --clear              forget this machine's table
+
+Actions combine in the order clear, import, tune, export, show. User mistakes print
+``error: ...`` and exit with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+class UserError(Exception):
+    pass
+
+
+def _parse_ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        raise UserError(f"{what} must be a comma-separated list of positive integers, got {text!r}")
+    return values
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sparselab-tune",
+                                description="Tune SparseLab's kernel choice for this machine.")
+    src = p.add_argument_group("what to tune (default: the standard grid)")
+    src.add_argument("--quick", action="store_true", help="a tiny grid (seconds; CI smoke test)")
+    src.add_argument("--model", metavar="JSON_SPEC",
+                     help="JSON file or inline JSON: a list of layers {out, in, n?, sparsity}")
+    src.add_argument("--module", metavar="PKG.MOD:FACTORY",
+                     help="build a model with FACTORY() and tune its SparseLinear layers")
+    src.add_argument("--batch", metavar="N[,N...]",
+                     help="batch sizes for layers without n (default: grid batches)")
+    src.add_argument("--threads", type=int, metavar="T", help="torch thread count to tune for")
+    src.add_argument("--retune", action="store_true", help="re-tune keys already in the cache")
+    act = p.add_argument_group("cache actions")
+    act.add_argument("--show", action="store_true", help="print the tuning table")
+    act.add_argument("--export", metavar="FILE", help="write the tuning table to FILE")
+    act.add_argument("--import", dest="import_file", metavar="FILE", help="merge a table from FILE")
+    act.add_argument("--force", action="store_true", help="with --import: accept a foreign CPU/build")
+    act.add_argument("--clear", action="store_true", help="delete this machine's tuning table")
+    return p
+
+
+def _layers_and_batches(args):
+    from . import grids
+
+    layers = []
+    if args.model:
+        layers += grids.layers_from_spec(args.model)
+    if args.module:
+        layers += grids.layers_from_module(args.module)
+    if args.quick and not layers:
+        layers, batches = grids.grid_layers(grids.QUICK_SHAPES, grids.QUICK_DENSITIES), grids.QUICK_BATCHES
+    elif not layers:
+        layers, batches = grids.grid_layers(grids.STANDARD_SHAPES, grids.STANDARD_DENSITIES), grids.STANDARD_BATCHES
+    else:
+        batches = grids.QUICK_BATCHES if args.quick else grids.STANDARD_BATCHES
+    if args.batch:
+        batches = _parse_ints(args.batch, "--batch")
+    return layers, batches
+
+
+def _tune(args, cache) -> list[str]:
+    import torch
+    from tqdm import tqdm
+
+    from . import grids
+    from .modes import get_mode
+    from .tuner import tune
+
+    if get_mode() == "off":
+        raise UserError("SPARSELAB_TUNING=off disables tuning; unset it (or use 'force') to tune")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UserError(f"--threads must be a positive integer, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    layers, batches = _layers_and_batches(args)
+    keys = grids.keys_for(layers, batches, torch.get_num_threads())
+    retune = args.retune or get_mode() == "force"
+    done, failed = [], []
+    for key in tqdm(keys, desc="tuning", unit="key", file=sys.stderr):
+        if not retune and cache.get(key) is not None:
+            done.append(str(key))
+            continue
+        try:
+            entry = tune(key)
+        except Exception as e:  # one broken key must not lose the rest of the grid
+            failed.append(f"{key}: {type(e).__name__}: {e}")
+            continue
+        cache.put(key, entry)
+        done.append(str(key))
+    for line in failed:
+        print(f"warning: tuning failed for {line}", file=sys.stderr)
+    return done
+
+
+def _run(args) -> int:
+    from . import resolve, table
+    from .cache import ForeignFingerprintError
+
+    if args.force and not args.import_file:
+        raise UserError("--force only applies to --import")
+    tuning_asked = bool(args.quick or args.model or args.module or args.batch or args.threads
+                        or args.retune)
+    other_action = bool(args.show or args.export or args.import_file or args.clear)
+    cache = resolve.get_cache()
+
+    if args.clear:
+        removed = cache.clear()
+        resolve.reset()
+        cache = resolve.get_cache()
+        print(f"cleared {cache.path}" if removed else f"nothing to clear at {cache.path}")
+    if args.import_file:
+        try:
+            count = cache.import_(args.import_file, force=args.force)
+        except ForeignFingerprintError as e:
+            raise UserError(str(e)) from None
+        except FileNotFoundError:
+            raise UserError(f"no such file: {args.import_file}") from None
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot import {args.import_file}: {e}") from None
+        resolve.reset()
+        cache = resolve.get_cache()
+        print(f"imported {count} entries into {cache.path}")
+    tuned = None
+    if tuning_asked or not other_action:
+        tuned = _tune(args, cache)
+    if args.export:
+        try:
+            count = cache.export(args.export)
+        except OSError as e:
+            raise UserError(f"cannot write {args.export}: {e}") from None
+        print(f"exported {count} entries to {args.export}")
+    if args.show or tuned is not None:
+        fp = cache.fingerprint
+        print(f"# {fp.get('brand', '?')} | build {fp.get('build_hash', '?')} | {cache.path}")
+        only = None if args.show else set(tuned)
+        print(table.render(table.build(cache.entries(), only)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .grids import SpecError
+
+    args = _parser().parse_args(argv)  # argparse itself exits 2 with "error: ..." on bad flags
+    try:
+        return _run(args)
+    except (UserError, SpecError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; keys tuned so far are saved", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""What `sparselab-tune` tunes: the standard grid, the quick grid, or the layers of a model.
+
+A *layer* is (out_features, in_features, density, n or None); each layer becomes one key per op
+and per batch size. Keys are deduplicated, so layers that share buckets cost one tuning.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from typing import Iterable
+
+from .keys import OPS, make_key
+
+
+class SpecError(ValueError):
+    """A user-supplied model spec or module path that cannot be used."""
+
+
+# Common layer shapes (out, in): MNIST MLP, square hidden layers, transformer MLP blocks.
+STANDARD_SHAPES = ((300, 784), (100, 300), (512, 512), (1024, 1024), (2048, 2048), (4096, 4096),
+                   (3072, 768), (768, 3072), (4096, 1024), (1024, 4096))
+STANDARD_DENSITIES = (0.5, 0.2, 0.1, 0.05, 0.02)   # sparsity 50% .. 98%
+STANDARD_BATCHES = (1, 32, 256)                    # inference, small and training batches
+
+QUICK_SHAPES = ((256, 256), (512, 1024))
+QUICK_DENSITIES = (0.1, 0.5)
+QUICK_BATCHES = (32,)
+
+
+def grid_layers(shapes, densities) -> list[tuple]:
+    return [(o, i, d, None) for (o, i) in shapes for d in densities]
+
+
+def keys_for(layers: Iterable[tuple], batches: Iterable[int], threads: int,
+             ops: Iterable[str] = OPS) -> list:
+    """One key per (op, layer, batch), deduplicated, in a stable order."""
+    seen, out = set(), []
+    for op in ops:
+        for (o, i, d, n) in layers:
+            for b in ([n] if n else batches):
+                k = make_key(op, o, i, b, d, threads)
+                if k not in seen:
+                    seen.add(k)
+                    out.append(k)
+    return out
+
+
+def _positive_int(layer: dict, name: str, where: str) -> int:
+    v = layer.get(name)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SpecError(f"{where}: '{name}' must be a positive integer, got {v!r}")
+    return v
+
+
+def layers_from_spec(spec: str) -> list[tuple]:
+    """Parse ``--model``: a JSON file path or inline JSON, a list of {out, in, n?, sparsity}."""
+    text = spec
+    if not spec.lstrip().startswith(("[", "{")):
+        if not os.path.exists(spec):
+            raise SpecError(f"model spec {spec!r} is neither a file nor inline JSON")
+        with open(spec, encoding="utf-8") as f:
+            text = f.read()
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"model spec is not valid JSON: {e}") from None
+    if isinstance(doc, dict) and "layers" in doc:
+        doc = doc["layers"]
+    if not isinstance(doc, list) or not doc:
+        raise SpecError("model spec must be a non-empty JSON list of layers {out, in, n?, sparsity}")
+    layers = []
+    for idx, layer in enumerate(doc):
+        where = f"layer {idx}"
+        if not isinstance(layer, dict):
+            raise SpecError(f"{where}: expected an object {{out, in, n?, sparsity}}, got {layer!r}")
+        out_f, in_f = _positive_int(layer, "out", where), _positive_int(layer, "in", where)
+        n = _positive_int(layer, "n", where) if "n" in layer else None
+        sparsity = layer.get("sparsity")
+        if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0 <= sparsity < 1:
+            raise SpecError(f"{where}: 'sparsity' must be a number in [0, 1), got {sparsity!r}")
+        layers.append((out_f, in_f, 1.0 - float(sparsity), n))
+    return layers
+
+
+def _density_of(module) -> float | None:
+    # Tolerant on purpose: SparseLinear's exact attributes may evolve.
+    csr = getattr(module, "weight_csr", None)
+    for source, attr in ((csr, "density"), (module, "density")):
+        v = getattr(source, attr, None) if source is not None else None
+        if isinstance(v, (int, float)) and 0 < v <= 1:
+            return float(v)
+    v = getattr(module, "sparsity", None)
+    if isinstance(v, (int, float)) and 0 <= v < 1:
+        return 1.0 - float(v)
+    return None
+
+
+def layers_from_module(path: str) -> list[tuple]:
+    """Parse ``--module pkg.mod:factory``: build the model, collect its sparse linear layers."""
+    mod_name, sep, attr = path.partition(":")
+    if not sep or not mod_name or not attr:
+        raise SpecError(f"--module expects 'package.module:factory', got {path!r}")
+    try:
+        module = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise SpecError(f"cannot import {mod_name!r}: {e}") from None
+    factory = getattr(module, attr, None)
+    if factory is None:
+        raise SpecError(f"{mod_name!r} has no attribute {attr!r}")
+    try:
+        model = factory() if callable(factory) else factory
+    except Exception as e:
+        raise SpecError(f"{path}() raised {type(e).__name__}: {e}") from None
+    parts = model.modules() if hasattr(model, "modules") else [model]
+    layers = []
+    for m in parts:
+        if getattr(m, "weight_csr", None) is None and type(m).__name__ != "SparseLinear":
+            continue
+        o, i, d = getattr(m, "out_features", None), getattr(m, "in_features", None), _density_of(m)
+        if isinstance(o, int) and isinstance(i, int) and d is not None:
+            layers.append((o, i, d, None))
+    if not layers:
+        raise SpecError(f"{path} has no SparseLinear layers (modules with weight_csr, "
+                        f"in_features, out_features)")
+    return layers

@@ -1,0 +1,120 @@
+"""Timing race between candidates: warm-up + correctness, rounds of timed runs, early cuts, tie-break.
+
+Pure logic over callables (no registry, no torch), so it is tested with fakes and a fake clock.
+
+1. Each candidate runs once (warm-up). Its output is checked; a candidate that raises or
+   disagrees with the reference is rejected, never chosen.
+2. Rounds of timed runs, interleaved across candidates (so drift hits all alike). After each round
+   a candidate whose median is above ``cut_ratio * best median`` is cut: clearly losing
+   candidates stop costing time. The ratio tightens round by round (successive halving in spirit).
+3. The race ends when one candidate is left, every survivor has ``max_reps`` samples, or the
+   next round would overrun ``budget_s``.
+4. Candidates within ``tie_band`` of the best median are a tie; the tie goes to the lowest
+   ``rank`` (the simplest kernel), so repeated tunings pick the same variant.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# Cut thresholds: after the warm-up run (noisy: cold caches, first-touch scratch), then after
+# each timed round. The last value repeats.
+CUT_RATIOS = (3.0, 1.6, 1.3, 1.15)
+TIE_BAND = 0.03
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    rank: tuple            # simplicity order: lower wins ties
+    run: Callable[[], Any]  # one call on the tuning data; returns the op's output
+    kind: str = "sparse"    # "sparse" | "dense" | "reference" (for reporting speedups)
+
+
+@dataclass
+class RaceResult:
+    winner: str
+    runner_up: str | None
+    medians: dict[str, float]            # every candidate that produced a valid output
+    samples: dict[str, int]
+    rejected: dict[str, str] = field(default_factory=dict)  # name -> why
+    cut: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+
+class NoValidCandidate(RuntimeError):
+    pass
+
+
+def race(candidates: list[Candidate], check: Callable[[Any], str | None], *,
+         budget_s: float = 0.5, max_reps: int = 7, cut_ratios=CUT_RATIOS,
+         tie_band: float = TIE_BAND, clock: Callable[[], float] = time.perf_counter) -> RaceResult:
+    start = clock()
+    by_name = {c.name: c for c in candidates}
+    samples: dict[str, list[float]] = {}
+    warm: dict[str, float] = {}
+    rejected: dict[str, str] = {}
+
+    # 1. warm-up and correctness, simplest first
+    for c in sorted(candidates, key=lambda c: c.rank):
+        t0 = clock()
+        try:
+            out = c.run()
+        except Exception as e:  # a crashing kernel is a rejected candidate, not a crash of the tuner
+            rejected[c.name] = f"raised {type(e).__name__}: {e}"
+            continue
+        warm[c.name] = clock() - t0
+        why = check(out)
+        if why is not None:
+            rejected[c.name] = why
+            del warm[c.name]
+        else:
+            samples[c.name] = []
+    if not samples:
+        raise NoValidCandidate(f"every candidate was rejected: {rejected}")
+
+    def median(name: str) -> float:
+        return statistics.median(samples[name]) if samples[name] else warm[name]
+
+    cut: list[str] = []
+    survivors = sorted(samples, key=lambda n: by_name[n].rank)
+
+    def cut_losers(ratio: float) -> None:
+        best = min(median(n) for n in survivors)
+        for n in list(survivors):
+            if median(n) > ratio * best:
+                survivors.remove(n)
+                cut.append(n)
+
+    cut_losers(cut_ratios[0])
+
+    # 2-3. timed rounds
+    round_no = 1
+    while len(survivors) > 1:
+        if all(len(samples[n]) >= max_reps for n in survivors):
+            break
+        reps = 1 if round_no == 1 else 2
+        estimate = reps * sum(median(n) for n in survivors)
+        elapsed = clock() - start
+        # The first round always runs unless the warm-ups alone used up the budget.
+        if elapsed > budget_s or (round_no > 1 and elapsed + estimate > budget_s):
+            break
+        for _ in range(reps):
+            for n in survivors:
+                t0 = clock()
+                by_name[n].run()
+                samples[n].append(clock() - t0)
+        cut_losers(cut_ratios[min(round_no, len(cut_ratios) - 1)])
+        round_no += 1
+
+    # 4. winner with tie-break by simplicity
+    medians = {n: median(n) for n in samples}
+    best = min(medians[n] for n in survivors)
+    tied = [n for n in survivors if medians[n] <= best * (1.0 + tie_band)]
+    winner = min(tied, key=lambda n: by_name[n].rank)
+    others = sorted((n for n in medians if n != winner), key=lambda n: (medians[n], by_name[n].rank))
+    return RaceResult(winner=winner, runner_up=others[0] if others else None, medians=medians,
+                      samples={n: max(len(samples[n]), 1) for n in samples},
+                      rejected=rejected, cut=cut, elapsed_s=clock() - start)

@@ -1,0 +1,42 @@
+"""The tuning table as a pandas DataFrame (for `sparselab-tune --show` and after a tuning run)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .keys import parse_key
+
+COLUMNS = ["op", "out", "in", "n", "n_timed", "density", "threads", "variant", "time_us", "runner_up",
+           "runner_up_us", "x_dense", "x_scalar"]
+
+
+def _ratio(num, den):
+    return round(num / den, 2) if num and den else None
+
+
+def build(entries: dict[str, dict], only: set[str] | None = None) -> pd.DataFrame:
+    """One row per key (its representative shape; times are per call at n_timed rows, see
+    problem.py). x_dense / x_scalar: speedup of the choice over the best dense candidate
+    and over the scalar reference, timed in the same race (None if that candidate was not timed)."""
+    rows = []
+    for text, e in entries.items():
+        if only is not None and text not in only:
+            continue
+        k = parse_key(text)
+        rows.append({
+            "op": k.op, "out": k.out_features, "in": k.in_features, "n": k.n,
+            "n_timed": e.get("n_timed"),
+            "density": round(k.density, 4), "threads": k.threads, "variant": e["variant"],
+            "time_us": round(e["median_s"] * 1e6, 1) if e.get("median_s") else None,
+            "runner_up": e.get("runner_up"),
+            "runner_up_us": round(e["runner_up_s"] * 1e6, 1) if e.get("runner_up_s") else None,
+            "x_dense": _ratio(e.get("dense_s"), e.get("median_s")),
+            "x_scalar": _ratio(e.get("reference_s"), e.get("median_s")),
+        })
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    return df.sort_values(["op", "out", "in", "n", "density", "threads"], ignore_index=True)
+
+
+def render(df: pd.DataFrame) -> str:
+    if df.empty:
+        return "(no tuned keys)"
+    return df.to_string(index=False, na_rep="-")
