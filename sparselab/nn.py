@@ -1,0 +1,429 @@
+"""``SparseLinear``: a drop-in ``nn.Linear`` whose weight lives in padded CSR.
+
+Storage (all ordinary module state, so ``.to()``, ``state_dict``, ``deepcopy``
+and pickling work):
+
+=====================  ==========================  ==========================================
+name                   kind                        what
+=====================  ==========================  ==========================================
+``weight_values``      ``nn.Parameter``            W's slot values (padding slots included);
+                                                   owns the PaddedCSR values tensor, no copy
+``weight_cols``        buffer (int16/int32)        column of each slot, -1 at padding
+``weight_row_start``   buffer (int64)              first slot of each row (+ capacity)
+``weight_row_nnz``     buffer (int32)              live slots per row
+``weight_shape``       buffer (int64, 2)           ``(out_features, in_features)``
+``bias``               ``nn.Parameter`` or None    as in ``nn.Linear``
+``_t_*``               non-persistent buffers      W's transposed index (for ``spmm_dx``),
+                                                   rebuilt only when the topology changes
+=====================  ==========================  ==========================================
+
+Hooks for dynamic sparse training: ``layer.weight`` is a :class:`PaddedCSR`
+view on that storage; mutate ``cols`` / ``row_nnz`` / ``values`` in place and
+call ``layer.weight.mark_topology_changed()`` (or ``layer.topology_changed()``):
+the layer validates the new topology and refreshes its transposed index at
+once. Reset the optimizer state of changed slots with
+:func:`sparselab.optim_state.reset_slots`.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from .autograd import _csr, build_transposed, sparse_linear
+from .format import VALUE_DTYPES, PaddedCSR
+
+__all__ = ["SparseLinear"]
+
+_TOPOLOGY = ("weight_cols", "weight_row_start", "weight_row_nnz")
+_TRANSPOSED = ("_t_cols", "_t_row_start", "_t_row_nnz", "_t_perm")
+METHODS = ("magnitude", "random")
+
+
+def _check_sparsity(sparsity) -> float:
+    if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not (0.0 <= sparsity < 1.0):
+        raise ValueError(f"sparsity must be a number in [0, 1), got {sparsity!r}")
+    return float(sparsity)
+
+
+def _check_cpu(device, what: str = "SparseLinear") -> None:
+    if device is None:
+        return
+    dev = torch.device(device)
+    if dev.type != "cpu":
+        raise ValueError(f"{what} runs on the CPU only (its sparse kernels are CPU kernels); "
+                         f"got device {str(dev)!r}. Keep sparse layers on the CPU, or use "
+                         f".to_dense() for an nn.Linear that can move.")
+
+
+def _check_dtype(dtype) -> torch.dtype:
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if dtype not in VALUE_DTYPES:
+        raise TypeError(f"SparseLinear supports float32 and float64 weights, got {dtype}")
+    return dtype
+
+
+def _seed_from_global_rng() -> int:
+    # Topology is drawn from torch's global RNG, so torch.manual_seed reproduces it.
+    return int(torch.randint(0, 2**62, (), dtype=torch.int64))
+
+
+class _LayerCSR(PaddedCSR):
+    """The PaddedCSR view ``layer.weight`` returns: the layer's own tensors
+    (no copy), the layer's transposed index as its cache, and a
+    ``mark_topology_changed`` that refreshes the layer at once."""
+
+    def __init__(self, layer: "SparseLinear"):
+        super().__init__(layer.weight_values, layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz,
+                         (layer.out_features, layer.in_features), check=False)
+        self._layer = weakref.ref(layer)
+        self.topology_version = layer._topology_version
+
+    def mark_topology_changed(self) -> None:
+        layer = self._layer()
+        if layer is None:
+            super().mark_topology_changed()
+            return
+        layer.topology_changed()
+        self.topology_version = layer._topology_version
+
+    def transposed(self):
+        layer = self._layer()
+        if layer is None:
+            return super().transposed()
+        layer._ensure_fresh()
+        return _csr(self.values, self.cols, self.row_start, self.row_nnz, *self.shape,
+                    layer._transposed_tensors())._transposed
+
+    def memory_bytes(self, *, include_cache: bool = True) -> int:
+        total = super().memory_bytes(include_cache=False)
+        layer = self._layer()
+        if include_cache and layer is not None:
+            total += sum(t.numel() * t.element_size() for t in layer._transposed_tensors())
+        return total
+
+
+class SparseLinear(nn.Module):
+    r"""``y = x W^T + b`` with ``W`` stored as padded CSR; a drop-in ``nn.Linear``.
+
+    Args:
+        in_features, out_features, bias: as in ``nn.Linear``.
+        sparsity: fraction of W's entries that are zero, in ``[0, 1)``. Every
+            row gets ``round((1 - sparsity) * in_features)`` live entries at
+            uniformly random columns (drawn from torch's global RNG).
+        device: only the CPU (``None``, ``'cpu'``); anything else raises.
+        dtype: ``torch.float32`` (the autotuned kernels) or ``torch.float64``
+            (a scalar path, for gradcheck); default ``torch.get_default_dtype()``.
+        padding: spare slots per row for dynamic sparse training (a float is a
+            fraction of the mean live row count, an int a slot count).
+        index_dtype: column index dtype; default int16 when ``in_features <= 32768``.
+
+    Initialization (keeps the output scale of a dense ``nn.Linear`` at any
+    sparsity): ``nn.Linear`` draws ``W ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))``,
+    giving ``Var(y_i) = fan_in * Var(W) * E[x^2] = E[x^2] / 3``. Here each live
+    entry of row ``i`` is drawn from ``U(-1/sqrt(k_i), 1/sqrt(k_i))`` with
+    ``k_i = row_nnz[i]`` the row's *live* fan-in, so ``Var(y_i) = E[x^2] / 3``
+    again, whatever the sparsity. The bias keeps the dense rule
+    ``U(-1/sqrt(in_features), 1/sqrt(in_features))``, so the whole output
+    distribution matches the dense layer's. Padding slots are 0.
+
+    Input ``(*, in_features)`` -> output ``(*, out_features)``, like ``nn.Linear``.
+    """
+
+    __constants__ = ["in_features", "out_features"]
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, sparsity: float = 0.9, *,
+                 device=None, dtype=None, padding: float | int = 0.0, index_dtype: torch.dtype | None = None):
+        super().__init__()
+        for name, v in (("in_features", in_features), ("out_features", out_features)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        sparsity = _check_sparsity(sparsity)
+        _check_cpu(device)
+        dtype = _check_dtype(dtype)
+        csr = PaddedCSR.random(out_features, in_features, sparsity, seed=_seed_from_global_rng(), dtype=dtype,
+                               padding=padding, index_dtype=index_dtype)
+        b = torch.empty(out_features, dtype=dtype) if bias else None
+        self._adopt(csr, b)
+        self.reset_parameters()
+
+    # ---- construction helpers ----
+
+    def _adopt(self, csr: PaddedCSR, bias: Optional[Tensor]) -> None:
+        """Take ``csr``'s tensors as this layer's storage (values become the Parameter, no copy)."""
+        self.out_features, self.in_features = csr.shape
+        values = csr.values.detach()
+        self.weight_values = nn.Parameter(values)
+        self.register_buffer("weight_cols", csr.cols)
+        self.register_buffer("weight_row_start", csr.row_start)
+        self.register_buffer("weight_row_nnz", csr.row_nnz)
+        self.register_buffer("weight_shape", torch.tensor(csr.shape, dtype=torch.int64))
+        if bias is not None:
+            self.bias = nn.Parameter(bias.detach())
+        else:
+            self.register_parameter("bias", None)
+        self._topology_version = 0
+        self._t_version = -1
+        self._csr: _LayerCSR | None = None
+        for name, t in zip(_TRANSPOSED, self._build_transposed()):
+            self.register_buffer(name, t, persistent=False)
+        self._t_version = self._topology_version
+
+    @classmethod
+    def from_csr(cls, csr: PaddedCSR, bias: Optional[Tensor] = None) -> "SparseLinear":
+        """A layer that owns ``csr``'s tensors (no copy) and ``bias``."""
+        if not isinstance(csr, PaddedCSR):
+            raise TypeError(f"csr must be a sparselab.PaddedCSR, got {type(csr).__name__}")
+        csr.validate()
+        if bias is not None:
+            if not isinstance(bias, Tensor) or bias.shape != (csr.shape[0],) or bias.dtype != csr.values.dtype:
+                raise ValueError(f"bias must be a {csr.values.dtype} tensor of shape ({csr.shape[0]},)")
+            _check_cpu(bias.device)
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer._adopt(csr, bias)
+        return layer
+
+    @classmethod
+    def from_dense(cls, linear: nn.Linear, sparsity: float | None = None, *, method: str = "magnitude",
+                   reinit: bool = False, padding: float | int = 0.0,
+                   index_dtype: torch.dtype | None = None) -> "SparseLinear":
+        """A sparse copy of ``linear`` (weights and bias are copied).
+
+        ``sparsity=None`` keeps exactly the nonzeros of ``linear.weight``.
+        Otherwise ``k = round((1 - sparsity) * out * in)`` entries are kept:
+        ``method='magnitude'`` keeps the k largest ``|w|`` of the layer,
+        ``'random'`` a uniformly random k-subset (torch's global RNG). Kept
+        entries keep their values unless ``reinit=True``, which redraws them
+        (and the bias) with the scale-preserving sparse init (see the class
+        docstring): use that to train a sparse model from scratch.
+        """
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"from_dense expects an nn.Linear, got {type(linear).__name__}")
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        w = linear.weight.detach()
+        _check_cpu(w.device)
+        _check_dtype(w.dtype)
+        out_f, in_f = w.shape
+        if sparsity is None:
+            mask = w != 0
+        else:
+            sparsity = _check_sparsity(sparsity)
+            k = max(0, min(out_f * in_f, round((1.0 - sparsity) * out_f * in_f)))
+            score = w.abs().reshape(-1) if method == "magnitude" else torch.rand(out_f * in_f)
+            mask = torch.zeros(out_f * in_f, dtype=torch.bool)
+            if k:
+                mask[score.topk(k, sorted=False).indices] = True
+            mask = mask.reshape(out_f, in_f)
+        if not torch.isfinite(w[mask]).all():
+            raise ValueError("linear.weight has NaN or Inf among the kept entries")
+        index_dtype = PaddedCSR._check_index_dtype(index_dtype, in_f)
+        r, c = mask.nonzero(as_tuple=True)
+        csr = PaddedCSR._from_rows((out_f, in_f), mask.sum(1), c, w[r, c].clone(), padding, index_dtype)
+        bias = linear.bias.detach().clone() if linear.bias is not None else None
+        layer = cls.from_csr(csr, bias)
+        if reinit:
+            layer.reset_parameters()
+        return layer
+
+    def to_dense(self) -> nn.Linear:
+        """An ``nn.Linear`` holding this layer's (masked) weight and bias (copies)."""
+        lin = nn.utils.skip_init(nn.Linear, self.in_features, self.out_features, bias=self.bias is not None,
+                                 dtype=self.weight_values.dtype)
+        with torch.no_grad():
+            lin.weight.copy_(self.dense_weight())
+            if self.bias is not None:
+                lin.bias.copy_(self.bias)
+        lin.weight.requires_grad_(self.weight_values.requires_grad)
+        if lin.bias is not None:
+            lin.bias.requires_grad_(self.bias.requires_grad)
+        return lin
+
+    def dense_weight(self) -> Tensor:
+        """W as a dense ``(out_features, in_features)`` tensor (a copy; live slots only)."""
+        return self.weight.to_dense()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Redraw values (and bias) with the scale-preserving rule of the class docstring.
+        The topology is kept."""
+        w = self.weight
+        rows = w.slot_rows()
+        k = w.row_nnz.to(torch.float64).clamp_min(1.0)
+        bound = k.rsqrt().to(self.weight_values.dtype)[rows]
+        self.weight_values.uniform_(-1.0, 1.0).mul_(bound).masked_fill_(~w.live_mask(), 0.0)
+        if self.bias is not None:
+            b = 1.0 / math.sqrt(self.in_features)
+            self.bias.uniform_(-b, b)
+
+    # ---- topology ----
+
+    @property
+    def weight(self) -> PaddedCSR:
+        """W as a :class:`PaddedCSR` sharing this layer's tensors (no copy).
+        After mutating its topology in place call ``mark_topology_changed()``."""
+        c = self._csr
+        if (c is None or c.values is not self.weight_values or c.cols is not self.weight_cols
+                or c.row_start is not self.weight_row_start or c.row_nnz is not self.weight_row_nnz):
+            c = self._csr = _LayerCSR(self)
+        return c
+
+    @property
+    def topology_version(self) -> int:
+        return self._topology_version
+
+    def topology_changed(self, *, validate: bool = True) -> None:
+        """Tell the layer its topology (``weight_cols`` / ``weight_row_nnz`` /
+        ``weight_row_start``) was mutated in place: validate it (optional) and
+        rebuild the transposed index now. Not for use inside a compiled region."""
+        self._topology_version += 1
+        if self._csr is not None:
+            self._csr.topology_version = self._topology_version
+        if validate:
+            PaddedCSR(self.weight_values, self.weight_cols, self.weight_row_start, self.weight_row_nnz,
+                      (self.out_features, self.in_features), check=True)
+        self._refresh_transposed()
+
+    def _build_transposed(self):
+        return build_transposed(self.weight_cols, self.weight_row_start, self.weight_row_nnz, self.out_features,
+                                self.in_features)
+
+    def _refresh_transposed(self) -> None:
+        for name, new in zip(_TRANSPOSED, self._build_transposed()):
+            old = getattr(self, name)
+            if old.shape == new.shape and old.dtype == new.dtype:
+                old.copy_(new)  # in place: compiled graphs keep reading the same buffer
+            else:
+                setattr(self, name, new)
+        self._t_version = self._topology_version
+
+    def _ensure_fresh(self) -> None:
+        c = self._csr
+        if c is not None and c.topology_version != self._topology_version:
+            # Someone bumped the view's version through PaddedCSR's own method.
+            self._topology_version = max(self._topology_version, c.topology_version)
+            c.topology_version = self._topology_version
+        if self._t_version != self._topology_version:
+            self._refresh_transposed()
+
+    def _transposed_tensors(self) -> tuple:
+        return tuple(getattr(self, n) for n in _TRANSPOSED)
+
+    # ---- forward ----
+
+    def _check_input(self, x) -> None:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"SparseLinear expects a torch.Tensor input, got {type(x).__name__}")
+        if x.dim() == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(f"SparseLinear(in_features={self.in_features}) expects input of shape "
+                             f"(*, {self.in_features}), got {tuple(x.shape)}")
+        if x.dtype != self.weight_values.dtype:
+            raise TypeError(f"SparseLinear has {self.weight_values.dtype} weights but got a {x.dtype} input; "
+                            f"convert the input or the layer (layer.to({x.dtype}) for float32/float64)")
+        if x.device.type != "cpu":
+            raise ValueError(f"SparseLinear runs on the CPU only; got an input on {x.device}")
+
+    def forward(self, x: Tensor) -> Tensor:
+        self._check_input(x)
+        if not torch.compiler.is_compiling():
+            self._ensure_fresh()
+        return sparse_linear(x, self.weight_values, self.weight_cols, self.weight_row_start, self.weight_row_nnz,
+                             self._transposed_tensors(), self.bias, self.out_features, self.in_features)
+
+    # ---- introspection ----
+
+    @property
+    def nnz(self) -> int:
+        return int(self.weight_row_nnz.sum())
+
+    @property
+    def capacity(self) -> int:
+        return self.weight_values.numel()
+
+    @property
+    def density(self) -> float:
+        return self.nnz / (self.out_features * self.in_features)
+
+    @property
+    def sparsity(self) -> float:
+        return 1.0 - self.density
+
+    def extra_repr(self) -> str:
+        s = (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+             f"sparsity={self.sparsity:.3f}, nnz={self.nnz}")
+        if self.capacity != self.nnz:
+            s += f", capacity={self.capacity}"
+        if self.weight_values.dtype != torch.float32:
+            s += f", dtype={self.weight_values.dtype}"
+        return s
+
+    def memory_bytes(self, optimizer: torch.optim.Optimizer | None = None):
+        """Weight / index / cache / grad / optimizer-state bytes of this layer,
+        and those of the dense ``nn.Linear`` it stands for: a
+        :class:`sparselab.memory.LayerMemory`."""
+        from .memory import layer_memory
+
+        return layer_memory(self, optimizer)
+
+    # ---- module plumbing ----
+
+    def _apply(self, fn, recurse=True):
+        # Probe the conversion on tiny tensors first: refuse devices and dtypes the kernels cannot run.
+        try:
+            f = fn(torch.zeros(1))
+            i = fn(torch.zeros(1, dtype=torch.int16))
+        except Exception as e:
+            raise RuntimeError(f"SparseLinear runs on the CPU with float32/float64 weights only; "
+                               f"this conversion is not supported ({type(e).__name__}: {e})") from e
+        for t in (f, i):
+            if isinstance(t, Tensor):
+                _check_cpu(t.device)
+        if isinstance(f, Tensor) and f.dtype not in VALUE_DTYPES:
+            raise TypeError(f"SparseLinear supports float32 and float64 weights only, got a conversion to {f.dtype}")
+        if isinstance(i, Tensor) and i.dtype != torch.int16:
+            raise TypeError(f"this conversion would change SparseLinear's index tensors to {i.dtype}; "
+                            f"use .to(dtype) / .double() / .float(), which leave indices alone")
+        out = super()._apply(fn, recurse)
+        self._csr = None
+        return out
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        shape = state_dict.get(prefix + "weight_shape")
+        if isinstance(shape, Tensor) and tuple(shape.tolist()) != (self.out_features, self.in_features):
+            error_msgs.append(f"{prefix}: state_dict holds a SparseLinear of shape (out, in) = "
+                              f"{tuple(shape.tolist())}, this layer is ({self.out_features}, {self.in_features})")
+            return
+        # A topology of another size (other sparsity or capacity): adopt the incoming sizes.
+        for name in ("weight_values",) + _TOPOLOGY:
+            src = state_dict.get(prefix + name)
+            own = getattr(self, name)
+            if isinstance(src, Tensor) and src.shape != own.shape and src.dim() == 1 and name != "weight_row_start":
+                new = torch.zeros(src.shape, dtype=own.dtype)
+                if name == "weight_values":
+                    self.weight_values = nn.Parameter(new, requires_grad=own.requires_grad)
+                else:
+                    setattr(self, name, new)
+        n_errors = len(error_msgs)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        if len(error_msgs) > n_errors:
+            return
+        try:
+            self.topology_changed(validate=True)
+        except (ValueError, TypeError) as e:
+            error_msgs.append(f"{prefix}: loaded topology is not a valid padded CSR: {e}")
+
+    def __getstate__(self):
+        state = dict(super().__getstate__())
+        state["_csr"] = None  # a weakref view; rebuilt on demand
+        return state
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._csr = None

@@ -1,0 +1,114 @@
+"""``sparsify(model, sparsity)``: swap a model's ``nn.Linear`` layers for ``SparseLinear``."""
+
+from __future__ import annotations
+
+import fnmatch
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+
+from torch import nn
+
+from .nn import METHODS, SparseLinear, _check_sparsity
+
+__all__ = ["sparsify"]
+
+Selector = None | str | Iterable[str] | Callable[[str, nn.Module], bool]
+
+
+def _matcher(sel: Selector, what: str) -> Callable[[str, nn.Module], bool] | None:
+    """None, a glob pattern on the qualified name, a list of patterns, or a predicate(name, module)."""
+    if sel is None:
+        return None
+    if callable(sel):
+        return sel
+    patterns = [sel] if isinstance(sel, str) else list(sel)
+    if not all(isinstance(p, str) for p in patterns):
+        raise TypeError(f"{what} must be a name pattern, a list of patterns or a callable(name, module)")
+    return lambda name, _m: any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _sparsity_for(sparsity, name: str, module: nn.Module):
+    if callable(sparsity):
+        s = sparsity(name, module)
+    elif isinstance(sparsity, Mapping):
+        s = sparsity.get(name)
+        if s is None:
+            for pattern, value in sparsity.items():
+                if fnmatch.fnmatchcase(name, pattern):
+                    s = value
+                    break
+    else:
+        s = sparsity
+    return None if s is None else _check_sparsity(s)
+
+
+def _candidate(m: nn.Module) -> bool:
+    # MultiheadAttention reads out_proj.weight directly: its Linear cannot be swapped.
+    return isinstance(m, nn.Linear) and not isinstance(m, nn.modules.linear.NonDynamicallyQuantizableLinear) \
+        and not isinstance(m, nn.LazyLinear)
+
+
+def sparsify(model: nn.Module, sparsity, *, include: Selector = None, exclude: Selector = None,
+             method: str = "magnitude", reinit: bool = False, padding: float | int = 0.0,
+             index_dtype=None) -> nn.Module:
+    """Replace the ``nn.Linear`` layers of ``model`` with ``SparseLinear``, in place; return the model.
+
+    Args:
+        sparsity: a float in ``[0, 1)`` for every layer; a mapping from layer
+            name (or glob pattern) to sparsity; or ``callable(name, linear)``
+            returning a sparsity or ``None`` to leave that layer dense.
+        include / exclude: which layers to consider, by qualified name
+            (``'encoder.*'``; glob patterns, or a list of them) or by
+            ``callable(name, module) -> bool``. ``exclude`` wins.
+        method: ``'magnitude'`` (keep the largest ``|w|``) or ``'random'``.
+        reinit: redraw kept weights with the scale-preserving sparse init
+            (for training a sparse model from scratch) instead of keeping them.
+        padding, index_dtype: passed to :meth:`SparseLinear.from_dense`.
+
+    Layers whose weight is shared with another module (tied weights) and
+    ``MultiheadAttention``'s ``out_proj`` are left dense. If ``model`` itself is
+    an ``nn.Linear`` the new ``SparseLinear`` is returned.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if not (callable(sparsity) or isinstance(sparsity, Mapping)):
+        _check_sparsity(sparsity)
+    inc, exc = _matcher(include, "include"), _matcher(exclude, "exclude")
+
+    # Count owners of each parameter: a tied weight must stay dense.
+    owners: dict[int, int] = {}
+    for m in model.modules():
+        for p in m.parameters(recurse=False):
+            owners[id(p)] = owners.get(id(p), 0) + 1
+
+    plan = []
+    for name, m in model.named_modules():
+        if not _candidate(m):
+            continue
+        if inc is not None and not inc(name, m):
+            continue
+        if exc is not None and exc(name, m):
+            continue
+        if owners.get(id(m.weight), 0) > 1:
+            warnings.warn(f"sparsify: leaving {name or 'model'!r} dense: its weight is shared with another "
+                          f"module (tied weights)", stacklevel=2)
+            continue
+        s = _sparsity_for(sparsity, name, m)
+        if s is not None:
+            plan.append((name, m, s))
+    if not plan:
+        warnings.warn("sparsify: no nn.Linear layer matched; the model is unchanged", stacklevel=2)
+        return model
+
+    for name, m, s in plan:
+        new = SparseLinear.from_dense(m, s, method=method, reinit=reinit, padding=padding,
+                                      index_dtype=index_dtype)
+        new.train(m.training)
+        if name == "":
+            return new
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, new)
+    return model
