@@ -17,9 +17,11 @@ _memo: dict[tuple, str] = {}
 _get_threads = torch.get_num_threads
 
 
-def choose(op: str, out_features: int, in_features: int, n: int, density: float) -> str:
-    """The variant name for this call on this CPU (tuned, cached, or the heuristic default)."""
-    sig = (op, out_features, in_features, n, density, _get_threads())
+def choose(op: str, out_features: int, in_features: int, n: int, density: float,
+           threads: int | None = None) -> str:
+    """The variant name for this call on this CPU (tuned, cached, or the heuristic default).
+    ``threads``: the thread count the op will run with (default: torch.get_num_threads())."""
+    sig = (op, out_features, in_features, n, density, threads or _get_threads())
     name = _memo.get(sig)
     if name is None:
         name = _miss(sig)

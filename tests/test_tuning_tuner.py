@@ -351,3 +351,13 @@ def test_ops_dispatch_through_the_tuned_table(isolated):
     ref = ops.spmm_fwd(W, X, variant=kernels.REFERENCE)
     torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-5)
     assert len(resolve.get_cache().entries()) == 1
+
+
+@needs_c
+def test_tuning_weight_is_a_valid_padded_csr():
+    from sparselab.tuning.problem import random_weight
+
+    for out_f, in_f, density in ((37, 53, 0.3), (8, 8, 1.0), (5, 300, 0.001)):
+        W = random_weight(out_f, in_f, density, seed=1)
+        W.validate()
+        assert W.nnz == out_f * round(density * in_f)

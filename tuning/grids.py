@@ -34,11 +34,12 @@ def grid_layers(shapes, densities) -> list[tuple]:
 
 def keys_for(layers: Iterable[tuple], batches: Iterable[int], threads: int,
              ops: Iterable[str] = OPS) -> list:
-    """One key per (op, layer, batch), deduplicated, in a stable order."""
+    """One key per (op, layer, batch), deduplicated, in a stable order: the ops of one layer and
+    batch are adjacent so they share one synthetic problem (problem._data)."""
     seen, out = set(), []
-    for op in ops:
-        for (o, i, d, n) in layers:
-            for b in ([n] if n else batches):
+    for (o, i, d, n) in layers:
+        for b in ([n] if n else batches):
+            for op in ops:
                 k = make_key(op, o, i, b, d, threads)
                 if k not in seen:
                     seen.add(k)

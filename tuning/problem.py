@@ -7,6 +7,7 @@ Data is seeded, so every tuning of a key sees the same problem.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -42,20 +43,47 @@ def compare(out, ref, dot_length: float) -> str | None:
     return None
 
 
+def random_weight(out_f: int, in_f: int, density: float, seed: int):
+    """A PaddedCSR with round(density * in_f) live entries per row at uniformly spread random
+    columns. O(nnz log k), unlike PaddedCSR.random's O(out * in) top-k, which costs seconds at
+    4096 x 4096 (the tuner builds one per key, on the user's first call)."""
+    from sparselab import PaddedCSR
+    from sparselab.format import index_dtype_for
+
+    g = torch.Generator().manual_seed(seed)
+    k = max(0, min(in_f, round(density * in_f)))
+    # k sorted draws from [0, in-k] plus 0..k-1: k distinct sorted columns in [0, in).
+    cols = torch.randint(0, in_f - k + 1, (out_f, k), generator=g).sort(dim=1).values + torch.arange(k)
+    values = torch.randn(out_f * k, generator=g) / math.sqrt(max(k, 1))
+    row_start = torch.arange(out_f + 1, dtype=torch.int64) * k
+    row_nnz = torch.full((out_f,), k, dtype=torch.int32)
+    # Valid by construction; the full invariant check would cost more than building it.
+    return PaddedCSR(values, cols.reshape(-1).to(index_dtype_for(in_f)), row_start, row_nnz,
+                     (out_f, in_f), check=False)
+
+
+@functools.lru_cache(maxsize=1)
+def _data(out_f: int, in_f: int, n: int, density: float, seed: int):
+    # The three ops of one layer and batch share the data: a model's layer is tuned as
+    # fwd, dx, dw in a row by sparselab-tune.
+    W = random_weight(out_f, in_f, density, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    return W, torch.randn(n, in_f, generator=g), torch.randn(n, out_f, generator=g), torch.randn(out_f, generator=g)
+
+
+def release_data() -> None:
+    """Drop the shared tuning data (it can be tens of MB for a large layer)."""
+    _data.cache_clear()
+
+
 class Problem:
     """Seeded data for one key: W (PaddedCSR), X, dY, bias; runs any variant of the key's op."""
 
     def __init__(self, key, seed: int = 0):
-        from sparselab import PaddedCSR
-
         self.key = key
         self.n = timing_n(key)
         out_f, in_f = key.out_features, key.in_features
-        self.W = PaddedCSR.random(out_f, in_f, 1.0 - key.density, seed=seed)
-        g = torch.Generator().manual_seed(seed + 1)
-        self.X = torch.randn(self.n, in_f, generator=g)
-        self.dY = torch.randn(self.n, out_f, generator=g)
-        self.bias = torch.randn(out_f, generator=g)
+        self.W, self.X, self.dY, self.bias = _data(out_f, in_f, self.n, key.density, seed)
         self.reference_output = None
         # Length of the dot products each output element sums (for the tolerance).
         density = self.W.density
@@ -65,12 +93,12 @@ class Problem:
     def runner(self, variant: str):
         from sparselab import ops
 
-        W, X, dY, bias = self.W, self.X, self.dY, self.bias
+        W, X, dY, bias, t = self.W, self.X, self.dY, self.bias, self.key.threads
         if self.key.op == "spmm_fwd":
-            return lambda: ops.spmm_fwd(W, X, bias, variant=variant)
+            return lambda: ops.spmm_fwd(W, X, bias, variant=variant, threads=t)
         if self.key.op == "spmm_dx":
-            return lambda: ops.spmm_dx(W, dY, variant=variant)
-        return lambda: ops.sddmm_dw(W, dY, X, variant=variant)
+            return lambda: ops.spmm_dx(W, dY, variant=variant, threads=t)
+        return lambda: ops.sddmm_dw(W, dY, X, variant=variant, threads=t)
 
     def check(self, out) -> str | None:
         if self.reference_output is None:

@@ -89,6 +89,9 @@ def _tune_and_store(key, cache, call) -> str:
         return heuristic.choose(*call)
     finally:
         _tuning.active = False
+        from .problem import release_data
+
+        release_data()  # a training process should not keep the tuning data alive
     cache.put(key, entry)
     if get_mode() == "force":
         _retuned.add(str(key))

@@ -10,12 +10,27 @@ twice at most because it is cut as soon as it is clearly losing.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 from . import candidates as cand
 from .race import Candidate, race
 
 BUDGET_S = 0.4
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int):
+    import torch
+
+    before = torch.get_num_threads()
+    if threads != before:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if threads != before:
+            torch.set_num_threads(before)
 
 
 def _seeding(run, problem):
@@ -52,7 +67,8 @@ def tune(key, *, variants=None, problem=None, reference: str | None = None,
             run = _seeding(run, problem)
         racers.append(Candidate(v.name, cand.rank(v, reference), run, cand.kind(v, reference)))
 
-    result = race(racers, problem.check, budget_s=budget_s, clock=clock)
+    with _torch_threads(key.threads):  # dense candidates run on torch's pool
+        result = race(racers, problem.check, budget_s=budget_s, clock=clock)
 
     med = result.medians
     dense = sorted((n for n in med if cand.is_dense(infos[n])), key=lambda n: med[n])

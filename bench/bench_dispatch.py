@@ -1,0 +1,167 @@
+"""Dispatch overhead and the quality of the tuned choice.
+
+Overhead (pytest-benchmark):
+
+    SPARSELAB_CACHE_DIR=$(mktemp -d) python -m pytest bench/bench_dispatch.py --benchmark-only
+
+- ``test_dispatch_hit``: ``dispatch.choose`` on a memoised call (the path of every op call).
+- ``test_dispatch_bucket_hit``: a call signature not seen before whose key is cached (a sparsity
+  schedule visiting a new density in a tuned bucket): key computation + cache lookup.
+- ``test_op_overhead_*``: a tiny ``spmm_fwd`` with ``variant=None`` vs a forced variant.
+
+Quality (a script, minutes; not collected by pytest):
+
+    python bench/bench_dispatch.py quality [--keys 36] [--json out.json]
+
+On keys that are *not* the tuner's representative shapes (odd sizes, several densities and
+batch sizes), it tunes each key through dispatch (fresh cache), then times every available
+candidate on the actual shape in one run, and reports how often the tuned choice is within 5% of
+the measured best, and the geometric-mean speedup of tuned dispatch over always using one fixed
+variant (each fixed variant, and the best single one).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+from sparselab import dispatch, kernels, ops
+from sparselab.tuning import modes, resolve
+from sparselab.tuning.problem import random_weight
+
+# ------------------------------------------------------------------ overhead benchmarks
+
+
+def _fresh_cache_env():
+    os.environ.setdefault("SPARSELAB_CACHE_DIR", tempfile.mkdtemp(prefix="sparselab-bench-"))
+    resolve.reset()
+    modes.set_mode("on")
+
+
+def test_dispatch_hit(benchmark):
+    _fresh_cache_env()
+    args = ("spmm_fwd", 64, 96, 8, 0.25)
+    dispatch.choose(*args)  # tunes once (tiny key), then memoised
+    name = benchmark(dispatch.choose, *args)
+    assert name == dispatch.choose(*args)
+
+
+def test_dispatch_bucket_hit(benchmark):
+    _fresh_cache_env()
+    dispatch.choose("spmm_fwd", 64, 96, 8, 0.25)
+    threads = torch.get_num_threads()
+    densities = itertools.cycle([0.25 + i * 1e-6 for i in range(1000)])  # same bucket, new floats
+    benchmark(lambda: resolve.choose("spmm_fwd", 64, 96, 8, next(densities), threads))
+
+
+def _tiny_problem():
+    W = random_weight(32, 32, 0.25, seed=0)
+    return W, torch.randn(1, 32)
+
+
+def test_op_overhead_dispatched(benchmark):
+    _fresh_cache_env()
+    W, X = _tiny_problem()
+    ops.spmm_fwd(W, X)
+    benchmark(ops.spmm_fwd, W, X)
+
+
+def test_op_overhead_forced(benchmark):
+    W, X = _tiny_problem()
+    benchmark(ops.spmm_fwd, W, X, variant=kernels.REFERENCE)
+
+
+# ------------------------------------------------------------------ quality of the choice
+
+OPS = ("spmm_fwd", "spmm_dx", "sddmm_dw")
+SHAPES = ((300, 777), (777, 300), (1500, 1000), (1000, 2500), (2500, 640), (333, 3000),
+          (1200, 1200), (96, 4000), (3000, 1500), (640, 200), (1800, 600), (450, 450))
+DENSITIES = (0.03, 0.08, 0.15, 0.3, 0.6)
+BATCHES = (1, 24, 100, 400)
+
+
+def quality_grid(count: int) -> list[tuple]:
+    """``count`` (op, out, in, n, density) cases cycling shapes, densities, batches and ops."""
+    cases = []
+    for i in range(count):
+        out_f, in_f = SHAPES[i % len(SHAPES)]
+        cases.append((OPS[i % 3], out_f, in_f, BATCHES[(i // 3) % len(BATCHES)],
+                      DENSITIES[(i * 7 // 3) % len(DENSITIES)]))
+    return cases
+
+
+def _runner(op, W, X, dY, bias, name):
+    if op == "spmm_fwd":
+        return lambda: ops.spmm_fwd(W, X, bias, variant=name)
+    if op == "spmm_dx":
+        return lambda: ops.spmm_dx(W, dY, variant=name)
+    return lambda: ops.sddmm_dw(W, dY, X, variant=name)
+
+
+def time_all(op, out_f, in_f, n, density, reps=7) -> dict[str, float]:
+    """Median time of every available candidate on this exact shape, interleaved."""
+    W = random_weight(out_f, in_f, density, seed=11)
+    g = torch.Generator().manual_seed(12)
+    X, dY, bias = torch.randn(n, in_f, generator=g), torch.randn(n, out_f, generator=g), torch.randn(out_f, generator=g)
+    runs = {v.name: _runner(op, W, X, dY, bias, v.name) for v in kernels.variants(op) if v.available}
+    for run in runs.values():
+        run()  # warm-up
+    samples = {name: [] for name in runs}
+    for _ in range(reps):
+        for name, run in runs.items():
+            t0 = time.perf_counter()
+            run()
+            samples[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def quality(count: int, json_path: str | None) -> int:
+    os.environ["SPARSELAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="sparselab-quality-")
+    resolve.reset()
+    modes.set_mode("on")
+    rows = []
+    for i, (op, out_f, in_f, n, density) in enumerate(quality_grid(count)):
+        t0 = time.perf_counter()
+        chosen = dispatch.choose(op, out_f, in_f, n, density)
+        tune_s = time.perf_counter() - t0
+        times = time_all(op, out_f, in_f, n, density)
+        best = min(times, key=times.get)
+        rows.append({"op": op, "out": out_f, "in": in_f, "n": n, "density": density,
+                     "chosen": chosen, "best": best, "ratio": times[chosen] / times[best],
+                     "tune_s": tune_s, "times": times})
+        print(f"[{i + 1:2d}/{count}] {op:8s} {out_f:5d}x{in_f:<5d} n={n:<4d} d={density:<5} "
+              f"chosen={chosen:14s} best={best:14s} chosen/best={rows[-1]['ratio']:.3f} "
+              f"(tuned in {tune_s:.2f}s)", flush=True)
+
+    within = sum(r["ratio"] <= 1.05 for r in rows)
+    print(f"\ntuned choice within 5% of the measured best: {within}/{len(rows)} "
+          f"({100 * within / len(rows):.0f}%)")
+    # Geometric-mean speedup of tuned dispatch over each fixed variant available for every op.
+    fixed = set.intersection(*(set(r["times"]) for r in rows))
+    speedups = {}
+    for name in sorted(fixed):
+        logs = [math.log(r["times"][name] / r["times"][r["chosen"]]) for r in rows]
+        speedups[name] = math.exp(sum(logs) / len(logs))
+    for name, s in sorted(speedups.items(), key=lambda kv: kv[1]):
+        print(f"geomean speedup of tuned over always-{name}: {s:.2f}x")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"rows": rows, "within_5pct": within, "speedups": speedups}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("what", choices=["quality"])
+    p.add_argument("--keys", type=int, default=36)
+    p.add_argument("--json")
+    a = p.parse_args()
+    sys.exit(quality(a.keys, a.json))
