@@ -100,6 +100,10 @@ def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None,
         return dY @ W.to_dense()
     if v.dx_layout == "transposed":
         t = W.transposed()
+        if t.cols.numel() == 0:
+            # No live entry: dX is 0. (The empty index tensors have no storage,
+            # so their null addresses would be refused by _C as "no index".)
+            return dX.zero_()
         tr = (t.cols.data_ptr(), 16 if t.cols.dtype == torch.int16 else 32, t.row_start.data_ptr(),
               t.row_nnz.data_ptr(), t.perm.data_ptr())
     else:
