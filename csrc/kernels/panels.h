@@ -1,0 +1,51 @@
+// Batch panels: rows [0, n) of a row-major [n, cols] matrix repacked as
+// P[t][j][q] = src[t*T + q][j] (zero for rows >= n), so one column of a tile
+// of T batch rows is T contiguous floats. The tiled kernels read a panel row
+// per nonzero. Included only by ISA files (needs AVX, see transpose8x8.h).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "../common/parallel.h"
+#include "vec/transpose8x8.h"
+
+namespace sparselab {
+namespace {
+
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+template <int T>
+size_t panel_floats(int64_t n, int64_t cols) {
+  return size_t(ceil_div(n, T)) * size_t(cols) * T;
+}
+
+template <int T>
+void pack_panels(const float* src, int64_t ld, int64_t n, int64_t cols, float* dst, int threads) {
+  static_assert(T % 8 == 0, "panel width must be a multiple of 8");
+  constexpr int64_t kColBlock = 256;
+  const int64_t ntiles = ceil_div(n, T);
+  const int64_t ncb = ceil_div(cols, kColBlock);
+  parallel_for(threads, ntiles * ncb, [&](int64_t task, int) {
+    const int64_t t = task / ncb;
+    const int64_t j0 = (task % ncb) * kColBlock, j1 = min64(cols, j0 + kColBlock);
+    float* P = dst + t * cols * T;
+    const int64_t b0 = t * T;
+    const int64_t rows = min64(T, n - b0);
+    for (int64_t q0 = 0; q0 < T; q0 += 8) {
+      const float* s = src + (b0 + q0) * ld;
+      if (q0 + 8 <= rows) {
+        int64_t j = j0;
+        for (; j + 8 <= j1; j += 8) transpose_block8(s + j, ld, P + j * T + q0, T);
+        for (; j < j1; ++j)
+          for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = s[q * ld + j];
+      } else {
+        for (int64_t j = j0; j < j1; ++j)
+          for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = (q0 + q < rows) ? s[q * ld + j] : 0.0f;
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace sparselab

@@ -1,0 +1,11 @@
+// sddmm_dw, avx2, tile32_cb256: a row's 32-row dY tile in registers, W cut into 256-column blocks so the X panel block stays in L1.
+#include "../vec/vec_avx2.h"
+#include "sddmm_dw_panels.h"
+
+namespace sparselab {
+
+void sddmm_dw_avx2_tile32_cb256(const DwArgs<int16_t>& a) { dw_tiled<VecAvx2, 32, 256>(a); }
+void sddmm_dw_avx2_tile32_cb256(const DwArgs<int32_t>& a) { dw_tiled<VecAvx2, 32, 256>(a); }
+size_t sddmm_dw_avx2_tile32_cb256_scratch(int64_t n, int64_t in, int64_t out, int threads) { return dw_panels_scratch<32>(n, in, out, threads); }
+
+}  // namespace sparselab

@@ -1,0 +1,11 @@
+// sddmm_dw, avx2, unrolled: four live slots of a row at a time sharing the dY panel loads.
+#include "../vec/vec_avx2.h"
+#include "sddmm_dw_panels.h"
+
+namespace sparselab {
+
+void sddmm_dw_avx2_unrolled(const DwArgs<int16_t>& a) { dw_slots_tiles_inner<VecAvx2, 64, 4>(a); }
+void sddmm_dw_avx2_unrolled(const DwArgs<int32_t>& a) { dw_slots_tiles_inner<VecAvx2, 64, 4>(a); }
+size_t sddmm_dw_avx2_unrolled_scratch(int64_t n, int64_t in, int64_t out, int threads) { return dw_panels_scratch<64>(n, in, out, threads); }
+
+}  // namespace sparselab

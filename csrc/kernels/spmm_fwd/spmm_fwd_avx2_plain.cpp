@@ -1,0 +1,11 @@
+// spmm_fwd, avx2, plain: one vector row-dot per (row of W, batch row), x gathered by column; no packing (small N).
+#include "../vec/vec_avx2.h"
+#include "spmm_fwd_rowdot.h"
+
+namespace sparselab {
+
+void spmm_fwd_avx2_plain(const FwdArgs<int16_t>& a) { fwd_rowdot<VecAvx2, 1>(a); }
+void spmm_fwd_avx2_plain(const FwdArgs<int32_t>& a) { fwd_rowdot<VecAvx2, 1>(a); }
+size_t spmm_fwd_avx2_plain_scratch(int64_t n, int64_t in, int64_t out, int threads) { return no_scratch(n, in, out, threads); }
+
+}  // namespace sparselab

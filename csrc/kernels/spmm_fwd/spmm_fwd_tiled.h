@@ -1,0 +1,97 @@
+// spmm_fwd with register tiles over the batch. X is packed once into batch
+// panels of T rows (panels.h); then for each row of W the T outputs stay in
+// T/W vector registers while every nonzero costs one index load, one
+// broadcast and T/W FMAs on a panel row. S accumulator sets take alternate
+// nonzeros so short tiles still have enough independent FMA chains.
+// Results are written back row-major through 8x8 transposes.
+#pragma once
+#include "../../common/parallel.h"
+#include "../kernel_api.h"
+#include "../panels.h"
+
+namespace sparselab {
+namespace {
+
+template <int T>
+size_t fwd_tiled_scratch(int64_t n, int64_t in, int64_t out, int threads) {
+  return panel_floats<T>(n, in);
+}
+
+// Writes buf[r][q] (r < g rows of W starting at i0, q < nb batch rows) to
+// y[(b0 + q) * ldy + i0 + r], plus bias.
+template <int T, typename Idx>
+void fwd_tiled_store(const FwdArgs<Idx>& a, const float (*buf)[T], int64_t i0, int g, int64_t b0, int nb) {
+  for (int q0 = 0; q0 < nb; q0 += 8) {
+    if (g == 8 && q0 + 8 <= nb) {
+      __m256 r0 = _mm256_loadu_ps(buf[0] + q0), r1 = _mm256_loadu_ps(buf[1] + q0);
+      __m256 r2 = _mm256_loadu_ps(buf[2] + q0), r3 = _mm256_loadu_ps(buf[3] + q0);
+      __m256 r4 = _mm256_loadu_ps(buf[4] + q0), r5 = _mm256_loadu_ps(buf[5] + q0);
+      __m256 r6 = _mm256_loadu_ps(buf[6] + q0), r7 = _mm256_loadu_ps(buf[7] + q0);
+      transpose8x8(r0, r1, r2, r3, r4, r5, r6, r7);
+      const __m256 bv = a.bias ? _mm256_loadu_ps(a.bias + i0) : _mm256_setzero_ps();
+      float* y = a.y + (b0 + q0) * a.ldy + i0;
+      _mm256_storeu_ps(y + 0 * a.ldy, _mm256_add_ps(r0, bv));
+      _mm256_storeu_ps(y + 1 * a.ldy, _mm256_add_ps(r1, bv));
+      _mm256_storeu_ps(y + 2 * a.ldy, _mm256_add_ps(r2, bv));
+      _mm256_storeu_ps(y + 3 * a.ldy, _mm256_add_ps(r3, bv));
+      _mm256_storeu_ps(y + 4 * a.ldy, _mm256_add_ps(r4, bv));
+      _mm256_storeu_ps(y + 5 * a.ldy, _mm256_add_ps(r5, bv));
+      _mm256_storeu_ps(y + 6 * a.ldy, _mm256_add_ps(r6, bv));
+      _mm256_storeu_ps(y + 7 * a.ldy, _mm256_add_ps(r7, bv));
+    } else {
+      for (int q = q0; q < nb && q < q0 + 8; ++q)
+        for (int r = 0; r < g; ++r) a.y[(b0 + q) * a.ldy + i0 + r] = buf[r][q] + (a.bias ? a.bias[i0 + r] : 0.0f);
+    }
+  }
+}
+
+template <class V, int T, int S, typename Idx>
+void fwd_tiled(const FwdArgs<Idx>& a) {
+  using reg = typename V::reg;
+  constexpr int R = T / V::W;
+  static_assert(T % V::W == 0 && T % 8 == 0, "tile must be a whole number of vectors");
+  const int64_t in = a.w.ncols;
+  float* panels = a.scratch;
+  pack_panels<T>(a.x, a.ldx, a.n, in, panels, a.threads);
+  const int64_t ntiles = ceil_div(a.n, T);
+  // Tile-major task order: consecutive tasks reuse the same panel from cache.
+  parallel_for(a.threads, ntiles * a.nchunks, [&](int64_t task, int) {
+    const int64_t t = task / a.nchunks, c = task % a.nchunks;
+    const float* P = panels + t * in * T;
+    const int64_t b0 = t * T;
+    const int nb = int(min64(T, a.n - b0));
+    alignas(64) float buf[8][T];
+    for (int64_t i0 = a.row_chunks[c]; i0 < a.row_chunks[c + 1]; i0 += 8) {
+      const int g = int(min64(8, a.row_chunks[c + 1] - i0));
+      for (int r = 0; r < g; ++r) {
+        const int64_t i = i0 + r;
+        const float* v = a.w.values + a.w.row_start[i];
+        const Idx* col = a.w.cols + a.w.row_start[i];
+        const int32_t nnz = a.w.row_nnz[i];
+        reg acc[S][R];
+        for (int s = 0; s < S; ++s)
+          for (int q = 0; q < R; ++q) acc[s][q] = V::zero();
+        int32_t k = 0;
+        for (; k + S <= nnz; k += S) {
+          for (int s = 0; s < S; ++s) {
+            const reg wv = V::bcast(v + k + s);
+            const float* p = P + int64_t(col[k + s]) * T;
+            for (int q = 0; q < R; ++q) acc[s][q] = V::fmadd(wv, V::load(p + q * V::W), acc[s][q]);
+          }
+        }
+        for (; k < nnz; ++k) {
+          const reg wv = V::bcast(v + k);
+          const float* p = P + int64_t(col[k]) * T;
+          for (int q = 0; q < R; ++q) acc[0][q] = V::fmadd(wv, V::load(p + q * V::W), acc[0][q]);
+        }
+        for (int s = 1; s < S; ++s)
+          for (int q = 0; q < R; ++q) acc[0][q] = V::add(acc[0][q], acc[s][q]);
+        for (int q = 0; q < R; ++q) V::store(buf[r] + q * V::W, acc[0][q]);
+      }
+      fwd_tiled_store<T>(a, buf, i0, g, b0, nb);
+    }
+  });
+}
+
+}  // namespace
+}  // namespace sparselab

@@ -1,0 +1,45 @@
+// AVX-512 (F/BW/VL/DQ) vector traits: 16 floats per register. Included only
+// by files compiled with the AVX-512 flags; internal linkage (see vec_avx2.h).
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace sparselab {
+namespace {
+
+struct VecAvx512 {
+  using reg = __m512;
+  static constexpr int W = 16;
+  static reg zero() { return _mm512_setzero_ps(); }
+  static reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
+  static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static reg fmadd(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+
+  static reg gather(const float* x, const int32_t* idx) {
+    return _mm512_i32gather_ps(_mm512_loadu_si512(idx), x, 4);
+  }
+  static reg gather(const float* x, const int16_t* idx) {
+    const __m256i i16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx));
+    return _mm512_i32gather_ps(_mm512_cvtepi16_epi32(i16), x, 4);
+  }
+
+  static float hsum(reg v) { return _mm512_reduce_add_ps(v); }
+
+  static void hsum4(reg a0, reg a1, reg a2, reg a3, float* out) {
+    // Fold 512 -> 256 bits, then the AVX2 tree.
+    auto fold = [](reg v) {
+      return _mm256_add_ps(_mm512_castps512_ps256(v),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    };
+    const __m256 h01 = _mm256_hadd_ps(fold(a0), fold(a1));
+    const __m256 h23 = _mm256_hadd_ps(fold(a2), fold(a3));
+    const __m256 h = _mm256_hadd_ps(h01, h23);
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+  }
+};
+
+}  // namespace
+}  // namespace sparselab
