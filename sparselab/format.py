@@ -11,6 +11,7 @@ index bytes), int32 otherwise.
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 
@@ -67,11 +68,15 @@ class PaddedCSR:
 
     def __init__(self, values: torch.Tensor, cols: torch.Tensor, row_start: torch.Tensor,
                  row_nnz: torch.Tensor, shape: tuple[int, int], *, check: bool = True):
+        try:
+            out_f, in_f = (operator.index(d) for d in shape)
+        except (TypeError, ValueError):
+            raise TypeError(f"shape must be a pair of ints (out_features, in_features), got {shape!r}") from None
         self.values = values
         self.cols = cols
         self.row_start = row_start
         self.row_nnz = row_nnz
-        self.shape = (int(shape[0]), int(shape[1]))
+        self.shape = (out_f, in_f)
         self.topology_version = 0
         self._transposed: TransposedIndex | None = None
         if check:
@@ -83,7 +88,8 @@ class PaddedCSR:
     def _layout(row_nnz: torch.Tensor, padding: float | int) -> torch.Tensor:
         """Per-row capacity: live count plus spare slots (``padding`` as a
         fraction of the mean row count, or an int count per row)."""
-        if isinstance(padding, bool) or not isinstance(padding, (int, float)) or padding < 0:
+        if (isinstance(padding, bool) or not isinstance(padding, (int, float)) or not math.isfinite(padding)
+                or padding < 0):
             raise ValueError(f"padding must be a non-negative int (slots per row) or float "
                              f"(fraction of the mean row count), got {padding!r}")
         if isinstance(padding, float):
@@ -126,8 +132,10 @@ class PaddedCSR:
             raise TypeError(f"dense must be float32 or float64, got {dense.dtype}")
         if dense.device.type != "cpu":
             raise ValueError(f"dense must be on the CPU, got device {dense.device}")
-        if dense.dim() != 2:
-            raise ValueError(f"dense must be 2-D (out_features, in_features), got shape {tuple(dense.shape)}")
+        if dense.dim() != 2 or dense.shape[0] < 1 or dense.shape[1] < 1:
+            raise ValueError(f"dense must be 2-D (out_features, in_features) with both sizes >= 1, "
+                             f"got shape {tuple(dense.shape)}")
+        dense = dense.detach()  # the weight owns plain values, not a piece of the caller's graph
         if not torch.isfinite(dense).all():
             raise ValueError("dense contains NaN or Inf; a sparse weight must be finite")
         index_dtype = cls._check_index_dtype(index_dtype, dense.shape[1])
@@ -153,6 +161,11 @@ class PaddedCSR:
             raise ValueError(f"sparsity must be in [0, 1), got {sparsity!r}")
         if dtype not in VALUE_DTYPES:
             raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        if init_std is not None and (not isinstance(init_std, (int, float)) or not math.isfinite(init_std)
+                                     or init_std < 0):
+            raise ValueError(f"init_std must be a finite number >= 0 or None, got {init_std!r}")
         index_dtype = cls._check_index_dtype(index_dtype, in_features)
         per_row = max(0, min(in_features, round((1.0 - sparsity) * in_features)))
         g = torch.Generator().manual_seed(seed)
@@ -176,14 +189,19 @@ class PaddedCSR:
         """From a ``torch.sparse_csr`` tensor. Columns are sorted within rows."""
         if not isinstance(t, torch.Tensor) or t.layout != torch.sparse_csr:
             raise TypeError("t must be a torch tensor with layout torch.sparse_csr")
-        if t.dim() != 2:
-            raise ValueError(f"t must be 2-D, got shape {tuple(t.shape)}")
+        if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 1:
+            raise ValueError(f"t must be 2-D with both sizes >= 1, got shape {tuple(t.shape)}")
         if t.dtype not in VALUE_DTYPES:
             raise TypeError(f"t must be float32 or float64, got {t.dtype}")
-        crow, col, val = t.crow_indices(), t.col_indices(), t.values()
+        if t.device.type != "cpu":
+            raise ValueError(f"t must be on the CPU, got device {t.device}")
+        crow, col, val = t.crow_indices(), t.col_indices(), t.values().detach()
         out_f, in_f = t.shape
         index_dtype = cls._check_index_dtype(index_dtype, in_f)
-        row_nnz = crow[1:] - crow[:-1]
+        row_nnz = (crow[1:] - crow[:-1]).to(torch.int64)
+        if int(crow[0]) != 0 or int(crow[-1]) != col.numel() or bool((row_nnz < 0).any()):
+            raise ValueError(f"t has invalid crow_indices (must start at 0, never decrease and end at "
+                             f"nnz = {col.numel()}), got first {int(crow[0])}, last {int(crow[-1])}")
         if col.numel() and (col.min() < 0 or col.max() >= in_f):
             raise ValueError(f"t has column indices outside [0, {in_f})")
         rows_of = torch.repeat_interleave(torch.arange(out_f), row_nnz)
@@ -252,7 +270,7 @@ class PaddedCSR:
         crow = torch.zeros(self.shape[0] + 1, dtype=torch.int64)
         torch.cumsum(self.row_nnz.to(torch.int64), 0, out=crow[1:])
         return torch.sparse_csr_tensor(crow, self.cols[live].to(torch.int64), self.values.detach()[live].clone(),
-                                       size=self.shape)
+                                       size=self.shape, check_invariants=False)  # valid by construction
 
     def transposed(self) -> TransposedIndex:
         """W's transposed index, rebuilt only when the topology changed."""
