@@ -89,11 +89,11 @@ def check_dense_operand(name: str, t, rows: int | None, cols: int, dtype: torch.
     layout (unit column stride) the kernels can read through a leading dimension."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.layout != torch.strided:
+    if t.layout is not torch.strided:
         raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
-    if t.device.type != "cpu":
+    if not t.is_cpu:  # (t.device.type costs ~0.6 us per call)
         raise ValueError(f"{name} must be on the CPU, got device {t.device}")
-    if t.dtype != dtype:
+    if t.dtype is not dtype:
         raise TypeError(f"{name} must have dtype {dtype} (the weight's dtype), got {t.dtype}")
     if t.dim() != 2:
         raise ValueError(f"{name} must be 2-D, got shape {tuple(t.shape)}")
@@ -101,8 +101,12 @@ def check_dense_operand(name: str, t, rows: int | None, cols: int, dtype: torch.
         raise ValueError(f"{name} must have {cols} columns, got shape {tuple(t.shape)}")
     if rows is not None and t.shape[0] != rows:
         raise ValueError(f"{name} must have {rows} rows to match the other operand, got shape {tuple(t.shape)}")
-    if t.shape[0] > 1 and t.shape[1] > 0 and (t.stride(1) != 1 or t.stride(0) < t.shape[1]):
+    # The stride of a size-1 dimension is never used to address an element, so
+    # (N, 1) tensors of any column stride and (1, C) tensors of any row stride
+    # are fine (torch calls both contiguous).
+    if t.shape[1] > 1 and t.stride(1) != 1:
         raise ValueError(f"{name} must be row-major with unit column stride, got strides {t.stride()}; "
                          f"call .contiguous() first")
-    if t.shape[0] == 1 and t.shape[1] > 1 and t.stride(1) != 1:
-        raise ValueError(f"{name} must have unit column stride, got strides {t.stride()}; call .contiguous() first")
+    if t.shape[0] > 1 and t.shape[1] > 0 and t.stride(0) < t.shape[1]:
+        raise ValueError(f"{name} must be row-major with rows that do not overlap (stride(0) >= "
+                         f"{t.shape[1]}), got strides {t.stride()}; call .contiguous() first")
