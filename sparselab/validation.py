@@ -8,6 +8,8 @@ import torch
 
 from .format import PADDING, VALUE_DTYPES
 
+_F32, _F64, _I16, _I32, _I64 = torch.float32, torch.float64, torch.int16, torch.int32, torch.int64
+
 
 def _fail(msg: str) -> None:
     raise ValueError(f"PaddedCSR invariant broken: {msg}")
@@ -110,3 +112,42 @@ def check_dense_operand(name: str, t, rows: int | None, cols: int, dtype: torch.
     if t.shape[0] > 1 and t.shape[1] > 0 and t.stride(0) < t.shape[1]:
         raise ValueError(f"{name} must be row-major with rows that do not overlap (stride(0) >= "
                          f"{t.shape[1]}), got strides {t.stride()}; call .contiguous() first")
+
+
+def check_weight_layout(w) -> None:
+    """The O(1) part of the invariants, checked on every op call: tensor
+    types, dtypes, device, contiguity and sizes, so a weight whose tensors were
+    replaced (a float16 or non-contiguous ``values``, a moved tensor) is
+    refused instead of having its memory misread by a kernel. The O(nnz)
+    index checks stay in :func:`validate_padded_csr`."""
+    out_f, in_f = w.shape
+    v, c, rs, rn = w.values, w.cols, w.row_start, w.row_nnz
+    try:  # fast path: one expression of cheap attribute reads; the loop below only names the failure
+        vd, cd = v.dtype, c.dtype
+        if ((vd is _F32 or vd is _F64) and (cd is _I16 or cd is _I32) and rs.dtype is _I64
+                and rn.dtype is _I32 and v.is_cpu and c.is_cpu and rs.is_cpu and rn.is_cpu
+                and v.dim() == 1 and c.dim() == 1 and rs.dim() == 1 and rn.dim() == 1
+                and v.is_contiguous() and c.is_contiguous() and rs.is_contiguous() and rn.is_contiguous()
+                and c.numel() == v.numel() and rs.numel() == out_f + 1 and rn.numel() == out_f
+                and (in_f <= 32768 or cd is _I32)):
+            return
+    except AttributeError:
+        pass
+    for name, t, dtypes in (("values", w.values, VALUE_DTYPES), ("cols", w.cols, (torch.int16, torch.int32)),
+                            ("row_start", w.row_start, (torch.int64,)), ("row_nnz", w.row_nnz, (torch.int32,))):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"W.{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in dtypes:
+            raise TypeError(f"W.{name} must have dtype {' or '.join(map(str, dtypes))}, got {t.dtype}")
+        if t.device.type != "cpu":
+            raise ValueError(f"W.{name} must be on the CPU, got device {t.device}")
+        if t.dim() != 1 or not t.is_contiguous():
+            raise ValueError(f"W.{name} must be a contiguous 1-D tensor, got shape {tuple(t.shape)} "
+                             f"strides {t.stride()}")
+    if w.cols.numel() != w.values.numel():
+        raise ValueError(f"W.cols has {w.cols.numel()} slots but W.values has {w.values.numel()}")
+    if w.row_start.numel() != out_f + 1 or w.row_nnz.numel() != out_f:
+        raise ValueError(f"W.row_start / W.row_nnz must have {out_f + 1} / {out_f} entries for "
+                         f"out_features={out_f}, got {w.row_start.numel()} / {w.row_nnz.numel()}")
+    if w.cols.dtype == torch.int16 and in_f > 32768:
+        raise ValueError(f"W.cols is int16 but in_features={in_f} > 32768")
