@@ -28,6 +28,16 @@ def _check_weight(W) -> None:
     check_weight_layout(W)
 
 
+def _check_variant_arg(op: str, variant) -> None:
+    """A named variant must be a real one of ``op``, checked before any early
+    return (N = 0, float64, which always runs the scalar float64 path), so a
+    typo never passes silently."""
+    if variant is not None:
+        if not isinstance(variant, str):
+            raise TypeError(f"variant must be a str or None, got {type(variant).__name__}")
+        kernels.get(op, variant)
+
+
 def _ld(t: torch.Tensor) -> int:
     return max(t.stride(0), t.shape[1]) if t.shape[0] > 0 else t.shape[1]
 
@@ -57,6 +67,7 @@ def spmm_fwd(W: PaddedCSR, X: torch.Tensor, bias: torch.Tensor | None = None, *,
     out_f, in_f = W.shape
     dtype = W.values.dtype
     check_dense_operand("X", X, None, in_f, dtype)
+    _check_variant_arg("spmm_fwd", variant)
     if bias is not None:
         if not isinstance(bias, torch.Tensor):
             raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
@@ -88,6 +99,7 @@ def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None,
     out_f, in_f = W.shape
     dtype = W.values.dtype
     check_dense_operand("dY", dY, None, out_f, dtype)
+    _check_variant_arg("spmm_dx", variant)
     nthreads = _threads(threads)
     n = dY.shape[0]
     dX = torch.empty(n, in_f, dtype=dtype)
@@ -121,6 +133,7 @@ def sddmm_dw(W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor, *, variant: str | 
     dtype = W.values.dtype
     check_dense_operand("dY", dY, None, out_f, dtype)
     check_dense_operand("X", X, dY.shape[0], in_f, dtype)
+    _check_variant_arg("sddmm_dw", variant)
     nthreads = _threads(threads)
     n = dY.shape[0]
     dW = torch.empty(W.capacity, dtype=dtype)
