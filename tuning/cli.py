@@ -89,6 +89,7 @@ def _tune(args, cache) -> list[str]:
         torch.set_num_threads(args.threads)
     layers, batches = _layers_and_batches(args)
     keys = grids.keys_for(layers, batches, torch.get_num_threads())
+    _warn_if_busy()
     retune = args.retune or get_mode() == "force"
     done, failed = [], []
     for key in tqdm(keys, desc="tuning", unit="key", file=sys.stderr):
@@ -105,6 +106,20 @@ def _tune(args, cache) -> list[str]:
     for line in failed:
         print(f"warning: tuning failed for {line}", file=sys.stderr)
     return done
+
+
+def _warn_if_busy() -> None:
+    # Other processes steal the cores the kernels are timed on; the choices get noisy.
+    import os
+
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return
+    cpus = os.cpu_count() or 1
+    if load >= 0.5 * cpus:
+        print(f"warning: the machine is busy (load average {load:.1f} on {cpus} CPUs); timings "
+              f"will be noisy: tune on an idle machine for the best choices", file=sys.stderr)
 
 
 def _run(args) -> int:
