@@ -1,0 +1,11 @@
+// spmm_fwd, avx512, tile128_cb256: 128-row batch tile over packed X panels, W cut into 256-column blocks so the panel block stays in L2.
+#include "../vec/vec_avx512.h"
+#include "spmm_fwd_tiled_blocked.h"
+
+namespace sparselab {
+
+void spmm_fwd_avx512_tile128_cb256(const FwdArgs<int16_t>& a) { fwd_tiled_blocked<VecAvx512, 128, 256>(a); }
+void spmm_fwd_avx512_tile128_cb256(const FwdArgs<int32_t>& a) { fwd_tiled_blocked<VecAvx512, 128, 256>(a); }
+size_t spmm_fwd_avx512_tile128_cb256_scratch(int64_t n, int64_t in, int64_t out, int threads) { return fwd_tiled_scratch<128>(n, in, out, threads); }
+
+}  // namespace sparselab
