@@ -54,6 +54,8 @@ _TABLE = _build()
 
 
 def _check_op(op: str) -> None:
+    if not isinstance(op, str):
+        raise TypeError(f"op must be a str, got {type(op).__name__}")
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
 
@@ -71,6 +73,8 @@ def variants(op: str | None = None, *, available_only: bool = False) -> list[Var
 def get(op: str, name: str) -> VariantInfo:
     """One variant by op and name; ``ValueError`` listing the names if unknown."""
     _check_op(op)
+    if not isinstance(name, str):
+        raise TypeError(f"variant name must be a str, got {type(name).__name__}")
     try:
         return _TABLE[op][name]
     except KeyError:
