@@ -121,6 +121,13 @@ class MemoryReport:
         return sum(m.total for m in self.layers) + self.scratch
 
     @property
+    def layers_only_ratio(self) -> float:
+        """Like :attr:`sparse_layers_ratio` without the kernel scratch arena (a
+        per-thread workspace that scales with the batch, not with the weights)."""
+        d = self.sparse_layers_dense_total
+        return (self.sparse_layers_total - self.scratch) / d if d else float("nan")
+
+    @property
     def sparse_layers_dense_total(self) -> int:
         return sum(m.dense_total for m in self.layers)
 
@@ -145,7 +152,8 @@ class MemoryReport:
         return {"layers": [m.as_dict() for m in self.layers], "other": self.other.as_dict(),
                 "scratch": self.scratch, "sparse_layers_total": self.sparse_layers_total,
                 "sparse_layers_dense_total": self.sparse_layers_dense_total,
-                "sparse_layers_ratio": self.sparse_layers_ratio, "total": self.total,
+                "sparse_layers_ratio": self.sparse_layers_ratio, "layers_only_ratio": self.layers_only_ratio,
+                "total": self.total,
                 "dense_total": self.dense_total, "ratio": self.ratio}
 
     def __str__(self) -> str:
@@ -161,6 +169,9 @@ class MemoryReport:
         if self.scratch:
             lines.append(f"{'(kernel scratch)':28} {'':9} {'':9} {mb(self.scratch)} {'':9} {'':9} "
                          f"{mb(self.scratch)} {'':9}")
+        if self.scratch:
+            lines.append(f"{'sparse layers w/o scratch':28} {'':49} {mb(self.sparse_layers_total - self.scratch)} "
+                         f"{mb(self.sparse_layers_dense_total)} {self.layers_only_ratio:6.3f}")
         lines.append(f"{'sparse layers':28} {'':49} {mb(self.sparse_layers_total)} "
                      f"{mb(self.sparse_layers_dense_total)} {self.sparse_layers_ratio:6.3f}")
         lines.append(f"{'model':28} {'':49} {mb(self.total)} {mb(self.dense_total)} {self.ratio:6.3f}")

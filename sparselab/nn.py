@@ -83,6 +83,15 @@ class _LayerCSR(PaddedCSR):
         self._layer = weakref.ref(layer)
         self.topology_version = layer._topology_version
 
+    # nn.Linear-style introspection (``layer.weight.dtype`` / ``.device``)
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.values.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.values.device
+
     def mark_topology_changed(self) -> None:
         layer = self._layer()
         if layer is None:

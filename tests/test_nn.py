@@ -354,6 +354,7 @@ def test_repr_and_introspection():
     r = repr(layer)
     assert "in_features=100, out_features=10, bias=True, sparsity=0.900, nnz=100, capacity=120" in r
     assert layer.weight.shape == (10, 100)
+    assert layer.weight.dtype == torch.float32 and layer.weight.device.type == "cpu"
     assert layer.in_features == 100 and layer.out_features == 10
     assert abs(layer.density - 0.1) < 1e-12
 
