@@ -1,5 +1,10 @@
 """Dispatch overhead and the quality of the tuned choice.
 
+The autotuned call vs the best fixed variant *per grid case* is part of the kernel suite: its
+``dispatch`` rows (``variant=None``, ``extra_info['tuned_variant']``) are timed next to every
+fixed variant on the same data; ``python bench/summarize.py RESULTS.json`` tabulates them.
+``pytest bench -k dispatch [--quick]`` runs those rows and the overhead benchmarks below.
+
 Overhead (pytest-benchmark):
 
     SPARSELAB_CACHE_DIR=$(mktemp -d) python -m pytest bench/bench_dispatch.py --benchmark-only

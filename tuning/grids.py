@@ -20,7 +20,9 @@ class SpecError(ValueError):
 # Common layer shapes (out, in): MNIST MLP, square hidden layers, transformer MLP blocks.
 STANDARD_SHAPES = ((300, 784), (100, 300), (512, 512), (1024, 1024), (2048, 2048), (4096, 4096),
                    (3072, 768), (768, 3072), (4096, 1024), (1024, 4096))
-STANDARD_DENSITIES = (0.5, 0.2, 0.1, 0.05, 0.02)   # sparsity 50% .. 98%
+# Sparsity 80% .. 98%, where sparse training lives. 50% is left out: it cost 40% of the grid's
+# time (every candidate is slow there) and dense won none of its keys on the reference machine.
+STANDARD_DENSITIES = (0.2, 0.1, 0.05, 0.02)
 STANDARD_BATCHES = (1, 32, 256)                    # inference, small and training batches
 
 QUICK_SHAPES = ((256, 256), (512, 1024))

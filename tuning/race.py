@@ -2,8 +2,9 @@
 
 Pure logic over callables (no registry, no torch), so it is tested with fakes and a fake clock.
 
-1. Each candidate runs once (warm-up). Its output is checked; a candidate that raises or
-   disagrees with the reference is rejected, never chosen.
+1. Each candidate runs once (warm-up), simplest first, so the reference (rank 0) runs first.
+   ``check(name, output)`` judges the output; a candidate that raises or disagrees with the
+   reference is rejected, never chosen.
 2. Rounds of timed runs, interleaved across candidates (so drift hits all alike). After each round
    a candidate whose *fastest* run is above ``cut_ratio * best median`` is cut: clearly losing
    candidates stop costing time. The fastest run, not the median, decides a cut because noise on
@@ -52,7 +53,7 @@ class NoValidCandidate(RuntimeError):
     pass
 
 
-def race(candidates: list[Candidate], check: Callable[[Any], str | None], *,
+def race(candidates: list[Candidate], check: Callable[[str, Any], str | None], *,
          budget_s: float = 0.5, max_reps: int = 7, cut_ratios=CUT_RATIOS,
          tie_band: float = TIE_BAND, clock: Callable[[], float] = time.perf_counter) -> RaceResult:
     start = clock()
@@ -70,7 +71,7 @@ def race(candidates: list[Candidate], check: Callable[[Any], str | None], *,
             rejected[c.name] = f"raised {type(e).__name__}: {e}"
             continue
         warm[c.name] = clock() - t0
-        why = check(out)
+        why = check(c.name, out)
         if why is not None:
             rejected[c.name] = why
             del warm[c.name]

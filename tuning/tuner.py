@@ -2,15 +2,18 @@
 
 An entry (what the cache stores per key) records the choice and enough to explain it:
   variant, median_s, runner_up, runner_up_s, dense (best dense candidate), dense_s,
-  reference_s, n_timed, medians (every valid candidate), rejected {name: why}, tuning_s, tuned_at.
+  reference_s, n_timed, medians (every valid candidate), rejected {name: why}, race_s, tuning_s,
+  load (1-min load average while tuning), tuned_at.
 
-Cost bound: the race has a time budget (BUDGET_S) and the problem's N is capped (problem.py), so
-one key takes well under a second on the reference shapes; the scalar reference runs once or
-twice at most because it is cut as soon as it is clearly losing.
+Cost bound: every candidate runs once (warm-up + correctness), then timed rounds stop at the
+time budget (BUDGET_S); the problem's N is capped (problem.py) so the slowest candidates stay
+cheap, and they are cut after one or two runs. On an idle machine one key of the reference shapes
+takes a few hundred ms; on a busy one the warm-ups stretch (and the entry records the load).
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
 from . import candidates as cand
@@ -33,19 +36,31 @@ def _torch_threads(threads: int):
             torch.set_num_threads(before)
 
 
-def _seeding(run, problem):
-    # The reference's warm-up output becomes the reference: no extra scalar call.
-    def seeded():
-        out = run()
-        if problem.reference_output is None:
-            problem.reference_output = out.clone()
-        return out
-    return seeded
+def _checker(problem, reference: str):
+    """check(name, out) for the race: the reference's output becomes the reference (no extra
+    scalar call); every other output is compared with it. Runs on one torch thread: it is not
+    timed, and on a busy 2-core machine a 2-thread torch op can stall for a scheduler slice."""
+    def check(name, out):
+        with _torch_threads(1):
+            if name == reference and problem.reference_output is None:
+                problem.reference_output = out
+            if problem.reference_output is None:
+                return f"no reference output ({reference!r} failed)"
+            return problem.check(out)
+    return check
+
+
+def _load() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def tune(key, *, variants=None, problem=None, reference: str | None = None,
          budget_s: float = BUDGET_S, clock=time.perf_counter) -> dict:
     """Measure and return the cache entry for ``key``. Parameters other than ``key`` are for tests."""
+    started = time.perf_counter()
     if reference is None:
         from sparselab import kernels
 
@@ -55,20 +70,19 @@ def tune(key, *, variants=None, problem=None, reference: str | None = None,
     if problem is None:
         from .problem import Problem
 
-        problem = Problem(key)
+        with _torch_threads(1):  # untimed set-up: see _checker
+            problem = Problem(key)
 
     infos = {v.name: v for v in variants}
     if reference not in infos:
         raise RuntimeError(f"reference variant {reference!r} of {key.op} is not available")
     racers = []
     for v in variants:
-        run = problem.runner(v.name)
-        if v.name == reference:
-            run = _seeding(run, problem)
-        racers.append(Candidate(v.name, cand.rank(v, reference), run, cand.kind(v, reference)))
+        racers.append(Candidate(v.name, cand.rank(v, reference), problem.runner(v.name),
+                                cand.kind(v, reference)))
 
     with _torch_threads(key.threads):  # dense candidates run on torch's pool
-        result = race(racers, problem.check, budget_s=budget_s, clock=clock)
+        result = race(racers, _checker(problem, reference), budget_s=budget_s, clock=clock)
 
     med = result.medians
     dense = sorted((n for n in med if cand.is_dense(infos[n])), key=lambda n: med[n])
@@ -83,6 +97,8 @@ def tune(key, *, variants=None, problem=None, reference: str | None = None,
         "n_timed": problem.n,
         "medians": dict(sorted(med.items(), key=lambda kv: kv[1])),
         "rejected": result.rejected,
-        "tuning_s": round(result.elapsed_s, 4),
+        "race_s": round(result.elapsed_s, 4),
+        "tuning_s": round(time.perf_counter() - started, 4),  # set-up included
+        "load": _load(),  # a busy machine makes the choice noisy: keep the evidence
         "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
