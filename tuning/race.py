@@ -12,7 +12,7 @@ Pure logic over callables (no registry, no torch), so it is tested with fakes an
    tightens round by round (successive halving in spirit); the first cut, after the single
    warm-up run, is the most generous.
 3. The race ends when one candidate is left, every survivor has ``max_reps`` samples, or the
-   next round would overrun ``budget_s``.
+   next round would overrun ``budget_s`` (counted from the end of the warm-ups).
 4. Candidates within ``tie_band`` of the best median are a tie; the tie goes to the lowest
    ``rank`` (the simplest kernel), so repeated tunings pick the same variant.
 """
@@ -43,7 +43,7 @@ class RaceResult:
     winner: str
     runner_up: str | None
     medians: dict[str, float]            # every candidate that produced a valid output
-    samples: dict[str, int]
+    samples: dict[str, int]              # timed samples (the warm-up run not counted)
     rejected: dict[str, str] = field(default_factory=dict)  # name -> why
     cut: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
@@ -98,16 +98,17 @@ def race(candidates: list[Candidate], check: Callable[[str, Any], str | None], *
 
     cut_losers(cut_ratios[0])
 
-    # 2-3. timed rounds
+    # 2-3. timed rounds. The budget is for these rounds: the warm-ups cost what they cost (every
+    # candidate must run once), and the first round always runs, so no choice rests on a single
+    # cold warm-up sample.
+    rounds_start = clock()
     round_no = 1
     while len(survivors) > 1:
         if all(len(samples[n]) >= max_reps for n in survivors):
             break
         reps = 1 if round_no == 1 else 2
         estimate = reps * sum(median(n) for n in survivors)
-        elapsed = clock() - start
-        # The first round always runs unless the warm-ups alone used up the budget.
-        if elapsed > budget_s or (round_no > 1 and elapsed + estimate > budget_s):
+        if round_no > 1 and clock() - rounds_start + estimate > budget_s:
             break
         for _ in range(reps):
             for n in survivors:
@@ -127,5 +128,5 @@ def race(candidates: list[Candidate], check: Callable[[str, Any], str | None], *
     others = sorted((n for n in medians if n != winner),
                     key=lambda n: (n not in survivors, medians[n], by_name[n].rank))
     return RaceResult(winner=winner, runner_up=others[0] if others else None, medians=medians,
-                      samples={n: max(len(samples[n]), 1) for n in samples},
+                      samples={n: len(samples[n]) for n in samples},
                       rejected=rejected, cut=cut, elapsed_s=clock() - start)
