@@ -1,7 +1,37 @@
 # Import the module, not the function: pluggy treats every pytest_* name in a
 # conftest as a hook and rejects unknown ones.
+import os
+
+import pytest
+
 from sparselab.benchmarking import machine
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
     machine.pytest_benchmark_machine_info_hook(machine_info)
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("sparselab", "SparseLab benchmark grids (bench/grid.py)")
+    group.addoption("--grid", choices=("quick", "moderate", "full"), default="full",
+                    help="which case grid the kernel suite runs (default: full)")
+    group.addoption("--quick", action="store_const", const="quick", dest="grid",
+                    help="same as --grid quick: every suite in a couple of minutes")
+
+
+def pytest_configure(config):
+    if config.getoption("grid", default="full") == "quick":
+        # bench_layers.py reads its round count from the environment at import.
+        os.environ.setdefault("SPARSELAB_BENCH_ROUNDS", "2")
+
+
+def pytest_collect_file(file_path, parent):
+    """`pytest bench` collects the suites (bench_*.py), which pytest's default
+    file pattern (test_*.py) would not. Files named on the command line are
+    collected by pytest itself: do not collect them twice."""
+    if (file_path.suffix == ".py" and file_path.name.startswith("bench_")
+            and str(file_path.parent) == HERE and not parent.session.isinitpath(file_path)):
+        return pytest.Module.from_parent(parent, path=file_path)
+    return None

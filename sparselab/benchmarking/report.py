@@ -257,6 +257,13 @@ def write_report(files: list[BenchFile], out_dir: Path, probe: bool) -> Path:
     for column in ("baseline", "variant"):  # absent in files from other suites
         if column not in df:
             df[column] = None
+    for column in ("out", "in", "n"):
+        # Rows of other suites (no shape) turn these int columns into float with NaN:
+        # keep them integral so tables and labels read 2560×640, N=1.
+        if column in df:
+            values = pd.to_numeric(df[column], errors="coerce")
+            if values.dropna().mod(1).eq(0).all():
+                df[column] = values.astype("Int64")
     probes, probe_note = _probes_for(files[0].machine, out_dir, probe)
     table_missing = _missing(df, SHAPE + ["sparsity", "variant", "median"])
     best = None if table_missing else best_vs_dense(df)

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Benchmark smoke test, run by CI after the tests (.ci/run): every suite once on the quick grid
+# (`pytest bench --quick`), then the report, summary and compare tooling on its output, so
+# neither the suites nor the tooling can rot. Timing is never asserted: this exits non-zero only
+# on a real error (a suite that crashes, a tool that fails, a report file that is missing).
+# About 2-3 minutes on 2 cores.
+#
+#   bash bench/smoke.sh            # SMOKE_KEEP=1 keeps the temp dir and prints its path
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/sparselab-smoke.XXXXXX")"
+if [ "${SMOKE_KEEP:-0}" = 1 ]; then
+  echo "smoke: keeping $tmp"
+else
+  trap 'rm -rf "$tmp"' EXIT
+fi
+# Tuning triggered by the dispatch rows stays in the temp dir unless CI already chose one.
+export SPARSELAB_CACHE_DIR="${SPARSELAB_CACHE_DIR:-$tmp/cache}"
+
+start=$SECONDS
+json="$tmp/quick.json"
+echo "smoke: pytest bench --quick (log: $tmp/pytest.log)"
+set +e
+python -m pytest bench --quick -q -p no:cacheprovider \
+  --benchmark-disable-gc --benchmark-max-time=0.2 --benchmark-min-rounds=3 \
+  --benchmark-columns=median,rounds --benchmark-sort=fullname \
+  --benchmark-json="$json" >"$tmp/pytest.log" 2>&1
+status=$?
+set -e
+tail -n 5 "$tmp/pytest.log"
+if [ "$status" -ne 0 ]; then
+  echo "smoke: FAILED: the benchmark suites exited with status $status; log follows" >&2
+  grep -v '^SKIPPED' "$tmp/pytest.log" | tail -n 80 >&2
+  exit 1
+fi
+echo "smoke: suites done in $((SECONDS - start)) s"
+
+python -m sparselab.benchmarking.cli report "$json" --out "$tmp/report" --no-probe
+report_dir="$(find "$tmp/report" -mindepth 1 -maxdepth 1 -type d | head -n 1)"
+missing=0
+for f in README.md gflops_vs_sparsity.png speedup_vs_sparsity.png roofline.png tuner_choices.png; do
+  if [ ! -s "$report_dir/$f" ]; then
+    echo "smoke: FAILED: report file $f missing or empty in ${report_dir:-$tmp/report}" >&2
+    missing=1
+  fi
+done
+[ "$missing" -eq 0 ] || exit 1
+if grep -q "_Skipped:" "$report_dir/README.md"; then
+  echo "smoke: FAILED: a report section was skipped (the suites' extra_info no longer fits the report):" >&2
+  grep -B2 "_Skipped:" "$report_dir/README.md" >&2
+  exit 1
+fi
+
+python bench/summarize.py "$json" --out "$tmp/summary.md"
+grep -q "Headline" "$tmp/summary.md"
+python -m sparselab.benchmarking.cli compare "$json" "$json" --out "$tmp/compare" >/dev/null
+[ -s "$tmp/compare/compare.md" ] && [ -s "$tmp/compare/compare.png" ]
+
+echo "smoke: OK in $((SECONDS - start)) s (report: $report_dir)"
