@@ -160,9 +160,9 @@ def test_clearly_losing_candidate_is_cut_early():
     clock, calls = FakeClock(), {}
     cands = [fake(clock, "slow", (0,), 10e-3, calls=calls), fake(clock, "a", (1,), 1e-3, calls=calls),
              fake(clock, "b", (2,), 1.05e-3, calls=calls)]
-    res = race.race(cands, check_equals_one, clock=clock, max_reps=7)
+    res = race.race(cands, check_equals_one, clock=clock, max_reps=7, budget_s=1.0)
     assert calls["slow"] == 1 and "slow" in res.cut  # only its warm-up ran
-    assert calls["a"] == 8  # warm-up + 7 timed samples
+    assert calls["a"] == 8 and res.samples["a"] == 7  # warm-up + 7 timed samples
 
 
 def test_budget_bounds_the_race():
