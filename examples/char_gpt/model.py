@@ -1,0 +1,138 @@
+"""A decoder-only character-level GPT, with the two configurations of issue 7.
+
+Token + position embedding, ``n_layer`` pre-norm blocks (causal self-attention
+through ``torch.nn.functional.scaled_dot_product_attention``, then a GELU FFN),
+a final layer norm and an untied linear head. Every linear of a block is an
+ordinary ``nn.Linear`` here; ``train.py`` turns the attention projections
+(``attn.qkv``, ``attn.proj``) and FFN linears (``mlp.fc1``, ``mlp.fc2``) into
+``SparseLinear`` with ``sparselab.sparsify``. Embeddings, norms and the head
+stay dense.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["GPTConfig", "CONFIGS", "GPT", "get_config"]
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    n_layer: int
+    d_model: int
+    n_head: int
+    d_ff: int
+    context: int
+    batch: int
+    bias: bool = True
+    vocab_size: int = 0  # filled from the data set
+    dropout: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+CONFIGS: dict[str, GPTConfig] = {
+    # ~10.6M block weights (6 x (4*384^2 + 2*384*1536)).
+    "10M": GPTConfig(n_layer=6, d_model=384, n_head=6, d_ff=1536, context=256, batch=16, bias=True),
+    # ~39.3M block weights (8 x (4*640^2 + 2*640*2560)); bias-free linears, batch 8 x 128 tokens.
+    "40M": GPTConfig(n_layer=8, d_model=640, n_head=10, d_ff=2560, context=128, batch=8, bias=False),
+    # For tests: trains a step in milliseconds.
+    "tiny": GPTConfig(n_layer=2, d_model=64, n_head=4, d_ff=256, context=32, batch=4, bias=True),
+}
+
+
+def get_config(name: str, vocab_size: int, **overrides) -> GPTConfig:
+    if name not in CONFIGS:
+        raise ValueError(f"unknown config {name!r}; choose from {', '.join(CONFIGS)}")
+    return replace(CONFIGS[name], vocab_size=vocab_size, **{k: v for k, v in overrides.items() if v is not None})
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        assert cfg.d_model % cfg.n_head == 0
+        self.n_head = cfg.n_head
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        h = self.n_head
+        q, k, v = (t.view(B, T, h, C // h).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
+        self.fc2 = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        if cfg.vocab_size < 1:
+            raise ValueError("GPTConfig.vocab_size must be set (get_config(name, vocab_size))")
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.context, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.apply(self._init)
+        # GPT-2's scaled init of the residual projections.
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight") or name.endswith("fc2.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        B, T = idx.shape
+        if T > self.cfg.context:
+            raise ValueError(f"sequence of {T} tokens exceeds the context of {self.cfg.context}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.tok_emb(idx) + self.pos_emb(pos)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln_f(x))
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

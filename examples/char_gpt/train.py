@@ -1,0 +1,395 @@
+"""Train the char GPT dense or sparse (SparseLinear + a DST algorithm) on a text file.
+
+    python train.py --config 10M --sparse --dst rigl --optimizer adamw --steps 2000
+    python train.py --config 10M --dense  --optimizer adamw --steps 2000
+    python train.py ... --checkpoint ckpt.pt            # save every --ckpt-every steps and at the end
+    python train.py ... --checkpoint ckpt.pt --resume   # continue from it, bit-identically
+
+Sparse: the attention projections (``attn.qkv``, ``attn.proj``) are 70% sparse
+and the FFN linears (``mlp.fc1``, ``mlp.fc2``) 90% sparse, through
+``sparselab.sparsify`` with per-name sparsities; embeddings, layer norms and
+the head stay dense. Kept weights are the dense init's values at random
+positions, scaled by ``1/sqrt(density)`` so every layer's output variance at
+init matches the dense model's. The DST algorithm keeps each layer at its own
+density (a per-layer distribution) and moves connections on its schedule.
+
+Dense and sparse runs with the same ``--seed`` see the same batches, the same
+learning-rate schedule (linear warm-up, cosine decay to 10% over ``--steps``)
+and the same evaluation batches. ``--stop-at N`` stops after step N (the
+schedule still spans ``--steps``), writing the checkpoint if one is set, so a
+long run can be done in parts. Results: ``reports/e2e/<run name>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import sparselab  # noqa: E402
+from sparselab import SparseLinear  # noqa: E402
+
+from data import DEFAULT_TEXT, CharData  # noqa: E402
+from model import GPT, get_config  # noqa: E402
+
+ROOT = HERE.parents[1]
+REPORTS = ROOT / "reports" / "e2e"
+
+ATTN_SPARSITY, FFN_SPARSITY = 0.7, 0.9
+DST_CHOICES = ("static", "set", "rigl", "srigl", "snfs")
+
+
+# ---------------------------------------------------------------- model / optimizer / DST
+
+def layer_sparsities(attn: float = ATTN_SPARSITY, ffn: float = FFN_SPARSITY) -> dict[str, float]:
+    """Per-name sparsities for ``sparselab.sparsify`` (glob patterns on qualified names)."""
+    return {"blocks.*.attn.qkv": attn, "blocks.*.attn.proj": attn, "blocks.*.mlp.fc1": ffn, "blocks.*.mlp.fc2": ffn}
+
+
+def build_model(cfg, *, sparse: bool, seed: int, attn: float = ATTN_SPARSITY, ffn: float = FFN_SPARSITY) -> nn.Module:
+    """The GPT with the dense init drawn from ``seed``; sparse: its block linears made SparseLinear."""
+    torch.manual_seed(seed)
+    model = GPT(cfg)
+    if sparse:
+        sparselab.sparsify(model, layer_sparsities(attn, ffn), include="blocks.*", exclude=["head", "*emb*"],
+                           method="random")
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, SparseLinear):
+                    m.weight_values.mul_(1.0 / math.sqrt(m.density))  # keep the dense output variance
+    return model
+
+
+def sparse_layers(model: nn.Module) -> list[tuple[str, SparseLinear]]:
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, SparseLinear)]
+
+
+class PerLayerDensity:
+    """A DST distribution that keeps each layer at its own density (here: attention 30%,
+    FFN 10%); a different global density scales them all by the same factor (capped at 1)."""
+
+    __name__ = "per_layer"
+
+    def __init__(self, densities: list[float]):
+        self.densities = [float(d) for d in densities]
+
+    def __call__(self, shapes, density: float) -> list[float]:
+        if len(shapes) != len(self.densities):
+            raise ValueError(f"per-layer distribution made for {len(self.densities)} layers, got {len(shapes)}")
+        total = sum(o * i for o, i in shapes)
+        base = sum(d * o * i for d, (o, i) in zip(self.densities, shapes)) / total
+        f = density / base
+        return [min(1.0, d * f) for d in self.densities]
+
+
+def make_dst(name: str, model: nn.Module, *, steps: int, seed: int, update_freq: int = 100,
+             drop_fraction: float = 0.3):
+    """A DST algorithm of ``name`` for the sparse layers of ``model`` (not yet attached)."""
+    layers = sparse_layers(model)
+    numel = sum(m.in_features * m.out_features for _, m in layers)
+    density = sum(m.nnz for _, m in layers) / numel
+    dist = PerLayerDensity([m.density for _, m in layers])
+    common = dict(distribution=dist, seed=seed)
+    sched = dict(update_freq=update_freq, end=max(1, int(0.75 * steps)), drop_fraction=drop_fraction)
+    classes = {"static": sparselab.Static, "set": sparselab.SET, "rigl": sparselab.RigL,
+               "srigl": sparselab.SRigL, "snfs": sparselab.SNFS}
+    if name not in classes:
+        raise ValueError(f"unknown DST algorithm {name!r}; choose from {', '.join(DST_CHOICES)}")
+    if name == "static":
+        return classes[name](1.0 - density, **common)
+    return classes[name](1.0 - density, **common, **sched)
+
+
+def make_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW (betas 0.9/0.95) or SGD (momentum 0.9); weight decay on linear weights only."""
+    decay, no_decay = [], []
+    for m in model.modules():
+        for pname, p in m.named_parameters(recurse=False):
+            is_weight = (isinstance(m, nn.Linear) and pname == "weight") or \
+                        (isinstance(m, SparseLinear) and pname == "weight_values")
+            (decay if is_weight else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
+    if name == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=0.9)
+    raise ValueError(f"unknown optimizer {name!r}")
+
+
+def lr_at(step: int, *, base: float, steps: int, warmup: int) -> float:
+    """Learning rate of step ``step`` (0-based): linear warm-up, cosine decay to 10% of ``base``."""
+    if step < warmup:
+        return base * (step + 1) / warmup
+    t = min(1.0, (step - warmup) / max(1, steps - warmup))
+    return base * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * t)))
+
+
+DEFAULT_LR = {"adamw": 1e-3, "sgd": 0.05}
+
+
+# ---------------------------------------------------------------- one training run
+
+class Trainer:
+    """Everything one run holds: model, optimizer, DST algorithm, data, step count, history."""
+
+    def __init__(self, args):
+        self.args = args
+        torch.set_num_threads(args.threads)
+        self.data = CharData(args.data, context=self._cfg0().context if args.context is None else args.context,
+                             batch=self._cfg0().batch if args.batch is None else args.batch, seed=args.seed)
+        self.cfg = get_config(args.config, self.data.vocab_size, context=args.context, batch=args.batch)
+        self.lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
+        self.step = 0
+        self.history: list[dict] = []
+        self.step_ms: list[float] = []
+        self.model = build_model(self.cfg, sparse=args.sparse, seed=args.seed)
+        self.algo = None
+        self.opt = None
+        self.val = self.data.val_batches(args.eval_batches, seed=args.seed + 1)
+
+    def _cfg0(self):
+        from model import CONFIGS
+        return CONFIGS[self.args.config]
+
+    def setup(self, resume_state: dict | None = None) -> None:
+        """Fresh: optimizer + algorithm attached. Resume: model, optimizer, algorithm, RNG and step loaded
+        in the order the DST contract asks (model first, optimizer after it, algorithm last)."""
+        a = self.args
+        if resume_state is None:
+            if a.sparse:
+                # Attach before making the optimizer: attaching may repack a layer (spare slots for DST),
+                # which gives it a new weight_values Parameter that an earlier optimizer would not hold.
+                self.algo = make_dst(a.dst, self.model, steps=a.steps, seed=a.seed, update_freq=a.update_freq,
+                                     drop_fraction=a.drop_fraction)
+                self.model.apply(self.algo)
+            self.opt = make_optimizer(self.model, a.optimizer, self.lr, a.weight_decay)
+        else:
+            self.model.load_state_dict(resume_state["model"])  # adopts the saved topology and capacity
+            self.opt = make_optimizer(self.model, a.optimizer, self.lr, a.weight_decay)
+            self.opt.load_state_dict(resume_state["optimizer"])
+            if a.sparse:
+                self.algo = make_dst(a.dst, self.model, steps=a.steps, seed=a.seed, update_freq=a.update_freq,
+                                     drop_fraction=a.drop_fraction)
+                self.algo.load_state_dict(resume_state["dst"])  # a loaded algorithm never re-budgets layers
+                self.model.apply(self.algo)
+        if self.algo is not None:
+            self.algo.attach_optimizer(self.opt)
+        if resume_state is not None:
+            self.data.load_state_dict(resume_state["data"])
+            torch.set_rng_state(resume_state["torch_rng"])
+            random.setstate(resume_state["py_rng"])
+            self.step = int(resume_state["step"])
+            self.history = list(resume_state["history"])
+            self.step_ms = list(resume_state.get("step_ms", []))
+
+    # ---- checkpoint (atomic: a crash leaves the old file or the new one, never half of one)
+
+    def state_dict(self) -> dict:
+        return {"format": "sparselab-char-gpt/1", "args": vars(self.args), "step": self.step,
+                "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                "dst": self.algo.state_dict() if self.algo is not None else None,
+                "data": self.data.state_dict(), "torch_rng": torch.get_rng_state(), "py_rng": random.getstate(),
+                "history": self.history, "step_ms": self.step_ms}
+
+    def save(self, path: str | Path) -> None:
+        atomic_torch_save(self.state_dict(), Path(path))
+
+    # ---- steps
+
+    def train_step(self) -> float:
+        a = self.args
+        lr = lr_at(self.step, base=self.lr, steps=a.steps, warmup=a.warmup)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        x, y = self.data.get_batch("train")
+        self.opt.zero_grad(set_to_none=True)
+        _, loss = self.model(x, y)
+        loss.backward()
+        if a.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.grad_clip)
+        self.opt.step()
+        if self.algo is not None:
+            self.algo.step()
+        self.step += 1
+        return loss.item()
+
+    @torch.no_grad()
+    def evaluate(self, batches=None) -> float:
+        self.model.eval()
+        losses = [self.model(x, y)[1].item() for x, y in (batches or self.val)]
+        self.model.train()
+        return sum(losses) / len(losses)
+
+
+def atomic_torch_save(obj, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def peak_rss_bytes() -> int:
+    """VmHWM of this process (Linux), 0 where /proc is missing."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run_name(args) -> str:
+    mode = f"sparse-{args.dst}" if args.sparse else "dense"
+    return f"{args.config}_{mode}_{args.optimizer}_s{args.seed}"
+
+
+# ---------------------------------------------------------------- CLI
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", default="10M", choices=["10M", "40M", "tiny"])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--sparse", dest="sparse", action="store_true", default=True,
+                   help="attention projections 70%% / FFN 90%% sparse (default)")
+    g.add_argument("--dense", dest="sparse", action="store_false", help="every linear dense")
+    ap.add_argument("--dst", default="static", choices=DST_CHOICES)
+    ap.add_argument("--update-freq", type=int, default=100)
+    ap.add_argument("--drop-fraction", type=float, default=0.3)
+    ap.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
+    ap.add_argument("--lr", type=float, default=None, help="peak learning rate (adamw 1e-3, sgd 0.05)")
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--grad-clip", type=float, default=1.0)
+    ap.add_argument("--steps", type=int, default=2000, help="length of the schedule")
+    ap.add_argument("--stop-at", type=int, default=None, help="stop after this step (schedule still --steps)")
+    ap.add_argument("--batch", type=int, default=None, help="default: the config's")
+    ap.add_argument("--context", type=int, default=None, help="default: the config's")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--data", default=str(DEFAULT_TEXT), help="a UTF-8 text file")
+    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--eval-batches", type=int, default=20)
+    ap.add_argument("--checkpoint", default=None, help="checkpoint file (written atomically)")
+    ap.add_argument("--ckpt-every", type=int, default=250)
+    ap.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    ap.add_argument("--out", default=str(REPORTS), help="folder for the results JSON")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    if args.resume and not args.checkpoint:
+        ap.error("--resume needs --checkpoint")
+    return args
+
+
+def results(tr: Trainer, wall: float, stopped_early: bool) -> dict:
+    a = tr.args
+    ms = tr.step_ms[min(len(tr.step_ms) - 1, 10):] if tr.step_ms else []
+    mem = sparselab.memory_report(tr.model, tr.opt)
+    vals = [h["val_loss"] for h in tr.history if h.get("val_loss") is not None]
+    return {"name": run_name(a), "args": vars(a), "config": tr.cfg.as_dict(), "lr": tr.lr,
+            "steps_done": tr.step, "steps_planned": a.steps, "stopped_early": stopped_early,
+            "final_train_loss": tr.history[-1]["train_loss"] if tr.history else None,
+            "final_val_loss": vals[-1] if vals else None, "best_val_loss": min(vals) if vals else None,
+            "median_ms_per_step": statistics.median(ms) if ms else None, "wall_seconds": wall,
+            "params": sum(p.numel() for p in tr.model.parameters()),
+            "memory": {"total": mem.total, "dense_total": mem.dense_total,
+                       "sparse_layers": mem.sparse_layers_total - mem.scratch,
+                       "sparse_layers_dense": mem.sparse_layers_dense_total, "scratch": mem.scratch},
+            "peak_rss_bytes": peak_rss_bytes(), "history": tr.history,
+            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
+                        "threads": torch.get_num_threads()}}
+
+
+def summary_table(r: dict) -> str:
+    def f(v, fmt):
+        return "-" if v is None else format(v, fmt)
+    m = r["memory"]
+    rows = [("run", r["name"]), ("steps", f"{r['steps_done']} / {r['steps_planned']}"),
+            ("final train loss", f(r["final_train_loss"], ".4f")), ("final val loss", f(r["final_val_loss"], ".4f")),
+            ("best val loss", f(r["best_val_loss"], ".4f")), ("median ms/step", f(r["median_ms_per_step"], ".1f")),
+            ("wall time (s)", f(r["wall_seconds"], ".0f")), ("stored parameters", f"{r['params']:,}"),
+            ("weights+grads+optim (MiB)", f"{m['total'] / 2**20:.1f} (dense equivalent {m['dense_total'] / 2**20:.1f})"),
+            ("peak RSS (MiB)", f"{r['peak_rss_bytes'] / 2**20:.0f}")]
+    w = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    tr = Trainer(args)
+    state = None
+    if args.resume:
+        state = torch.load(args.checkpoint, weights_only=False)
+        saved = {k: v for k, v in state["args"].items() if k not in ("stop_at", "resume", "no_progress", "out",
+                                                                       "eval_every", "ckpt_every", "threads")}
+        diff = {k: (v, getattr(args, k, None)) for k, v in saved.items() if getattr(args, k, None) != v}
+        if diff:
+            raise SystemExit(f"--resume: arguments differ from the checkpoint's: {diff}")
+    tr.setup(state)
+    del state
+    end = min(args.steps, args.stop_at) if args.stop_at is not None else args.steps
+    out = Path(args.out) / f"{run_name(args)}.json"
+    print(f"{run_name(args)}: {tr.cfg}  lr {tr.lr}  {sum(p.numel() for p in tr.model.parameters()):,} stored "
+          f"parameters; steps {tr.step} -> {end} of {args.steps}", flush=True)
+
+    from tqdm import tqdm
+    bar = tqdm(total=end, initial=tr.step, disable=args.no_progress, dynamic_ncols=True, mininterval=2.0)
+    t_wall = time.perf_counter()
+    window: list[float] = []
+    while tr.step < end:
+        t0 = time.perf_counter()
+        loss = tr.train_step()
+        dt = 1e3 * (time.perf_counter() - t0)
+        tr.step_ms.append(dt)
+        window.append(loss)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.3f}", ms_step=f"{statistics.median(tr.step_ms[-20:]):.0f}", refresh=False)
+        if tr.step % args.eval_every == 0 or tr.step == end:
+            h = {"step": tr.step, "train_loss": sum(window) / len(window), "val_loss": tr.evaluate(),
+                 "lr": tr.opt.param_groups[0]["lr"], "ms_per_step": statistics.median(tr.step_ms[-args.eval_every:])}
+            window = []
+            tr.history.append(h)
+            bar.write(f"step {h['step']:5d}  train {h['train_loss']:.4f}  val {h['val_loss']:.4f}  "
+                      f"{h['ms_per_step']:.0f} ms/step")
+            atomic_write_text(out, json.dumps(results(tr, time.perf_counter() - t_wall, tr.step < args.steps),
+                                              indent=1) + "\n")
+        if args.checkpoint and (tr.step % args.ckpt_every == 0 or tr.step == end):
+            tr.save(args.checkpoint)
+    bar.close()
+    r = results(tr, time.perf_counter() - t_wall, tr.step < args.steps)
+    atomic_write_text(out, json.dumps(r, indent=1) + "\n")
+    print(summary_table(r))
+    print(f"results: {out}")
+    return r
+
+
+if __name__ == "__main__":
+    main()
