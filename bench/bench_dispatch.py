@@ -12,11 +12,11 @@ Overhead (pytest-benchmark):
 - ``test_dispatch_hit``: ``dispatch.choose`` on a memoised call (the path of every op call).
 - ``test_dispatch_bucket_hit``: a call signature not seen before whose key is cached (a sparsity
   schedule visiting a new density in a tuned bucket): key computation + cache lookup.
-- ``test_op_overhead_*``: a tiny ``spmm_fwd`` with ``variant=None`` vs a forced variant.
+- ``test_op_overhead_*``: a tiny ``spmm_fwd`` with ``variant=None`` vs the same variant forced.
 
 Quality (a script, minutes; not collected by pytest):
 
-    python bench/bench_dispatch.py quality [--keys 36] [--json out.json] [--stat median|min]
+    python bench/bench_dispatch.py quality [--keys 36] [--json out.json] [--stat median|min] [--threads T]
 
 On keys that are *not* the tuner's representative shapes (odd sizes, several densities and
 batch sizes), it tunes each key through dispatch (fresh cache), then times every available
@@ -80,8 +80,12 @@ def test_op_overhead_dispatched(benchmark):
 
 
 def test_op_overhead_forced(benchmark):
+    # The same variant dispatch picks, forced: the difference to _dispatched is the whole cost
+    # of variant=None (W.density + dispatch.choose).
+    _fresh_cache_env()
     W, X = _tiny_problem()
-    benchmark(ops.spmm_fwd, W, X, variant=kernels.REFERENCE)
+    name = dispatch.choose("spmm_fwd", 32, 32, 1, W.density)
+    benchmark(ops.spmm_fwd, W, X, variant=name)
 
 
 # ------------------------------------------------------------------ quality of the choice
@@ -177,5 +181,8 @@ if __name__ == "__main__":
     p.add_argument("--keys", type=int, default=36)
     p.add_argument("--json")
     p.add_argument("--stat", choices=["median", "min"], default="median")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads first (keys are per thread count)")
     a = p.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
     sys.exit(quality(a.keys, a.json, a.stat))
