@@ -25,6 +25,7 @@ except ImportError:
 needs_c = pytest.mark.skipif(not HAVE_C, reason="sparselab._C not built")
 
 FP = {"brand": "Fake CPU", "build_hash": "feedbeef"}
+REAL_GET_CACHE = resolve.get_cache  # before the autouse fixture swaps in a fake-fingerprint one
 
 
 @pytest.fixture(autouse=True)
@@ -286,6 +287,18 @@ def test_mode_off_uses_heuristic_and_writes_nothing(isolated, counting_tuner):
     assert resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2) == "heuristic_pick"
     assert counting_tuner == []
     assert not isolated.exists()  # no cache dir, no file, no cpuinfo memo
+
+
+def test_mode_off_touches_no_disk_through_the_real_cache_path(isolated, counting_tuner, monkeypatch):
+    from sparselab import dispatch
+
+    monkeypatch.setattr(resolve, "get_cache", REAL_GET_CACHE)
+    resolve.reset()
+    with modes.mode("off"):
+        for n in (1, 64, 4096):
+            assert dispatch.choose("sddmm_dw", 512, 512, n, 0.1) == "heuristic_pick"
+    assert not isolated.exists() and resolve._cache is None and counting_tuner == []
+    dispatch.invalidate()
 
 
 def test_mode_on_tunes_a_miss_once_then_hits(isolated, counting_tuner):
