@@ -50,7 +50,9 @@ tail -n 1 "$work/pytest.log"
 
 report_readme="$(python -m sparselab.benchmarking.cli report "$json" --out "$out_root" --probe | sed -n 's/^wrote //p' | head -n 1)"
 dir="$(dirname "$report_readme")"
-cp "$json" "$dir/results.json"
+# Compact (pytest-benchmark indents its JSON): the same content at about a third of the size.
+python -c 'import json, sys; json.dump(json.load(open(sys.argv[1])), open(sys.argv[2], "w"), separators=(",", ":"))' \
+  "$json" "$dir/results.json"
 python bench/summarize.py "$json" --out "$dir/SUMMARY.md"
 
 threads="$(python -c 'import torch; print(torch.get_num_threads())')"
@@ -65,10 +67,11 @@ cat >>"$report_readme" <<EOF
   (pytest: ${summary_line}); torch threads: ${threads} of ${cores} logical cores.
 - 1-minute load average while the benchmarks ran (sampled every 20 s): ${load:-not available}.
   A load above the thread count means other processes competed for the cores: absolute times
-  and GFLOP/s are then pessimistic and noisy, and so are the probes. Read the **ratios** of
-  implementations timed back to back on the same data (dense/sparse columns here, and
-  [SUMMARY.md](SUMMARY.md)): neighbours share the load. Regenerate on a quiet machine for
-  absolute numbers.
+  and GFLOP/s are then pessimistic and noisy, and so are the probes (bandwidth, peak). Prefer the
+  **ratios** of implementations timed back to back on the same data (dense/sparse columns here,
+  [SUMMARY.md](SUMMARY.md)), but at a high load even those are noisy: SUMMARY.md's "noise
+  reference" (one kernel timed twice, as a fixed variant and through dispatch) shows how much.
+  Regenerate on a quiet machine (\`bash bench/make_report.sh\`) before quoting absolute numbers.
 - Headline ratios (issue 2) and tuned dispatch vs the best fixed variant: [SUMMARY.md](SUMMARY.md).
   Raw results: \`results.json\` (pytest-benchmark; \`sparselab-bench compare\` takes it as a base).
 EOF
