@@ -148,6 +148,14 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release nogil;
     build_transpose(w, wt, perm);
   });
+  m.def("scatter_to_dense", [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
+                               uintptr_t row_nnz, int64_t rows, int64_t ncols, int value_bits,
+                               uintptr_t dense, int threads) {
+    if (value_bits != 32 && value_bits != 64) throw py::value_error("value_bits must be 32 or 64");
+    const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+    py::gil_scoped_release nogil;
+    scatter_to_dense(w, value_bits, dense, threads);
+  }, "Write W's live values into a zeroed dense row-major buffer.");
   m.def("scratch_bytes_retained", &scratch_bytes_retained,
         "Bytes of kernel scratch kept by the calling thread's arena.");
   m.def("release_scratch", &release_scratch, "Free the calling thread's kernel scratch arena.");

@@ -11,6 +11,7 @@ index bytes), int32 otherwise.
 from __future__ import annotations
 
 import math
+import weakref
 import operator
 
 import torch
@@ -25,6 +26,26 @@ VALUE_DTYPES = (torch.float32, torch.float64)
 def index_dtype_for(columns: int) -> torch.dtype:
     """The narrowest index dtype that holds column indices ``0 .. columns-1``."""
     return torch.int16 if columns <= INT16_MAX_COLUMNS else torch.int32
+
+
+# Live count per row_nnz tensor, valid while the tensor's in-place version
+# counter is unchanged: ops ask for the density on every call, and wrappers
+# around the same tensors (one per autograd op call) share the answer. Keyed
+# by id() with a weak reference to tell a reused id from the same tensor
+# (tensors compare elementwise, so they cannot be weak dict keys).
+_LIVE_COUNTS: dict[int, tuple] = {}
+
+
+def live_count(row_nnz: torch.Tensor) -> int:
+    """``int(row_nnz.sum())``, cached until ``row_nnz`` is modified in place."""
+    key = id(row_nnz)
+    hit = _LIVE_COUNTS.get(key)
+    if hit is not None and hit[0]() is row_nnz and hit[1] == row_nnz._version:
+        return hit[2]
+    n = int(row_nnz.sum())
+    ref = weakref.ref(row_nnz, lambda _r, key=key: _LIVE_COUNTS.pop(key, None))
+    _LIVE_COUNTS[key] = (ref, row_nnz._version, n)
+    return n
 
 
 def _bits(dtype: torch.dtype) -> int:
@@ -235,7 +256,7 @@ class PaddedCSR:
 
     @property
     def nnz(self) -> int:
-        return int(self.row_nnz.sum())
+        return live_count(self.row_nnz)
 
     @property
     def capacity(self) -> int:
@@ -260,9 +281,9 @@ class PaddedCSR:
         return torch.repeat_interleave(torch.arange(self.shape[0]), self.row_start[1:] - self.row_start[:-1])
 
     def to_dense(self) -> torch.Tensor:
-        live = self.live_mask()
         dense = torch.zeros(self.shape, dtype=self.values.dtype)
-        dense[self.slot_rows()[live], self.cols[live].to(torch.int64)] = self.values.detach()[live]
+        bits = 64 if self.values.dtype == torch.float64 else 32
+        _C.scatter_to_dense(*self.raw_args(), bits, dense.data_ptr(), 1)  # memory-bound: one thread
         return dense
 
     def to_torch_sparse_csr(self) -> torch.Tensor:

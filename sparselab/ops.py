@@ -50,11 +50,11 @@ def _threads(threads: int | None) -> int:
     return threads
 
 
-def _resolve(op: str, W: PaddedCSR, n: int, variant: str | None) -> kernels.VariantInfo:
+def _resolve(op: str, W: PaddedCSR, n: int, variant: str | None, threads: int) -> kernels.VariantInfo:
     if variant is None:
         from . import dispatch
 
-        variant = dispatch.choose(op, W.shape[0], W.shape[1], n, W.density)
+        variant = dispatch.choose(op, W.shape[0], W.shape[1], n, W.density, threads)
     elif not isinstance(variant, str):
         raise TypeError(f"variant must be a str or None, got {type(variant).__name__}")
     return kernels.require_available(op, variant)
@@ -85,7 +85,7 @@ def spmm_fwd(W: PaddedCSR, X: torch.Tensor, bias: torch.Tensor | None = None, *,
     if dtype == torch.float64:
         _C.spmm_fwd_f64(*W.raw_args(), n, X.data_ptr(), _ld(X), bias_ptr, Y.data_ptr(), out_f, nthreads)
         return Y
-    v = _resolve("spmm_fwd", W, n, variant)
+    v = _resolve("spmm_fwd", W, n, variant, nthreads)
     if v.is_dense:
         return _dense_fwd(v.name, W, X, bias)
     _C.spmm_fwd(v.id, *W.raw_args(), n, X.data_ptr(), _ld(X), bias_ptr, Y.data_ptr(), out_f, nthreads)
@@ -108,7 +108,7 @@ def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None,
     if dtype == torch.float64:
         _C.spmm_dx_f64(*W.raw_args(), n, dY.data_ptr(), _ld(dY), dX.data_ptr(), in_f, nthreads)
         return dX
-    v = _resolve("spmm_dx", W, n, variant)
+    v = _resolve("spmm_dx", W, n, variant, nthreads)
     if v.is_dense:
         return dY @ W.to_dense()
     if v.dx_layout == "transposed":
@@ -142,7 +142,7 @@ def sddmm_dw(W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor, *, variant: str | 
     if dtype == torch.float64:
         _C.sddmm_dw_f64(*W.raw_args(), n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dW.data_ptr(), nthreads)
         return dW
-    v = _resolve("sddmm_dw", W, n, variant)
+    v = _resolve("sddmm_dw", W, n, variant, nthreads)
     if v.is_dense:
         return _dense_dw(W, dY, X)
     _C.sddmm_dw(v.id, *W.raw_args(), n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dW.data_ptr(), nthreads)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import tempfile
 from dataclasses import dataclass
 from unittest import mock
 
@@ -15,7 +17,13 @@ import pytest
 import torch
 from hypothesis import strategies as st
 
-from sparselab import PaddedCSR, kernels, ops
+# The suite never touches the user's tuning cache, and calls without
+# variant= use the heuristic default unless a test sets its own mode: tuning
+# on first use would make test time and choices depend on machine load.
+os.environ.setdefault("SPARSELAB_CACHE_DIR", tempfile.mkdtemp(prefix="sparselab-test-cache-"))
+os.environ.setdefault("SPARSELAB_TUNING", "off")
+
+from sparselab import PaddedCSR, kernels, ops  # noqa: E402
 
 EPS32 = torch.finfo(torch.float32).eps
 NAN = float("nan")

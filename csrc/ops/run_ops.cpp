@@ -240,6 +240,33 @@ void build_transpose(const RawCsr& w, const RawCsr& wt, uintptr_t perm) {
   }
 }
 
+namespace {
+template <typename Idx, typename Val>
+void scatter_typed(const RawCsr& w, Val* dense, int threads) {
+  const auto* cols = reinterpret_cast<const Idx*>(w.cols);
+  const auto* vals = reinterpret_cast<const Val*>(w.values);
+  const auto* rs = reinterpret_cast<const int64_t*>(w.row_start);
+  const auto* rn = reinterpret_cast<const int32_t*>(w.row_nnz);
+  const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(w.rows, int64_t(threads) * 4));
+  parallel_for(threads, tasks, [&](int64_t t, int) {
+    for (int64_t i = w.rows * t / tasks; i < w.rows * (t + 1) / tasks; ++i)
+      for (int32_t k = 0; k < rn[i]; ++k) dense[i * w.ncols + cols[rs[i] + k]] = vals[rs[i] + k];
+  });
+}
+}  // namespace
+
+void scatter_to_dense(const RawCsr& w, int value_bits, uintptr_t dense, int threads) {
+  if (value_bits == 64) {
+    auto* d = reinterpret_cast<double*>(dense);
+    if (w.idx_bits == 16) scatter_typed<int16_t>(w, d, threads);
+    else scatter_typed<int32_t>(w, d, threads);
+  } else {
+    auto* d = reinterpret_cast<float*>(dense);
+    if (w.idx_bits == 16) scatter_typed<int16_t>(w, d, threads);
+    else scatter_typed<int32_t>(w, d, threads);
+  }
+}
+
 size_t scratch_bytes_retained() { return arena.floats * sizeof(float); }
 void release_scratch() {
   std::free(arena.ptr);

@@ -42,6 +42,10 @@ void run_sddmm_dw_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, ui
 // wt.row_nnz (ncols), wt.cols (nnz, wt.idx_bits) and perm (nnz, int32).
 void build_transpose(const RawCsr& w, const RawCsr& wt, uintptr_t perm);
 
+// dense[i * ncols + cols[k]] = values[k] for every live slot (dense must be
+// zeroed by the caller). float32 (value_bits 32) or float64 (64).
+void scatter_to_dense(const RawCsr& w, int value_bits, uintptr_t dense, int threads);
+
 // Bytes of scratch currently retained by this thread's arena, and a way to
 // give it back.
 size_t scratch_bytes_retained();
