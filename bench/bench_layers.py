@@ -156,15 +156,23 @@ def test_memory_sparse_vs_dense(benchmark, model):
 
 # ---- quick script ----
 
-def _time_steps(p: Problem, rounds: int) -> float:
-    p.step()
-    p.step()
-    ts = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
+def _time_interleaved(a: Problem, b: Problem, rounds: int) -> dict:
+    """Median wall and process-CPU seconds per step of a and b, alternating a/b steps so load
+    drift hits both alike. CPU time (all threads of this process) is less distorted than wall time
+    when other processes compete for the cores."""
+    for p in (a, b):
         p.step()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+        p.step()
+    wall: dict = {"a": [], "b": []}
+    cpu: dict = {"a": [], "b": []}
+    for _ in range(rounds):
+        for key, p in (("a", a), ("b", b)):
+            c0, t0 = time.process_time(), time.perf_counter()
+            p.step()
+            wall[key].append(time.perf_counter() - t0)
+            cpu[key].append(time.process_time() - c0)
+    med = statistics.median
+    return {"wall": (med(wall["a"]), med(wall["b"])), "cpu": (med(cpu["a"]), med(cpu["b"]))}
 
 
 def main(argv: list[str]) -> None:
@@ -174,9 +182,12 @@ def main(argv: list[str]) -> None:
     for model in MODELS:
         if what in ("all", "time"):
             dense, sparse = Problem(model, "dense"), Problem(model, "sparse")
-            td, ts = _time_steps(dense, ROUNDS), _time_steps(sparse, ROUNDS)
-            print(f"[{model}] train step median of {ROUNDS}: dense {td * 1e3:8.2f} ms, sparse {ts * 1e3:8.2f} ms, "
-                  f"sparse/dense {ts / td:.3f}x   variants {sparse.variants()}")
+            r = _time_interleaved(dense, sparse, ROUNDS)
+            (td, ts), (cd, cs) = r["wall"], r["cpu"]
+            print(f"[{model}] train step, median of {ROUNDS} interleaved: wall dense {td * 1e3:.1f} ms, "
+                  f"sparse {ts * 1e3:.1f} ms, sparse/dense {ts / td:.3f}x; process CPU time dense "
+                  f"{cd * 1e3:.1f} ms, sparse {cs * 1e3:.1f} ms, sparse/dense {cs / cd:.3f}x "
+                  f"(load avg {os.getloadavg()[0]:.1f})\n  variants {sparse.variants()}")
         if what in ("all", "memory"):
             m = _memory(model)
             print(f"[{model}] memory after one AdamW step:\n{m['report']}\n"
