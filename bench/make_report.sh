@@ -36,7 +36,7 @@ sampler=$!
 start=$SECONDS
 json="$work/results.json"
 echo "make_report: kernel suite (--grid $grid) + dispatch overhead; log $work/pytest.log"
-python -m pytest bench/bench_kernels.py bench/bench_dispatch.py --grid "$grid" -q -p no:cacheprovider \
+pytest bench/bench_kernels.py bench/bench_dispatch.py --grid "$grid" -q -p no:cacheprovider \
   --benchmark-disable-gc --benchmark-max-time=0.5 --benchmark-columns=median,rounds \
   --benchmark-sort=fullname --benchmark-json="$json" >"$work/pytest.log" 2>&1 || {
   echo "make_report: the benchmarks failed; log follows" >&2
@@ -48,7 +48,7 @@ kill "$sampler" 2>/dev/null || true
 sampler=""
 tail -n 1 "$work/pytest.log"
 
-report_readme="$(python -m sparselab.benchmarking.cli report "$json" --out "$out_root" --probe | sed -n 's/^wrote //p' | head -n 1)"
+report_readme="$(sparselab-bench report "$json" --out "$out_root" --probe | sed -n 's/^wrote //p' | head -n 1)"
 dir="$(dirname "$report_readme")"
 # Compact (pytest-benchmark indents its JSON): the same content at about a third of the size.
 python -c 'import json, sys; json.dump(json.load(open(sys.argv[1])), open(sys.argv[2], "w"), separators=(",", ":"))' \

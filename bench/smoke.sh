@@ -8,6 +8,8 @@
 #   bash bench/smoke.sh            # SMOKE_KEEP=1 keeps the temp dir and prints its path
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# `pytest` and `sparselab-bench`, not `python -m ...`: from the repo root the latter would
+# import the source tree (without its compiled _C) instead of the installed package.
 
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/sparselab-smoke.XXXXXX")"
 if [ "${SMOKE_KEEP:-0}" = 1 ]; then
@@ -22,7 +24,7 @@ start=$SECONDS
 json="$tmp/quick.json"
 echo "smoke: pytest bench --quick (log: $tmp/pytest.log)"
 set +e
-python -m pytest bench --quick -q -p no:cacheprovider \
+pytest bench --quick -q -p no:cacheprovider \
   --benchmark-disable-gc --benchmark-max-time=0.2 --benchmark-min-rounds=3 \
   --benchmark-columns=median,rounds --benchmark-sort=fullname \
   --benchmark-json="$json" >"$tmp/pytest.log" 2>&1
@@ -39,7 +41,7 @@ if [ "$status" -ne 0 ]; then
 fi
 echo "smoke: suites done in $((SECONDS - start)) s"
 
-python -m sparselab.benchmarking.cli report "$json" --out "$tmp/report" --no-probe
+sparselab-bench report "$json" --out "$tmp/report" --no-probe
 report_dir="$(find "$tmp/report" -mindepth 1 -maxdepth 1 -type d | head -n 1)"
 missing=0
 for f in README.md gflops_vs_sparsity.png speedup_vs_sparsity.png roofline.png tuner_choices.png; do
@@ -57,7 +59,7 @@ fi
 
 python bench/summarize.py "$json" --out "$tmp/summary.md"
 grep -q "Headline" "$tmp/summary.md"
-python -m sparselab.benchmarking.cli compare "$json" "$json" --out "$tmp/compare" >/dev/null
+sparselab-bench compare "$json" "$json" --out "$tmp/compare" >/dev/null
 [ -s "$tmp/compare/compare.md" ] && [ -s "$tmp/compare/compare.png" ]
 
 echo "smoke: OK in $((SECONDS - start)) s (report: $report_dir)"
