@@ -1,0 +1,22 @@
+"""Dynamic sparse training on padded-CSR storage.
+
+``algo = sparselab.RigL(sparsity=0.9, drop_fraction=0.3, update_freq=100); model.apply(algo)``;
+``algo.attach_optimizer(opt)``; call ``algo.step()`` after every ``opt.step()``.
+See :mod:`sparselab.dst.base` for the contract of a new algorithm.
+"""
+
+from . import distribution, schedules
+from .base import LayerState, SparsityAlgorithm, UpdateInfo
+from .gmp import GMP
+from .granet import GraNet
+from .rigl import RigL
+from .schedules import (ConstantDrop, ConstantSparsity, CosineDrop, CubicSparsity, DropSchedule, SparsitySchedule,
+                        UpdateSchedule)
+from .set import SET
+from .snfs import SNFS
+from .srigl import SRigL
+from .static import Static
+
+__all__ = ["SparsityAlgorithm", "LayerState", "UpdateInfo", "Static", "SET", "RigL", "SRigL", "GMP", "GraNet",
+           "SNFS", "UpdateSchedule", "DropSchedule", "ConstantDrop", "CosineDrop", "SparsitySchedule",
+           "ConstantSparsity", "CubicSparsity", "distribution", "schedules"]

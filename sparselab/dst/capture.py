@@ -1,0 +1,68 @@
+"""Capture a SparseLinear's input ``X`` and output gradient ``dY`` for one step.
+
+Gradient-based growth (RigL, SRigL, GraNet, SNFS) scores a *non-live* position
+``(i, j)`` by the dense gradient ``dL/dW[i, j] = sum_b dY[b, i] X[b, j]``, which
+the sparse backward never forms. The algorithm arms a :class:`GradientCapture`
+only for the training step that precedes an update (no hook, so no cost, on
+other steps): a forward hook keeps ``X`` and puts a tensor hook on ``Y`` that
+keeps ``dY``. Several forwards with grad enabled (gradient accumulation, a
+layer used twice) are all kept; their dense gradients add up. Forwards under
+``torch.no_grad()`` (evaluation) are ignored.
+
+:meth:`dense_grad` forms one row block ``dY[:, rows]^T @ X`` at a time, so the
+full dense gradient never exists.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["GradientCapture"]
+
+
+class GradientCapture:
+    def __init__(self, module):
+        self.in_features = module.in_features
+        self.out_features = module.out_features
+        self.pairs: list[list] = []  # [x (N, in), dy (N, out) or None]
+        self._handle = module.register_forward_hook(self._on_forward)
+
+    def _on_forward(self, module, args, output) -> None:
+        if not (torch.is_grad_enabled() and isinstance(output, Tensor) and output.requires_grad):
+            return
+        entry = [args[0].detach().reshape(-1, self.in_features), None]
+        self.pairs.append(entry)
+
+        def on_grad(g: Tensor, entry=entry) -> None:
+            g = g.detach().reshape(-1, self.out_features)
+            entry[1] = g if entry[1] is None else entry[1] + g
+
+        output.register_hook(on_grad)
+
+    @property
+    def ready(self) -> bool:
+        """True once at least one captured forward got its gradient."""
+        return any(dy is not None for _, dy in self.pairs)
+
+    def dense_grad(self, rows: slice) -> Tensor:
+        """``dL/dW[rows, :]`` as a dense ``(len(rows), in_features)`` tensor."""
+        out = None
+        for x, dy in self.pairs:
+            if dy is None:
+                continue
+            g = dy[:, rows].t() @ x
+            out = g if out is None else out.add_(g)
+        if out is None:
+            n = len(range(*rows.indices(self.out_features)))
+            dtype = self.pairs[0][0].dtype if self.pairs else torch.get_default_dtype()
+            out = torch.zeros(n, self.in_features, dtype=dtype)
+        return out
+
+    def nbytes(self) -> int:
+        """Bytes held by the captured activations and gradients."""
+        return sum(t.numel() * t.element_size() for pair in self.pairs for t in pair if t is not None)
+
+    def remove(self) -> None:
+        self._handle.remove()
+        self.pairs = []

@@ -1,0 +1,180 @@
+"""Schedules as small objects: when to update, how much to drop, how sparse to be.
+
+All three are pure functions of the step count ``t`` (the number of
+``algo.step()`` calls so far, i.e. optimizer steps done), so checkpointing the
+step count checkpoints them. ``config()`` describes one (an algorithm's
+``state_dict`` stores it to refuse resuming with a different schedule).
+
+- :class:`UpdateSchedule` -- topology updates at every ``every``-th step (steps
+  that are multiples of ``every``, as in RigL's reference code) within
+  ``[start, end]``; optionally also at ``end`` itself.
+- :class:`ConstantDrop` / :class:`CosineDrop` -- the fraction of live
+  connections dropped (and regrown) at an update; cosine decays to zero at
+  ``end`` (RigL's default, Evci et al. 2020, eq. 1).
+- :class:`ConstantSparsity` / :class:`CubicSparsity` -- the target sparsity;
+  cubic is Zhu & Gupta's gradual-pruning ramp
+  ``s_t = s_f + (s_i - s_f) (1 - (t - start) / (end - start))^3`` (GMP, GraNet).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+__all__ = ["UpdateSchedule", "DropSchedule", "ConstantDrop", "CosineDrop", "SparsitySchedule",
+           "ConstantSparsity", "CubicSparsity", "check_sparsity", "check_fraction", "check_step"]
+
+
+# ---- argument checks (shared with the algorithms) ----
+
+def _is_real(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_sparsity(v, name: str = "sparsity") -> float:
+    if not _is_real(v) or not (0.0 <= v < 1.0):
+        raise ValueError(f"{name} must be a number in [0, 1), got {v!r}")
+    return float(v)
+
+
+def check_fraction(v, name: str = "drop_fraction") -> float:
+    if not _is_real(v) or not (0.0 < v <= 1.0):
+        raise ValueError(f"{name} must be a number in (0, 1], got {v!r}")
+    return float(v)
+
+
+def check_step(v, name: str, *, minimum: int = 0, allow_none: bool = False):
+    if v is None and allow_none:
+        return None
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}{' or None' if allow_none else ''}, got {v!r}")
+    return int(v)
+
+
+# ---- update frequency ----
+
+class UpdateSchedule:
+    """Update the topology at steps ``t`` with ``t % every == 0``, ``t >= max(start, 1)``
+    and (if ``end`` is set) ``t <= end``; with ``include_end`` also at ``t == end``."""
+
+    def __init__(self, every: int = 100, start: int = 0, end: int | None = None, *, include_end: bool = False):
+        self.every = check_step(every, "update_freq", minimum=1)
+        self.start = check_step(start, "start")
+        self.end = check_step(end, "end", allow_none=True)
+        if self.end is not None and self.end < self.start:
+            raise ValueError(f"end ({self.end}) must be >= start ({self.start})")
+        self.include_end = bool(include_end)
+
+    def is_update(self, t: int) -> bool:
+        if t < max(self.start, 1) or (self.end is not None and t > self.end):
+            return False
+        return t % self.every == 0 or (self.include_end and t == self.end)
+
+    def config(self) -> dict:
+        return {"every": self.every, "start": self.start, "end": self.end, "include_end": self.include_end}
+
+    def __repr__(self) -> str:
+        return (f"UpdateSchedule(every={self.every}, start={self.start}, end={self.end}"
+                f"{', include_end=True' if self.include_end else ''})")
+
+
+# ---- drop fraction ----
+
+class DropSchedule:
+    """Fraction of live connections to drop (and regrow) at update step ``t``."""
+
+    def __call__(self, t: int) -> float:
+        raise NotImplementedError
+
+    def config(self) -> dict:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "kind")
+        return f"{type(self).__name__}({args})"
+
+
+class ConstantDrop(DropSchedule):
+    def __init__(self, fraction: float = 0.3):
+        self.fraction = check_fraction(fraction)
+
+    def __call__(self, t: int) -> float:
+        return self.fraction
+
+    def config(self) -> dict:
+        return {"kind": "constant", "fraction": self.fraction}
+
+
+class CosineDrop(DropSchedule):
+    """``f(t) = f0 / 2 * (1 + cos(pi * (t - start) / (end - start)))``, 0 after ``end``."""
+
+    def __init__(self, fraction: float = 0.3, end: int | None = None, start: int = 0):
+        self.fraction = check_fraction(fraction)
+        if end is None:
+            raise ValueError("CosineDrop needs end (the step where the drop fraction reaches 0)")
+        self.end = check_step(end, "end", minimum=1)
+        self.start = check_step(start, "start")
+        if self.end <= self.start:
+            raise ValueError(f"CosineDrop end ({self.end}) must be > start ({self.start})")
+
+    def __call__(self, t: int) -> float:
+        p = min(1.0, max(0.0, (t - self.start) / (self.end - self.start)))
+        return self.fraction * 0.5 * (1.0 + math.cos(math.pi * p))
+
+    def config(self) -> dict:
+        return {"kind": "cosine", "fraction": self.fraction, "start": self.start, "end": self.end}
+
+
+# ---- sparsity ----
+
+class SparsitySchedule:
+    """Target sparsity (over the attached layers) at step ``t``."""
+
+    initial: float
+    final: float
+
+    def __call__(self, t: int) -> float:
+        raise NotImplementedError
+
+    def config(self) -> dict:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "kind")
+        return f"{type(self).__name__}({args})"
+
+
+class ConstantSparsity(SparsitySchedule):
+    def __init__(self, sparsity: float = 0.9):
+        self.initial = self.final = check_sparsity(sparsity)
+
+    def __call__(self, t: int) -> float:
+        return self.final
+
+    def config(self) -> dict:
+        return {"kind": "constant", "sparsity": self.final}
+
+
+class CubicSparsity(SparsitySchedule):
+    """Zhu & Gupta (2017): from ``initial`` at ``start`` to ``final`` at ``end``, cubic."""
+
+    def __init__(self, initial: float, final: float, start: int, end: int):
+        self.initial = check_sparsity(initial, "initial_sparsity")
+        self.final = check_sparsity(final, "sparsity")
+        if self.initial > self.final:
+            raise ValueError(f"initial_sparsity ({self.initial}) must be <= the final sparsity ({self.final}): "
+                             f"the cubic ramp prunes, it does not densify")
+        self.start = check_step(start, "start")
+        if end is None:
+            raise ValueError("a cubic sparsity ramp needs end (the step where it reaches the final sparsity)")
+        self.end = check_step(end, "end", minimum=1)
+        if self.end <= self.start:
+            raise ValueError(f"end ({self.end}) must be > start ({self.start})")
+
+    def __call__(self, t: int) -> float:
+        p = min(1.0, max(0.0, (t - self.start) / (self.end - self.start)))
+        return self.final + (self.initial - self.final) * (1.0 - p) ** 3
+
+    def config(self) -> dict:
+        return {"kind": "cubic", "initial": self.initial, "final": self.final, "start": self.start,
+                "end": self.end}

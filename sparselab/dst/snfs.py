@@ -1,0 +1,109 @@
+"""SNFS: Sparse Momentum (sparse networks from scratch).
+
+Dettmers & Zettlemoyer, *Sparse Networks from Scratch: Faster Training without
+Losing Performance*, arXiv:1907.04840 (2019).
+
+At every update:
+
+1. Each layer drops the fraction ``p(t)`` (``drop_fraction``, cosine-decayed;
+   0.5 in the paper) of its live weights with the smallest magnitude.
+2. Redistribution: the total dropped count is regrown across layers in
+   proportion to each layer's mean momentum magnitude over its live weights
+   (largest-remainder rounding; a layer never gets more than its free
+   positions, nor more than its free slots: ``padding``, 0.5 by default,
+   bounds how fast a layer densifies), so layer densities drift towards where
+   the momentum is.
+3. Growth: in each layer, the positions with the largest momentum magnitude
+   among the zero weights, value 0.
+
+Deviation, to keep training truly sparse: the paper keeps a dense momentum
+for every weight, zero ones included. SparseLab stores no dense state, so the
+growth score of a non-live position is the magnitude of its dense gradient at
+the update step (RigL's chunked ``dY^T X``). The layer momentum of step 2 is
+read from the optimizer's per-slot state (SGD ``momentum_buffer`` or Adam's
+``exp_avg``) of the live weights; without such state, from ``.grad``; without
+that, growth stays in each layer.
+"""
+
+from __future__ import annotations
+
+import math
+
+from torch import Tensor
+
+from .base import LayerState, SparsityAlgorithm
+from .topology import optimizers_of
+
+__all__ = ["SNFS", "allocate"]
+
+_MOMENTUM_KEYS = ("momentum_buffer", "exp_avg")
+
+
+def allocate(total: int, weights: list[float], caps: list[int]) -> list[int]:
+    """Split ``total`` into integers proportional to ``weights`` (largest
+    remainder, ties to the lower index), none above its cap; what a capped
+    layer cannot take goes to the others."""
+    n = len(weights)
+    alloc = [0] * n
+    open_ = [i for i in range(n) if caps[i] > 0]
+    left = min(total, sum(max(0, c) for c in caps))
+    while left > 0 and open_:
+        wsum = sum(max(0.0, weights[i]) for i in open_)
+        share = {i: (max(0.0, weights[i]) / wsum if wsum > 0 else 1.0 / len(open_)) * left for i in open_}
+        base = {i: int(math.floor(share[i])) for i in open_}
+        rest = left - sum(base.values())
+        for i in sorted(open_, key=lambda i: (-(share[i] - base[i]), i))[:rest]:
+            base[i] += 1
+        for i in open_:
+            alloc[i] += min(base[i], caps[i] - alloc[i])
+        left = min(total, sum(max(0, c) for c in caps)) - sum(alloc)
+        open_ = [i for i in open_ if alloc[i] < caps[i]]
+    return alloc
+
+
+class SNFS(SparsityAlgorithm):
+    """Magnitude drop, momentum-based redistribution across layers, gradient growth."""
+
+    needs_gradient = True
+    default_drop_schedule = "cosine"
+    default_padding = 0.5
+
+    def __init__(self, sparsity=0.9, *, drop_fraction=0.5, **kwargs):
+        super().__init__(sparsity, drop_fraction=drop_fraction, **kwargs)
+
+    def layer_counts(self, layer: LayerState, t: int) -> tuple[int, int]:
+        n = int(round(self.drop_schedule(t) * layer.nnz))
+        return n, n
+
+    def layer_momentum(self, layer: LayerState) -> float | None:
+        """Mean |momentum| over the layer's live weights (None if no source)."""
+        p = layer.module.weight_values
+        src = None
+        for o in optimizers_of(p, self._optimizers):
+            st = o.state.get(p, {})
+            for k in _MOMENTUM_KEYS:
+                if isinstance(st.get(k), Tensor) and st[k].shape == p.shape:
+                    src = st[k]
+                    break
+            if src is not None:
+                break
+        if src is None:
+            src = p.grad
+        if src is None:
+            return None
+        live = layer.weight.live_mask()
+        return float(src.detach()[live].abs().double().mean()) if bool(live.any()) else 0.0
+
+    def redistribute(self, counts, t):
+        moms = [self.layer_momentum(L) for L in self._layers]
+        if any(m is None for m in moms):
+            return counts
+        total = sum(d for d, _ in counts)
+        # A layer grows into its free positions and, to keep every tensor's size (see
+        # topology.rewrite_layer), into its free slots: ``padding`` bounds how fast it can densify.
+        caps = [min(L.numel, L.module.capacity) - (L.nnz - d) for L, (d, _) in zip(self._layers, counts)]
+        grow = allocate(total, moms, caps)
+        return [(d, g) for (d, _), g in zip(counts, grow)]
+
+    def grow_scores(self, layer: LayerState, rows: slice) -> Tensor:
+        return layer.dense_grad(rows).abs_()

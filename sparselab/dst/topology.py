@@ -1,0 +1,293 @@
+"""Mutate a SparseLinear's padded-CSR topology in place: drop slots, grow columns.
+
+:func:`rewrite_layer` is the one place a DST update touches a layer:
+
+1. The surviving live entries (live minus dropped) and the grown ``(row, col)``
+   entries are merged in ``(row, col)`` order one *block of rows* at a time
+   (vectorized within a block; a block holds about 1/16 of the slots), so the
+   index temporaries stay a small fraction of the layer.
+2. **In place** when every row's new live count fits its slot range: each
+   row's live prefix is rewritten in the same ``values`` / ``cols`` /
+   ``row_nnz`` tensors; dropped columns leave the prefix, grown ones are
+   inserted at their sorted position with value 0 (or the given values),
+   columns stay strictly increasing, padding holds column -1 and value 0.
+3. **Re-layout in place** when some row overflows but the capacity suffices
+   (always the case when drops equal grows, as in SET / RigL): the free slots
+   of that row's block are spread evenly over the block's rows again (the
+   block keeps its slot range, so the rewrite stays block-local); only when a
+   whole block overflows are the free slots of the layer re-spread, through
+   one reusable scratch buffer. ``row_start`` is rewritten in place. Every
+   tensor keeps its shape and identity, so the Parameter, the optimizer, live
+   autograd graphs and ``torch.compile`` buffers are all unaffected.
+4. **Resize** only when the capacity must change (spare slots ensured at attach
+   time, compaction after pruning, a layer that densifies): new tensors of the
+   new capacity; ``weight_values`` becomes a *new* ``nn.Parameter`` (resizing
+   the old one through ``.data`` would leave autograd's cached gradient
+   accumulator with the old shape while any earlier graph is alive), and
+   every attached optimizer's param group and state are moved to it. Code
+   holding references to the old Parameter must refresh them.
+5. Per-slot optimizer state (``momentum_buffer``, ``exp_avg``, ... -- every state
+   tensor shaped like the values, found by
+   :func:`sparselab.optim_state.slot_state_keys`) and ``.grad`` follow their
+   connection to its new slot; the state of grown slots is reset with
+   :func:`sparselab.optim_state.reset_slots`. Scalars such as Adam's ``step``
+   are untouched.
+6. ``layer.topology_changed()`` (what ``layer.weight.mark_topology_changed()``
+   calls): the transposed index is rebuilt; the full O(capacity) invariant
+   check runs when ``validate=True``.
+
+Live slots are recognised by ``cols >= 0`` (padding holds column -1, an
+invariant of the format), which avoids the capacity-length int64 arrays of
+``PaddedCSR.live_mask()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from .. import optim_state
+from ..format import PADDING
+
+__all__ = ["RewriteResult", "rewrite_layer", "optimizers_of"]
+
+
+@dataclass
+class RewriteResult:
+    dropped: int = 0
+    grown: int = 0
+    nnz: int = 0
+    repacked: bool = False       # row layout changed (re-layout or resize)
+    resized: bool = False        # capacity changed: weight_values is a new Parameter
+    grown_slots: Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
+
+
+def optimizers_of(param: Tensor, optimizers) -> list:
+    return [o for o in optimizers if any(q is param for g in o.param_groups for q in g["params"])]
+
+
+def _swap_parameter(layer, old: nn.Parameter, new_values: Tensor, opts) -> nn.Parameter:
+    """Give ``layer`` a new ``weight_values`` Parameter; move it into every optimizer in ``opts``."""
+    new = nn.Parameter(new_values, requires_grad=old.requires_grad)
+    for o in opts:
+        for g in o.param_groups:
+            for i, q in enumerate(g["params"]):
+                if q is old:
+                    g["params"][i] = new
+        if old in o.state:
+            o.state[new] = o.state.pop(old)
+    layer.weight_values = new
+    return new
+
+
+def _exclusive_cumsum(x: Tensor) -> Tensor:
+    out = torch.zeros(x.numel() + 1, dtype=torch.int64)
+    torch.cumsum(x, 0, out=out[1:])
+    return out
+
+
+@torch.no_grad()
+def rewrite_layer(layer, drop_slots: Tensor, grow_rows: Tensor, grow_cols: Tensor,
+                  grow_values: Tensor | None = None, *, optimizers=(), spare: int = 0,
+                  compact: bool = False, min_spare: int = 0, validate: bool = False,
+                  block_slots: int | None = None) -> RewriteResult:
+    """Drop ``drop_slots`` (live slot ids) and grow ``(grow_rows, grow_cols)``
+    (positions not live after the drop) in ``layer`` (a SparseLinear).
+
+    ``spare``: free slots per row when a resize is needed. ``compact``: resize
+    to ``new_nnz + spare`` slots per row (returns memory after pruning).
+    ``min_spare``: resize when any row would have fewer free slots than this
+    (used once, at attach time). ``validate``: run the full invariant check.
+    ``block_slots``: about how many slots one block of rows holds (default:
+    1/16 of the capacity, at least 4096).
+    """
+    w = layer.weight
+    out_f, in_f = w.shape
+    param = layer.weight_values
+    cap = w.capacity
+    old_rs = w.row_start
+    i64 = torch.int64
+
+    def _sorted(a: Tensor, b: Tensor | None = None) -> bool:
+        """Strictly increasing (a) / (a, b) lexicographically -- bool temporaries only."""
+        if a.numel() < 2:
+            return True
+        up = a[1:] > a[:-1]
+        if b is not None:
+            up |= (a[1:] == a[:-1]) & (b[1:] > b[:-1])
+        return bool(up.all())
+
+    drop_slots = drop_slots.reshape(-1)
+    if drop_slots.is_floating_point() or drop_slots.dtype == torch.bool:
+        raise TypeError("rewrite_layer: drop_slots must hold integer slot ids")
+    if not _sorted(drop_slots):  # selections arrive sorted; others are sorted here
+        drop_slots = drop_slots.sort().values
+        if drop_slots.numel() > 1 and bool((drop_slots[1:] == drop_slots[:-1]).any()):
+            raise RuntimeError("rewrite_layer: a slot is dropped twice")
+    if drop_slots.numel() and bool((w.cols[drop_slots] < 0).any()):
+        raise RuntimeError("rewrite_layer: asked to drop a slot that is not live")
+    gdt = i64 if i64 in (grow_rows.dtype, grow_cols.dtype) else torch.int32
+    grow_rows, grow_cols = grow_rows.reshape(-1).to(gdt), grow_cols.reshape(-1).to(gdt)
+    n_grow = grow_rows.numel()
+    if not _sorted(grow_rows, grow_cols):
+        gkey = grow_rows.to(i64) * in_f + grow_cols
+        order = torch.argsort(gkey)
+        gkey = gkey[order]
+        if bool((gkey[1:] == gkey[:-1]).any()):
+            raise RuntimeError("rewrite_layer: the same position is grown twice")
+        grow_rows, grow_cols = grow_rows[order], grow_cols[order]
+        if grow_values is not None:
+            grow_values = grow_values[order]
+        del gkey, order
+    if grow_values is not None:
+        grow_values = grow_values.to(param.dtype)
+
+    # Per-row counts without per-entry row ids: both lists are sorted.
+    new_nnz = (w.row_nnz.to(i64) - torch.diff(torch.searchsorted(drop_slots, old_rs.to(drop_slots.dtype)))
+               + torch.diff(torch.searchsorted(grow_rows, torch.arange(out_f + 1, dtype=gdt))))
+    total = int(new_nnz.sum())
+    old_cap = old_rs[1:] - old_rs[:-1]
+    block_slots = block_slots or max(4096, cap // 16)
+    rows_per_block = max(1, (out_f * block_slots) // max(1, cap))
+    starts = torch.arange(0, out_f, rows_per_block)
+    blocks = [(r0, min(out_f, r0 + rows_per_block)) for r0 in starts.tolist()]
+    # A block of rows keeps its slot range if its new live count fits in it.
+    block_of_row = torch.arange(out_f) // rows_per_block
+    block_new = torch.zeros(len(blocks), dtype=i64).index_add_(0, block_of_row, new_nnz)
+    block_cap = old_rs[torch.clamp(starts + rows_per_block, max=out_f)] - old_rs[starts]
+    blocks_fit = bool((block_new <= block_cap).all())
+    resize = compact or total > cap or (min_spare > 0 and bool((old_cap - new_nnz < min_spare).any()))
+    relayout = not resize and not blocks_fit
+    if resize:
+        pad = max(spare, min_spare)
+        new_rs = _exclusive_cumsum(new_nnz + pad if compact else torch.maximum(old_cap, new_nnz + pad))
+    elif relayout:
+        free = cap - total  # spread the free slots evenly, the first rows taking the remainder
+        new_rs = _exclusive_cumsum(new_nnz + free // out_f + (torch.arange(out_f) < free % out_f).to(i64))
+    else:
+        new_rs = old_rs
+        over = new_nnz > old_cap
+        if bool(over.any()):
+            # Re-layout inside each block with an overflowing row: its free slots are spread
+            # evenly over its rows (first rows take the remainder); block boundaries stay.
+            new_rs = old_rs.clone()
+            for b in torch.unique(block_of_row[over]).tolist():
+                r0, r1 = blocks[b]
+                n = new_nnz[r0:r1]
+                free = int(block_cap[b]) - int(n.sum())
+                caps = n + free // (r1 - r0) + (torch.arange(r1 - r0) < free % (r1 - r0)).to(i64)
+                new_rs[r0 + 1:r1 + 1] = old_rs[r0] + torch.cumsum(caps, 0)
+    in_place = not resize and not relayout
+    new_cap = int(new_rs[-1])
+    if new_cap >= 2**31:
+        raise RuntimeError(f"rewrite_layer: capacity {new_cap} exceeds 2**31 - 1 slots")
+    first_new = _exclusive_cumsum(new_nnz)  # index of each row's first entry in the merged live order
+
+    def plan(r0: int, r1: int):
+        """Block ``r0:r1``: old slots of the kept entries and their new slots; the range
+        ``g0:g1`` of grown entries in the block and their new slots. Kept entries (slot order)
+        and grown entries (sorted) are both in (row, col) order: a searchsorted merge."""
+        os0, os1 = int(old_rs[r0]), int(old_rs[r1])
+        keep = w.cols[os0:os1] >= 0
+        d0, d1 = torch.searchsorted(drop_slots, torch.tensor([os0, os1], dtype=drop_slots.dtype)).tolist()
+        if d1 > d0:
+            keep[drop_slots[d0:d1] - os0] = False
+        kept = keep.nonzero().reshape(-1) + os0
+        del keep
+        blk_rows = torch.repeat_interleave(torch.arange(r0, r1), old_rs[r0 + 1:r1 + 1] - old_rs[r0:r1])
+        k_rows = blk_rows[kept - os0]
+        del blk_rows
+        kkey = k_rows * in_f + w.cols[kept].to(i64)
+        g0, g1 = torch.searchsorted(grow_rows, torch.tensor([r0, r1], dtype=gdt)).tolist()
+        gk = grow_rows[g0:g1].to(i64) * in_f + grow_cols[g0:g1]
+        base = int(first_new[r0])
+        # merged index = own rank + number of entries of the other list before it
+        k_pos = torch.arange(kept.numel()) + torch.searchsorted(gk, kkey) + base
+        k_dest = new_rs[k_rows] + (k_pos - first_new[k_rows])
+        del k_pos
+        g_dest = torch.empty(0, dtype=i64)
+        if g1 > g0:
+            lo = torch.searchsorted(kkey, gk)
+            if bool((torch.searchsorted(kkey, gk, right=True) != lo).any()):
+                raise RuntimeError("rewrite_layer: a grown position collides with a kept live entry")
+            g_rows = grow_rows[g0:g1].to(i64)
+            g_dest = new_rs[g_rows] + (torch.arange(g1 - g0) + lo + base - first_new[g_rows])
+        return kept, k_dest, g0, g1, g_dest
+
+    def write(t: Tensor, out: Tensor, p, fill: Tensor | None) -> None:
+        kept, k_dest, g0, g1, g_dest = p
+        out[k_dest] = t[kept]
+        if g1 > g0:
+            out[g_dest] = 0 if fill is None else fill[g0:g1].to(out.dtype)
+
+    opts = optimizers_of(param, optimizers)
+    state_keys = {id(o): optim_state.slot_state_keys(o, param) for o in opts}
+    # (tensor, fill value of padding, values of grown entries or None for 0)
+    targets = [(param.data, 0, grow_values)]
+    targets += [(o.state[param][k], 0, None) for o in opts for k in state_keys[id(o)]]
+    if param.grad is not None:
+        targets.append((param.grad, 0, None))
+    grown_slots = []
+
+    if in_place:
+        for r0, r1 in blocks:
+            p = plan(r0, r1)
+            ns0, ns1 = int(new_rs[r0]), int(new_rs[r1])  # == the old range of the block
+            for t, pad_value, fill in targets + [(w.cols, PADDING, grow_cols)]:
+                old_block = t[ns0:ns1].clone()  # sources lie in the same slot range
+                t[ns0:ns1] = pad_value
+                kept, k_dest, g0, g1, g_dest = p
+                t[k_dest] = old_block[kept - ns0]
+                if g1 > g0:
+                    t[g_dest] = 0 if fill is None else fill[g0:g1].to(t.dtype)
+            grown_slots.append(p[4])
+        if new_rs is not old_rs:
+            w.row_start.copy_(new_rs)
+        w.row_nnz.copy_(new_nnz.to(torch.int32))
+    elif relayout:
+        # Same capacity, new row ranges: rebuild each tensor in one reusable scratch, then copy back.
+        scratch: dict[torch.dtype, Tensor] = {}
+        for ti, (t, pad_value, fill) in enumerate(targets + [(w.cols, PADDING, grow_cols)]):
+            buf = scratch.get(t.dtype)
+            if buf is None:
+                buf = scratch[t.dtype] = torch.empty(cap, dtype=t.dtype)
+            buf.fill_(pad_value)
+            for r0, r1 in blocks:
+                p = plan(r0, r1)
+                write(t, buf, p, fill)
+                if ti == 0:
+                    grown_slots.append(p[4])
+            t.copy_(buf)
+        del scratch
+        w.row_start.copy_(new_rs)
+        w.row_nnz.copy_(new_nnz.to(torch.int32))
+    else:
+        new = [torch.full((new_cap,), pad_value, dtype=t.dtype) for t, pad_value, _ in targets]
+        new_cols = torch.full((new_cap,), PADDING, dtype=w.cols.dtype)
+        for r0, r1 in blocks:
+            p = plan(r0, r1)
+            for (t, _, fill), n in zip(targets, new):
+                write(t, n, p, fill)
+            write(w.cols, new_cols, p, grow_cols)
+            grown_slots.append(p[4])
+        has_grad = param.grad is not None
+        param = _swap_parameter(layer, param, new[0], opts)
+        j = 1
+        for o in opts:
+            for k in state_keys[id(o)]:
+                o.state[param][k] = new[j]
+                j += 1
+        param.grad = new[j] if has_grad else None
+        layer.weight_cols = new_cols
+        layer.weight_row_start = new_rs
+        layer.weight_row_nnz = new_nnz.to(torch.int32)
+
+    grown_slots = torch.cat(grown_slots) if grown_slots else torch.empty(0, dtype=i64)
+    for o in opts:
+        optim_state.reset_slots(o, param, grown_slots)
+    layer.topology_changed(validate=validate)  # what layer.weight.mark_topology_changed() does
+    return RewriteResult(dropped=int(drop_slots.numel()), grown=n_grow, nnz=total,
+                         repacked=resize or relayout or new_rs is not old_rs,
+                         resized=resize, grown_slots=grown_slots)
