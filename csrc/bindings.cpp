@@ -158,5 +158,8 @@ PYBIND11_MODULE(_C, m) {
   }, "Write W's live values into a zeroed dense row-major buffer.");
   m.def("scratch_bytes_retained", &scratch_bytes_retained,
         "Bytes of kernel scratch kept by the calling thread's arena.");
+  m.def("set_scratch_keep_bytes", &set_scratch_keep_bytes,
+        "Scratch above this many bytes is freed when a kernel call returns.");
+  m.def("scratch_keep_bytes", &scratch_keep_bytes);
   m.def("release_scratch", &release_scratch, "Free the calling thread's kernel scratch arena.");
 }

@@ -1,6 +1,7 @@
 #include "run_ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
@@ -14,12 +15,28 @@ namespace sparselab {
 
 namespace {
 
-// Per-calling-thread scratch, grown on demand and kept: a fresh multi-MB
-// allocation per call would page-fault on every call.
+// Bytes of scratch an arena may keep between calls. Larger scratch (packed
+// activations of big batches) is freed when the call returns, so it exists
+// only during a kernel call and never sits in memory between training steps;
+// the page faults of re-allocating it cost a few percent of such a call.
+std::atomic<size_t> g_keep_bytes{[] {
+  const char* env = std::getenv("SPARSELAB_SCRATCH_KEEP_MB");
+  return env ? size_t(std::strtoull(env, nullptr, 10)) << 20 : size_t(4) << 20;
+}()};
+
+// Per-calling-thread scratch, grown on demand and kept up to g_keep_bytes:
+// a fresh allocation per small call would page-fault on every call.
 struct Arena {
   float* ptr = nullptr;
   size_t floats = 0;
   ~Arena() { std::free(ptr); }
+  void trim() {
+    if (floats * sizeof(float) > g_keep_bytes.load(std::memory_order_relaxed)) {
+      std::free(ptr);
+      ptr = nullptr;
+      floats = 0;
+    }
+  }
   float* get(size_t need) {
     if (need == 0) return nullptr;
     if (need > floats) {
@@ -86,6 +103,7 @@ void fwd_typed(FwdFn<Idx> fn, const Variant& v, const CsrView<Idx>& w, int64_t n
   FwdArgs<Idx> a{w, n, x, ldx, bias, y, ldy, ch.data(), int64_t(ch.size()) - 1, nullptr, threads};
   a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, threads));
   fn(a);
+  arena.trim();
 }
 
 }  // namespace
@@ -116,6 +134,7 @@ void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t 
       DxArgs<Idx> a{wv, n, dyp, lddy, dxp, lddx, ch.data(), int64_t(ch.size()) - 1, nullptr, threads};
       a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, threads));
       fn(a);
+      arena.trim();
     };
     if (w.idx_bits == 16) go(v.dx16, view<int16_t>(w));
     else go(v.dx32, view<int32_t>(w));
@@ -145,6 +164,7 @@ void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t 
     FwdArgs<Idx> a{tv, n, dyp, lddy, nullptr, dxp, lddx, ch.data(), int64_t(ch.size()) - 1,
                    kernel_floats ? base : nullptr, threads};
     fn(a);
+    arena.trim();
   };
   if (wt.idx_bits == 16) go(v.fwd16, view<int16_t>(wtv));
   else go(v.fwd32, view<int32_t>(wtv));
@@ -161,6 +181,7 @@ void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, in
                   ldx, reinterpret_cast<float*>(dw), ch.data(), int64_t(ch.size()) - 1, nullptr, threads};
     a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, threads));
     fn(a);
+    arena.trim();
   };
   if (w.idx_bits == 16) go(v.dw16, view<int16_t>(w));
   else go(v.dw32, view<int32_t>(w));
@@ -266,6 +287,9 @@ void scatter_to_dense(const RawCsr& w, int value_bits, uintptr_t dense, int thre
     else scatter_typed<int32_t>(w, d, threads);
   }
 }
+
+void set_scratch_keep_bytes(size_t bytes) { g_keep_bytes.store(bytes); }
+size_t scratch_keep_bytes() { return g_keep_bytes.load(); }
 
 size_t scratch_bytes_retained() { return arena.floats * sizeof(float); }
 void release_scratch() {

@@ -49,6 +49,10 @@ void scatter_to_dense(const RawCsr& w, int value_bits, uintptr_t dense, int thre
 // Bytes of scratch currently retained by this thread's arena, and a way to
 // give it back.
 size_t scratch_bytes_retained();
+// Scratch larger than this is freed when a call returns (default 4 MiB,
+// environment SPARSELAB_SCRATCH_KEEP_MB).
+void set_scratch_keep_bytes(size_t bytes);
+size_t scratch_keep_bytes();
 void release_scratch();
 
 }  // namespace sparselab
