@@ -220,6 +220,7 @@ def test_rigl_chunked_growth_matches_dense_reference(chunk_fraction):
     import copy
 
     model, opt, algo = _setup("rigl", chunk_fraction=chunk_fraction)
+    algo.min_chunk_elements = 1  # cut these small layers into blocks too
     for step in range(1, FREQ):
         _train_step(model, opt, step)
         algo.step()
@@ -248,6 +249,7 @@ def test_rigl_growth_blocks_respect_the_memory_budget():
     torch.manual_seed(0)
     model = nn.Sequential(SparseLinear(64, 256, sparsity=0.9), nn.ReLU(), SparseLinear(256, 8, sparsity=0.5))
     algo = Spy(sparsity=0.85, update_freq=1, chunk_fraction=1 / 16, distribution=lambda shapes, d: [0.1, 0.5])
+    algo.min_chunk_elements = 1
     model.apply(algo)
     opt = algo.attach_optimizer(torch.optim.SGD(model.parameters(), lr=0.01))
     opt.zero_grad()
@@ -258,6 +260,8 @@ def test_rigl_growth_blocks_respect_the_memory_budget():
     assert len(big) == 2 * 16 and all(rows == 16 for _, rows, _ in big)  # two passes over 16 blocks
     assert max(b for _, _, b in big) <= 256 * 64 * 4 / 16
     assert algo.grow_chunk_bytes(algo.layers[0]) == 16 * 64 * 4
+    algo.min_chunk_elements = 1 << 18  # the default: a layer this small is one block
+    assert algo.chunk_rows(algo.layers[0]) == 256
 
 
 @pytest.mark.parametrize("chunk_fraction", [1 / 40, 1 / 7, 1.0])
@@ -266,6 +270,7 @@ def test_select_grow_is_exact_with_ties(chunk_fraction, n):
     torch.manual_seed(0)
     layer = SparseLinear(50, 40, sparsity=0.7, padding=2)
     algo = sparselab.RigL(0.7, update_freq=5, chunk_fraction=chunk_fraction)
+    algo.min_chunk_elements = 1
     algo(layer)
     g = torch.Generator().manual_seed(n)
     S = (torch.rand(40, 50, generator=g) * 8).floor()  # many ties

@@ -232,7 +232,8 @@ class SparsityAlgorithm:
         padding: spare slots per row ensured at attach time, as a fraction of
             the layer's mean live count per row (also used when a repack is needed).
         chunk_fraction: row blocks for ``grow_scores`` hold at most this
-            fraction of the dense weight's bytes (at least one row).
+            fraction of the dense weight's bytes (at least one row, and at
+            least ``min_chunk_elements`` scores: small layers take one block).
         check: run the full O(capacity) invariant check (``PaddedCSR.validate``)
             after every topology change (off by default: it costs time and
             capacity-sized temporaries; the transposed index is rebuilt either way).
@@ -471,11 +472,15 @@ class SparsityAlgorithm:
 
     # ------------------------------------------------------------------ building blocks
 
+    #: A score block holds at least this many entries (1 MiB of float32): small layers are
+    #: scored in one block (one pass), only big ones are cut by ``chunk_fraction``.
+    min_chunk_elements: int = 1 << 18
+
     def chunk_rows(self, layer: LayerState) -> int:
         """Rows per block handed to ``grow_scores``."""
         out_f, in_f = layer.shape
         el = layer.module.weight_values.element_size()
-        budget = int(out_f * in_f * el * self.chunk_fraction)
+        budget = max(int(out_f * in_f * el * self.chunk_fraction), self.min_chunk_elements * el)
         return max(1, min(out_f, budget // (in_f * el)))
 
     def grow_chunk_bytes(self, layer: LayerState) -> int:
