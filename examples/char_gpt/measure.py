@@ -136,16 +136,19 @@ def child(args) -> None:
                      seed=args.seed)
     cfg = get_config(args.config, data0.vocab_size)
     after_data = vm_status("VmRSS")
-    steps_ms = []
+    steps_ms, hwm_steps = [], []
+    built = {}
     if args.child != "none":
         run = Run(cfg, sparse=args.child == "sparse", optimizer=args.optimizer, dst=args.dst, seed=args.seed,
                   steps=10_000)
+        built = {"rss_after_build": vm_status("VmRSS"), "peak_rss_after_build": vm_status("VmHWM")}
         for _ in range(args.rss_steps):
             steps_ms.append(run.step(*data0.get_batch("train")))
+            hwm_steps.append(vm_status("VmHWM"))
     print(json.dumps({"mode": args.child, "dst": args.dst if args.child == "sparse" else None,
                       "optimizer": args.optimizer, "steps": args.rss_steps, "rss_after_import": base,
-                      "rss_after_data": after_data, "peak_rss": vm_status("VmHWM"), "rss_end": vm_status("VmRSS"),
-                      "steps_ms": steps_ms}))
+                      "rss_after_data": after_data, **built, "peak_rss_after_step": hwm_steps,
+                      "peak_rss": vm_status("VmHWM"), "rss_end": vm_status("VmRSS"), "steps_ms": steps_ms}))
 
 
 def peak_rss(args) -> dict:

@@ -50,6 +50,13 @@ def speed_section(m: dict | None, targets: list) -> list[str]:
                      f"{', '.join(f'{r:.2f}' for r in s['round_ratios'])} |")
         targets.append((f"40M sparse ms/step <= 0.45x dense ({s['optimizer']})", f"{s['ratio_of_medians']:.3f}x",
                         verdict(s["ratio_of_medians"] <= TARGET_SPEED)))
+    if m.get("speed_first_attempt"):
+        fa = "; ".join(f"{s['optimizer']} {s['ms_per_step']['sparse']:.0f} / {s['ms_per_step']['dense']:.0f} ms = "
+                       f"{s['ratio_of_medians']:.3f}x (median of rounds {s['median_round_ratio']:.3f})"
+                       for s in m["speed_first_attempt"])
+        lines += ["", f"An earlier run of the same measurement (`{m['command']}`, 6 rounds): {fa}. "
+                  f"Note: {m.get('speed_first_attempt_note', '')}. The table above is the rerun "
+                  f"(`{m.get('speed_command', m['command'])}`)."]
     la = m["machine"]
     lines += ["", f"Load average (1 min) at start / end: {la['loadavg_start'][0]:.1f} / "
               f"{la.get('loadavg_end', [float('nan')])[0]:.1f} on {la['cpus']} CPUs: the machine was shared with "
