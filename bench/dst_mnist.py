@@ -182,6 +182,7 @@ def write_report(results: list[dict], args, out: Path, cmd: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for r in results:
@@ -189,6 +190,7 @@ def write_report(results: list[dict], args, out: Path, cmd: str) -> None:
                 lw=2.2 if r["method"] in ("dense", "rigl") else 1.4)
     lo = min(min(r["curve"][max(0, len(r["curve"]) // 4):]) for r in results)
     ax.set_ylim(max(90.0, math.floor(lo * 2) / 2 - 0.25), 100.0 if lo < 97 else 99.0)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(f"LeNet-300-100 on MNIST, hidden layers {args.sparsity:.0%} sparse")
