@@ -96,21 +96,33 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    """``GPT(cfg, block_hook=None)``. Blocks are built and initialized one at a time;
+    ``block_hook(i, block)`` (if given) may transform each block right after its init and
+    return the block to keep, e.g. sparsify it, so a dense copy of the whole model never
+    exists (the dense weights of one block at a time do)."""
+
+    def __init__(self, cfg: GPTConfig, block_hook=None):
         super().__init__()
         if cfg.vocab_size < 1:
             raise ValueError("GPTConfig.vocab_size must be set (get_config(name, vocab_size))")
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.context, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.tok_emb.apply(self._init)
+        self.pos_emb.apply(self._init)
+        self.blocks = nn.ModuleList()
+        for i in range(cfg.n_layer):
+            block = Block(cfg)
+            block.apply(self._init)
+            # GPT-2's scaled init of the residual projections.
+            nn.init.normal_(block.attn.proj.weight, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
+            nn.init.normal_(block.mlp.fc2.weight, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
+            if block_hook is not None:
+                block = block_hook(i, block) or block
+            self.blocks.append(block)
         self.ln_f = nn.LayerNorm(cfg.d_model, bias=cfg.bias)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self.apply(self._init)
-        # GPT-2's scaled init of the residual projections.
-        for name, p in self.named_parameters():
-            if name.endswith("proj.weight") or name.endswith("fc2.weight"):
-                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
+        self.head.apply(self._init)
 
     @staticmethod
     def _init(m: nn.Module) -> None:

@@ -55,23 +55,27 @@ DST_CHOICES = ("static", "set", "rigl", "srigl", "snfs")
 
 # ---------------------------------------------------------------- model / optimizer / DST
 
-def layer_sparsities(attn: float = ATTN_SPARSITY, ffn: float = FFN_SPARSITY) -> dict[str, float]:
+def layer_sparsities(attn: float = ATTN_SPARSITY, ffn: float = FFN_SPARSITY, prefix: str = "blocks.*.") -> dict:
     """Per-name sparsities for ``sparselab.sparsify`` (glob patterns on qualified names)."""
-    return {"blocks.*.attn.qkv": attn, "blocks.*.attn.proj": attn, "blocks.*.mlp.fc1": ffn, "blocks.*.mlp.fc2": ffn}
+    return {f"{prefix}attn.qkv": attn, f"{prefix}attn.proj": attn, f"{prefix}mlp.fc1": ffn, f"{prefix}mlp.fc2": ffn}
 
 
 def build_model(cfg, *, sparse: bool, seed: int, attn: float = ATTN_SPARSITY, ffn: float = FFN_SPARSITY) -> nn.Module:
-    """The GPT with the dense init drawn from ``seed``; sparse: its block linears made SparseLinear."""
+    """The GPT with its init drawn from ``seed``. Sparse: each block is sparsified right after its
+    dense init (``sparselab.sparsify`` with per-name sparsities, random positions), so the dense
+    weights of only one block exist at a time; kept weights are scaled by ``1/sqrt(density)`` so
+    each layer's output variance at init matches the dense layer's."""
     torch.manual_seed(seed)
-    model = GPT(cfg)
-    if sparse:
-        sparselab.sparsify(model, layer_sparsities(attn, ffn), include="blocks.*", exclude=["head", "*emb*"],
-                           method="random")
+
+    def sparsify_block(i, block):
+        sparselab.sparsify(block, layer_sparsities(attn, ffn, prefix=""), method="random")
         with torch.no_grad():
-            for m in model.modules():
+            for m in block.modules():
                 if isinstance(m, SparseLinear):
-                    m.weight_values.mul_(1.0 / math.sqrt(m.density))  # keep the dense output variance
-    return model
+                    m.weight_values.mul_(1.0 / math.sqrt(m.density))
+        return block
+
+    return GPT(cfg, block_hook=sparsify_block if sparse else None)
 
 
 def sparse_layers(model: nn.Module) -> list[tuple[str, SparseLinear]]:
