@@ -112,6 +112,22 @@ def rss_section(m: dict | None, targets: list) -> list[str]:
                          f"{v['ratio_above_floor']:.3f}x |")
             targets.append((f"peak RSS all-sparse <= 0.6x dense ({k[7:]})", f"{v['ratio_vs_dense']:.3f}x",
                             verdict(v["ratio_vs_dense"] <= TARGET_RSS)))
+    def brk(v):
+        return (f"after data {mib(v['rss_after_data'])}, after build {mib(v.get('rss_after_build', 0))}, "
+                f"high-water after each step {', '.join(mib(x) for x in v.get('peak_rss_after_step', []))}, "
+                f"between steps (end) {mib(v['rss_end'])} MiB")
+    lines += ["", "Where it goes (MiB): dense: " + brk(r["dense"]) + "; sparse (static): " + brk(r["sparse-static"]) + "."]
+    fm = m.get("peak_rss_fixed_mmap_threshold")
+    if fm:
+        lines += ["", f"Same children with glibc's dynamic mmap threshold disabled (`{m['peak_rss_fixed_mmap_threshold_command']}`), "
+                  f"so freed large blocks go back to the OS at once: dense {mib(fm['dense']['peak_rss'])}, sparse "
+                  f"{mib(fm['sparse']['peak_rss'])} MiB peak = {fm['sparse']['ratio_vs_dense']:.3f}x; between steps "
+                  f"{mib(fm['sparse']['rss_end'])} vs {mib(fm['dense']['rss_end'])} MiB = "
+                  f"{fm['sparse']['rss_end'] / fm['dense']['rss_end']:.3f}x."]
+    pf = m.get("peak_rss_first")
+    if pf:
+        s = ", ".join(f"{k} {mib(v['peak_rss'])}" for k, v in pf.items())
+        lines += ["", f"First measurement ({m.get('peak_rss_first_note', '')}): {s} MiB."]
     lines.append("")
     return lines
 
