@@ -163,7 +163,7 @@ def quality_section(runs: list[dict], targets: list, notes: str) -> list[str]:
         delta = at[r["name"]][t]["val_loss"] - at[dense["name"]][t]["val_loss"]
         partial = "" if t >= r["steps_planned"] else f" at step {t} of {r['steps_planned']}"
         targets.append((f"10M val loss within 0.06 nats of dense ({r['args']['dst']})", f"{delta:+.4f} nats{partial}",
-                        verdict(abs(delta) <= TARGET_NATS) + (" (partial run)" if partial else "")))
+                        ("not judged: run incomplete" if partial else verdict(abs(delta) <= TARGET_NATS))))
     lines += ["", "![train and validation loss, dense vs sparse](loss_10M.png)", ""]
     if notes:
         lines += [notes, ""]
