@@ -49,7 +49,9 @@ def memory(args) -> dict:
         out[opt_name] = {"sparse_layers_bytes": rep.sparse_layers_total - rep.scratch,
                          "sparse_layers_dense_bytes": rep.sparse_layers_dense_total,
                          "sparse_layers_ratio": rep.layers_only_ratio, "model_bytes": rep.total,
-                         "model_dense_bytes": rep.dense_total, "model_ratio": rep.ratio, "table": str(rep)}
+                         "model_dense_bytes": rep.dense_total, "model_ratio": rep.ratio, "kernel_scratch_bytes": rep.scratch,
+                         "model_ratio_without_scratch": (rep.total - rep.scratch) / rep.dense_total,
+                         "table": str(rep)}
     return out
 
 
