@@ -1,7 +1,7 @@
 #include "registry.h"
 
 // Each variant file defines, for its NAME, two overloads NAME(const XArgs<int16_t>&)
-// and NAME(const XArgs<int32_t>&) plus NAME_scratch(n, in, out, threads).
+// and NAME(const XArgs<int32_t>&) plus NAME_scratch(n, in, out, nnz, threads).
 // variants.def lists every variant once; it is expanded twice below: once to
 // declare the functions, once to build the table.
 
@@ -9,7 +9,7 @@
   namespace sparselab {                                  \
   void NAME(const ARGS<int16_t>&);                       \
   void NAME(const ARGS<int32_t>&);                       \
-  size_t NAME##_scratch(int64_t, int64_t, int64_t, int); \
+  size_t NAME##_scratch(int64_t, int64_t, int64_t, int64_t, int); \
   }
 #define SL_FWD(NAME, SHORT, ISA, FORM, PARAMS) SPARSELAB_DECLARE(NAME, FwdArgs)
 #define SL_DX_T(NAME, SHORT, ISA, FORM, PARAMS) SPARSELAB_DECLARE(NAME, FwdArgs)

@@ -63,8 +63,8 @@ template <typename Idx> using DxFn = void (*)(const DxArgs<Idx>&);
 template <typename Idx> using DwFn = void (*)(const DwArgs<Idx>&);
 
 // How much scratch (floats) a variant needs for a problem.
-using ScratchFn = size_t (*)(int64_t n, int64_t in, int64_t out, int threads);
+using ScratchFn = size_t (*)(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads);
 
-inline size_t no_scratch(int64_t, int64_t, int64_t, int) { return 0; }
+inline size_t no_scratch(int64_t, int64_t, int64_t, int64_t, int) { return 0; }
 
 }  // namespace sparselab

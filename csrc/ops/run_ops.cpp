@@ -83,6 +83,14 @@ std::vector<int64_t> row_chunks(const RawCsr& m, int64_t n, int threads) {
   return chunks;
 }
 
+// Live slots of W: kernels that repack W size their scratch by it.
+int64_t live_nnz(const RawCsr& m) {
+  const int32_t* nnz = reinterpret_cast<const int32_t*>(m.row_nnz);
+  int64_t total = 0;
+  for (int64_t i = 0; i < m.rows; ++i) total += nnz[i];
+  return total;
+}
+
 void check_runnable(const Variant& v) {
   static const std::vector<Variant>& table = variants();
   static std::vector<int> ok = [] {
@@ -101,7 +109,9 @@ void fwd_typed(FwdFn<Idx> fn, const Variant& v, const CsrView<Idx>& w, int64_t n
                int64_t ldx, const float* bias, float* y, int64_t ldy, const std::vector<int64_t>& ch,
                int threads) {
   FwdArgs<Idx> a{w, n, x, ldx, bias, y, ldy, ch.data(), int64_t(ch.size()) - 1, nullptr, threads};
-  a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, threads));
+  int64_t nnz = 0;
+  for (int64_t i = 0; i < w.rows; ++i) nnz += w.row_nnz[i];
+  a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, nnz, threads));
   fn(a);
   arena.trim();
 }
@@ -132,7 +142,7 @@ void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t 
       using Idx = std::remove_const_t<std::remove_pointer_t<decltype(wv.cols)>>;
       const auto ch = row_chunks(w, n, threads);
       DxArgs<Idx> a{wv, n, dyp, lddy, dxp, lddx, ch.data(), int64_t(ch.size()) - 1, nullptr, threads};
-      a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, threads));
+      a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, live_nnz(w), threads));
       fn(a);
       arena.trim();
     };
@@ -147,7 +157,7 @@ void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t 
   // placed after the kernel's own scratch.
   const int32_t* pm = reinterpret_cast<const int32_t*>(perm);
   const int64_t nnz_t = reinterpret_cast<const int64_t*>(wt.row_start)[wt.rows];
-  const size_t kernel_floats = (v.scratch(n, wt.ncols, wt.rows, threads) + 15) / 16 * 16;
+  const size_t kernel_floats = (v.scratch(n, wt.ncols, wt.rows, nnz_t, threads) + 15) / 16 * 16;
   float* base = arena.get(kernel_floats + size_t(nnz_t) + 16);
   float* vals_t = base + kernel_floats;
   const float* vals = reinterpret_cast<const float*>(w.values);
@@ -179,7 +189,7 @@ void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, in
     using Idx = std::remove_const_t<std::remove_pointer_t<decltype(wv.cols)>>;
     DwArgs<Idx> a{wv, n, reinterpret_cast<const float*>(dy), lddy, reinterpret_cast<const float*>(x),
                   ldx, reinterpret_cast<float*>(dw), ch.data(), int64_t(ch.size()) - 1, nullptr, threads};
-    a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, threads));
+    a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, live_nnz(w), threads));
     fn(a);
     arena.trim();
   };

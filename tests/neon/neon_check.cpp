@@ -43,7 +43,7 @@
   namespace sparselab {                                  \
   void NAME(const ARGS<int16_t>&);                       \
   void NAME(const ARGS<int32_t>&);                       \
-  size_t NAME##_scratch(int64_t, int64_t, int64_t, int); \
+  size_t NAME##_scratch(int64_t, int64_t, int64_t, int64_t, int); \
   }
 #define SL_FWD(NAME, SHORT, ISA, FORM, PARAMS) NC_DECLARE(NAME, FwdArgs)
 #define SL_DX_T(NAME, SHORT, ISA, FORM, PARAMS) NC_DECLARE(NAME, FwdArgs)
@@ -486,7 +486,7 @@ std::vector<float> run_variant(const Variant& v, const Problem<Idx>& p, int thre
   switch (v.kind) {
     case Kind::Fwd: {
       Guarded<float> y = sentinel_buf(size_t(n * p.ldy));
-      Scratch sc(v.scratch(n, p.in, p.out, threads));
+      Scratch sc(v.scratch(n, p.in, p.out, p.nnz, threads));
       FwdArgs<Idx> a{p.w_view(), n, p.x.data(), p.ldx, p.spec.bias ? p.bias.data() : nullptr,
                      y.data(), p.ldy, p.chunks_w.data(), int64_t(p.chunks_w.size()) - 1,
                      sc.ptr(), threads};
@@ -497,7 +497,7 @@ std::vector<float> run_variant(const Variant& v, const Problem<Idx>& p, int thre
     }
     case Kind::DxT: {  // forward kernel on W^T: dX = dY (W^T)^T
       Guarded<float> dx = sentinel_buf(size_t(n * p.lddx));
-      Scratch sc(v.scratch(n, p.out, p.in, threads));
+      Scratch sc(v.scratch(n, p.out, p.in, p.nnz, threads));
       FwdArgs<Idx> a{p.t_view(), n, p.dy.data(), p.lddy, nullptr, dx.data(), p.lddx,
                      p.chunks_t.data(), int64_t(p.chunks_t.size()) - 1, sc.ptr(), threads};
       fwd_fn<Idx>(v)(a);
@@ -507,7 +507,7 @@ std::vector<float> run_variant(const Variant& v, const Problem<Idx>& p, int thre
     }
     case Kind::DxS: {
       Guarded<float> dx = sentinel_buf(size_t(n * p.lddx));
-      Scratch sc(v.scratch(n, p.in, p.out, threads));
+      Scratch sc(v.scratch(n, p.in, p.out, p.nnz, threads));
       DxArgs<Idx> a{p.w_view(), n, p.dy.data(), p.lddy, dx.data(), p.lddx, p.chunks_w.data(),
                     int64_t(p.chunks_w.size()) - 1, sc.ptr(), threads};
       dx_fn<Idx>(v)(a);
@@ -518,7 +518,7 @@ std::vector<float> run_variant(const Variant& v, const Problem<Idx>& p, int thre
     case Kind::Dw: {
       Guarded<float> dw(size_t(p.cap));
       for (size_t k = 0; k < dw.size(); ++k) dw[k] = kNaN;  // must all be overwritten
-      Scratch sc(v.scratch(n, p.in, p.out, threads));
+      Scratch sc(v.scratch(n, p.in, p.out, p.nnz, threads));
       DwArgs<Idx> a{p.w_view(), n, p.dy.data(), p.lddy, p.x.data(), p.ldx, dw.data(),
                     p.chunks_w.data(), int64_t(p.chunks_w.size()) - 1, sc.ptr(), threads};
       dw_fn<Idx>(v)(a);

@@ -6,6 +6,6 @@ namespace sparselab {
 
 void sddmm_dw_avx512_tile128(const DwArgs<int16_t>& a) { dw_tiled<VecAvx512, 128, 0>(a); }
 void sddmm_dw_avx512_tile128(const DwArgs<int32_t>& a) { dw_tiled<VecAvx512, 128, 0>(a); }
-size_t sddmm_dw_avx512_tile128_scratch(int64_t n, int64_t in, int64_t out, int threads) { return dw_panels_scratch<128>(n, in, out, threads); }
+size_t sddmm_dw_avx512_tile128_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return dw_panels_scratch<128>(n, in, out, nnz, threads); }
 
 }  // namespace sparselab

@@ -25,7 +25,7 @@ void dw_plain(const DwArgs<Idx>& a) {
 
 void sddmm_dw_neon_plain(const DwArgs<int16_t>& a) { dw_plain(a); }
 void sddmm_dw_neon_plain(const DwArgs<int32_t>& a) { dw_plain(a); }
-size_t sddmm_dw_neon_plain_scratch(int64_t n, int64_t in, int64_t out, int) {
+size_t sddmm_dw_neon_plain_scratch(int64_t n, int64_t in, int64_t out, int64_t, int) {
   return dw_blocks_scratch(n, in, out);
 }
 

@@ -65,7 +65,7 @@ void dw_unrolled(const DwArgs<Idx>& a) {
 
 void sddmm_dw_neon_unrolled(const DwArgs<int16_t>& a) { dw_unrolled(a); }
 void sddmm_dw_neon_unrolled(const DwArgs<int32_t>& a) { dw_unrolled(a); }
-size_t sddmm_dw_neon_unrolled_scratch(int64_t n, int64_t in, int64_t out, int) {
+size_t sddmm_dw_neon_unrolled_scratch(int64_t n, int64_t in, int64_t out, int64_t, int) {
   return dw_blocks_scratch(n, in, out);
 }
 

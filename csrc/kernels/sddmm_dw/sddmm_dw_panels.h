@@ -16,7 +16,7 @@ namespace sparselab {
 namespace {
 
 template <int T>
-size_t dw_panels_scratch(int64_t n, int64_t in, int64_t out, int threads) {
+size_t dw_panels_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
   return panel_floats<T>(n, in) + panel_floats<T>(n, out);
 }
 

@@ -11,6 +11,6 @@ static void run(const DwArgs<Idx>& a) {
 }
 void sddmm_dw_scalar(const DwArgs<int16_t>& a) { run(a); }
 void sddmm_dw_scalar(const DwArgs<int32_t>& a) { run(a); }
-size_t sddmm_dw_scalar_scratch(int64_t, int64_t, int64_t, int) { return 0; }
+size_t sddmm_dw_scalar_scratch(int64_t, int64_t, int64_t, int64_t, int) { return 0; }
 
 }  // namespace sparselab

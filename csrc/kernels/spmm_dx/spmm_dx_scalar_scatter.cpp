@@ -10,6 +10,6 @@ static void run(const DxArgs<Idx>& a) {
 }
 void spmm_dx_scalar_scatter(const DxArgs<int16_t>& a) { run(a); }
 void spmm_dx_scalar_scatter(const DxArgs<int32_t>& a) { run(a); }
-size_t spmm_dx_scalar_scatter_scratch(int64_t, int64_t, int64_t, int) { return 0; }
+size_t spmm_dx_scalar_scatter_scratch(int64_t, int64_t, int64_t, int64_t, int) { return 0; }
 
 }  // namespace sparselab

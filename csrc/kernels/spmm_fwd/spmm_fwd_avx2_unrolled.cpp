@@ -6,6 +6,6 @@ namespace sparselab {
 
 void spmm_fwd_avx2_unrolled(const FwdArgs<int16_t>& a) { fwd_rowdot<VecAvx2, 4>(a); }
 void spmm_fwd_avx2_unrolled(const FwdArgs<int32_t>& a) { fwd_rowdot<VecAvx2, 4>(a); }
-size_t spmm_fwd_avx2_unrolled_scratch(int64_t n, int64_t in, int64_t out, int threads) { return no_scratch(n, in, out, threads); }
+size_t spmm_fwd_avx2_unrolled_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return no_scratch(n, in, out, nnz, threads); }
 
 }  // namespace sparselab

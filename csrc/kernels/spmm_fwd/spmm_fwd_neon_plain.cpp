@@ -37,6 +37,6 @@ void fwd_plain(const FwdArgs<Idx>& a) {
 
 void spmm_fwd_neon_plain(const FwdArgs<int16_t>& a) { fwd_plain(a); }
 void spmm_fwd_neon_plain(const FwdArgs<int32_t>& a) { fwd_plain(a); }
-size_t spmm_fwd_neon_plain_scratch(int64_t, int64_t, int64_t, int) { return 0; }
+size_t spmm_fwd_neon_plain_scratch(int64_t, int64_t, int64_t, int64_t, int) { return 0; }
 
 }  // namespace sparselab

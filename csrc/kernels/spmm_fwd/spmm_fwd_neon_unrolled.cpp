@@ -81,6 +81,6 @@ void fwd_unrolled(const FwdArgs<Idx>& a) {
 
 void spmm_fwd_neon_unrolled(const FwdArgs<int16_t>& a) { fwd_unrolled(a); }
 void spmm_fwd_neon_unrolled(const FwdArgs<int32_t>& a) { fwd_unrolled(a); }
-size_t spmm_fwd_neon_unrolled_scratch(int64_t, int64_t, int64_t, int) { return 0; }
+size_t spmm_fwd_neon_unrolled_scratch(int64_t, int64_t, int64_t, int64_t, int) { return 0; }
 
 }  // namespace sparselab

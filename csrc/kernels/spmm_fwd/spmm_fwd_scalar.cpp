@@ -11,6 +11,6 @@ static void run(const FwdArgs<Idx>& a) {
 }
 void spmm_fwd_scalar(const FwdArgs<int16_t>& a) { run(a); }
 void spmm_fwd_scalar(const FwdArgs<int32_t>& a) { run(a); }
-size_t spmm_fwd_scalar_scratch(int64_t, int64_t, int64_t, int) { return 0; }
+size_t spmm_fwd_scalar_scratch(int64_t, int64_t, int64_t, int64_t, int) { return 0; }
 
 }  // namespace sparselab
