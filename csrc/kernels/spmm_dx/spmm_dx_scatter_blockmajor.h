@@ -1,0 +1,90 @@
+// spmm_dx by scatter from W's own rows, on a block-major copy of W
+// (block_major.h): no transposed index (which costs 6 bytes per live weight)
+// is needed. dY is packed once into batch panels. A task owns a range of
+// column blocks, i.e. a range of dX columns, so no two tasks write the same
+// output. For each batch tile and column block, the block's dX tile (CB x T
+// floats) stays in L1 while every row of W with slots in the block adds
+// w_ij * dY[:, i] (the row's dY tile in registers) into the dX rows of its
+// columns; the finished block is transposed out to dX. Each dX element sums
+// its column's slots in row order within one task, so results do not depend
+// on the thread count.
+#pragma once
+#include <vector>
+
+#include "../block_major.h"
+#include "../spmm_fwd/spmm_fwd_tiled.h"
+
+namespace sparselab {
+namespace {
+
+template <int T, int CB, int G>
+size_t dx_scatter_blockmajor_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+  return panel_floats<T>(n, out) + 16 + block_major_floats<CB, G>(out, in, nnz, true);
+}
+
+template <class V, int T, int CB, int G, typename Idx>
+void dx_scatter_blockmajor(const DxArgs<Idx>& a) {
+  using reg = typename V::reg;
+  constexpr int R = T / V::W;
+  static_assert(CB % 8 == 0, "blocks are stored through 8x8 transposes");
+  const int64_t in = a.w.ncols, out = a.w.rows;
+  int64_t nnz = 0;
+  for (int64_t i = 0; i < out; ++i) nnz += a.w.row_nnz[i];
+  float* pd = a.scratch;
+  pack_panels<T>(a.dy, a.lddy, a.n, out, pd, a.threads);
+  const BlockMajor<CB, G> bm =
+      block_major_carve<CB, G>(pd + panel_floats<T>(a.n, out) + 16, out, in, nnz, true);
+  block_major_build(bm, a.w, a.threads);
+  const int64_t nb = bm.nblocks;
+  std::vector<int64_t> run_start(size_t(bm.ngroups * (nb + 1)));
+  parallel_for(a.threads, bm.ngroups, [&](int64_t g, int) {
+    const uint16_t* cnt = bm.counts_of(g);
+    int64_t* rs = run_start.data() + g * (nb + 1);
+    int64_t pos = bm.group_start[g];
+    for (int64_t b = 0; b < nb; ++b) {
+      rs[b] = pos;
+      for (int r = 0; r < G; ++r) pos += cnt[b * G + r];
+    }
+    rs[nb] = pos;
+  });
+
+  // The store helper of the forward kernels writes buf[r][q] to out[(b0+q)][i0+r].
+  FwdArgs<Idx> st{a.w, a.n, nullptr, 0, nullptr, a.dx, a.lddx, nullptr, 0, nullptr, a.threads};
+  const int64_t ntiles = ceil_div(a.n, T);
+  parallel_for(a.threads, ntiles * nb, [&](int64_t task, int) {
+    const int64_t t = task / nb, b = task % nb;
+    const float* D = pd + t * out * T;
+    const int64_t b0 = t * T, j0 = b * CB;
+    const int nbatch = int(min64(T, a.n - b0));
+    const int width = int(min64(CB, in - j0));
+    alignas(64) float acc[CB][T];
+    for (int j = 0; j < width; ++j)
+      for (int q = 0; q < R; ++q) V::store(acc[j] + q * V::W, V::zero());
+    for (int64_t g = 0; g < bm.ngroups; ++g) {
+      const uint16_t* cnt = bm.counts_of(g) + b * G;
+      const int64_t i0 = g * G;
+      const int gn = int(min64(G, out - i0));
+      const int64_t pos = run_start[size_t(g * (nb + 1) + b)];
+      const float* v = bm.values + pos;
+      const uint16_t* col = bm.cols + pos;
+      for (int r = 0; r < gn; ++r) {
+        const int m = cnt[r];
+        if (!m) continue;
+        reg d[R];
+        for (int q = 0; q < R; ++q) d[q] = V::load(D + (i0 + r) * T + q * V::W);
+        for (int k = 0; k < m; ++k) {
+          const reg wv = V::bcast(v + k);
+          float* p = acc[col[k]];
+          for (int q = 0; q < R; ++q) V::store(p + q * V::W, V::fmadd(wv, d[q], V::load(p + q * V::W)));
+        }
+        v += m;
+        col += m;
+      }
+    }
+    for (int j = 0; j < width; j += 8)
+      fwd_tiled_store<T>(st, acc + j, j0 + j, int(min64(8, width - j)), b0, nbatch);
+  });
+}
+
+}  // namespace
+}  // namespace sparselab
