@@ -277,7 +277,8 @@ def counting_tuner(monkeypatch):
         calls.append(str(key))
         return {"variant": "scalar", "median_s": 1e-3}
     monkeypatch.setattr(tuner, "tune", fake_tune)
-    monkeypatch.setattr(resolve, "_available_names", lambda op: frozenset({"scalar"}))
+    monkeypatch.setattr(resolve, "_infos",
+                        lambda op: {"scalar": types.SimpleNamespace(name="scalar", dx_layout="transposed")})
     monkeypatch.setattr(resolve.heuristic, "choose", lambda *a: "heuristic_pick")
     return calls
 
@@ -376,3 +377,61 @@ def test_tuning_weight_is_a_valid_padded_csr():
         W = random_weight(out_f, in_f, density, seed=1)
         W.validate()
         assert W.nnz == out_f * round(density * in_f)
+
+
+# ---- memory preference: spmm_dx without the transposed index ----
+
+def test_memory_preference_picks_fastest_scatter_dx_from_the_entry(isolated, monkeypatch):
+    from sparselab.tuning import preference as prefer
+
+    infos = {"fast_t": types.SimpleNamespace(name="fast_t", dx_layout="transposed"),
+             "slow_s": types.SimpleNamespace(name="slow_s", dx_layout="scatter"),
+             "slower_s": types.SimpleNamespace(name="slower_s", dx_layout="scatter")}
+    calls = []
+
+    def fake_tune(key, **kw):
+        calls.append(str(key))
+        return {"variant": "fast_t", "median_s": 1e-3,
+                "medians": {"fast_t": 1e-3, "slow_s": 1.3e-3, "slower_s": 2e-3}}
+    monkeypatch.setattr(tuner, "tune", fake_tune)
+    monkeypatch.setattr(resolve, "_infos", lambda op: infos)
+    assert resolve.choose("spmm_dx", 512, 512, 64, 0.1, 2) == "fast_t"
+    with prefer.prefer("memory"):
+        assert resolve.choose("spmm_dx", 512, 512, 64, 0.1, 2) == "slow_s"
+        # other ops keep the race's winner
+        assert resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2) == "fast_t"
+    assert prefer.get_prefer() == "speed"
+    assert len(calls) == 2  # one tuning per key: switching preference never re-tunes
+
+
+def test_memory_preference_heuristic_and_env(monkeypatch):
+    from sparselab import heuristics
+    from sparselab.tuning import heuristic
+    from sparselab.tuning import preference as prefer
+
+    with prefer.prefer("memory"):
+        name = heuristic.choose("spmm_dx", 512, 512, 64, 0.9)  # even where dense would win
+        assert kernels.get("spmm_dx", name).dx_layout == "scatter"
+        assert heuristic.choose("spmm_fwd", 512, 512, 64, 0.1) == heuristics.default_variant("spmm_fwd", 64)
+    with pytest.raises(ValueError, match="preference"):
+        prefer.set_prefer("fast")
+    monkeypatch.setenv("SPARSELAB_PREFER", "Memory")
+    assert prefer._from_env() == "memory"
+    monkeypatch.setenv("SPARSELAB_PREFER", "bogus")
+    with pytest.warns(UserWarning):
+        assert prefer._from_env() == "speed"
+
+
+def test_memory_preference_end_to_end_never_builds_the_transpose(monkeypatch):
+    from sparselab import PaddedCSR, dispatch
+    from sparselab.tuning import modes
+    from sparselab.tuning import preference as prefer
+
+    W = PaddedCSR.random(96, 80, 0.9, seed=3)
+    dY = torch.randn(70, 96)
+    ref = dY.double() @ W.to_dense().double()
+    with modes.mode("off"), prefer.prefer("memory"):
+        dispatch.invalidate()
+        dX = ops.spmm_dx(W, dY)
+    assert W._transposed is None
+    assert torch.allclose(dX.double(), ref, rtol=1e-4, atol=1e-4)

@@ -13,6 +13,10 @@ DENSE_DENSITY = 0.75
 def choose(op: str, out_features: int, in_features: int, n: int, density: float) -> str:
     from sparselab import heuristics, kernels
 
+    from .preference import get_prefer
+
+    if op == "spmm_dx" and get_prefer() == "memory":  # no transposed index, no dense copy of W
+        return heuristics.default_variant(op, n, scatter_dx=True)
     if density >= DENSE_DENSITY:
         try:
             if kernels.get(op, "dense_torch").available:

@@ -9,7 +9,7 @@ import functools
 import threading
 import warnings
 
-from . import heuristic
+from . import heuristic, preference
 from .keys import make_key
 from .modes import get_mode
 
@@ -53,10 +53,10 @@ def _forget_dispatch_memo() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _available_names(op: str) -> frozenset:
+def _infos(op: str) -> dict:
     from .candidates import available_variants
 
-    return frozenset(v.name for v in available_variants(op))
+    return {v.name: v for v in available_variants(op)}
 
 
 def choose(op: str, out_features: int, in_features: int, n: int, density: float,
@@ -69,12 +69,28 @@ def choose(op: str, out_features: int, in_features: int, n: int, density: float,
         cache = get_cache()
         entry = cache.get(key)
         fresh_enough = mode == "on" or str(key) in _retuned
-        if entry is not None and fresh_enough and entry["variant"] in _available_names(op):
-            return entry["variant"]
-        return _tune_and_store(key, cache, (op, out_features, in_features, n, density))
+        if entry is None or not fresh_enough or entry["variant"] not in _infos(op):
+            entry = _tune_and_store(key, cache)
+            if entry is None:
+                return heuristic.choose(op, out_features, in_features, n, density)
+        return _pick(op, entry, (op, out_features, in_features, n, density))
 
 
-def _tune_and_store(key, cache, call) -> str:
+def _pick(op: str, entry: dict, call) -> str:
+    """The entry's winner, or under a memory preference the fastest allowed candidate."""
+    infos = _infos(op)
+    winner = entry["variant"]
+    if preference.allowed(op, infos[winner]):
+        return winner
+    timed = [name for name in entry.get("medians", {})
+             if name in infos and preference.allowed(op, infos[name])]
+    if timed:
+        return min(timed, key=lambda name: entry["medians"][name])
+    return heuristic.choose(*call)
+
+
+def _tune_and_store(key, cache) -> dict | None:
+    """Tune ``key`` and store the entry; None (after one warning) if tuning failed."""
     global _failed_warned
     from .tuner import tune
 
@@ -86,7 +102,7 @@ def _tune_and_store(key, cache, call) -> str:
             _failed_warned = True
             warnings.warn(f"sparselab: tuning {key} failed ({type(e).__name__}: {e}); "
                           f"using the heuristic default", RuntimeWarning, stacklevel=4)
-        return heuristic.choose(*call)
+        return None
     finally:
         _tuning.active = False
         from .problem import release_data
@@ -95,4 +111,4 @@ def _tune_and_store(key, cache, call) -> str:
     cache.put(key, entry)
     if get_mode() == "force":
         _retuned.add(str(key))
-    return entry["variant"]
+    return entry

@@ -8,6 +8,7 @@
 // streams and was 2-3x slower (measured, 4096x4096).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "../common/parallel.h"
 #include "../format/padded_csr.h"
@@ -101,6 +102,25 @@ void block_major_build(const BlockMajor<CB, G>& bm, const CsrView<Idx>& w, int t
         for (int32_t k = 0; k < m; ++k) bm.values[dst + k] = w.values[src + k];
     });
   });
+}
+
+// Offset of every (group, block) run of slots, [ngroups][nblocks + 1]: the
+// groups' runs of one block, in block-major order across groups.
+template <int CB, int G>
+std::vector<int64_t> block_major_run_starts(const BlockMajor<CB, G>& bm, int threads) {
+  const int64_t nb = bm.nblocks;
+  std::vector<int64_t> run_start(size_t(bm.ngroups * (nb + 1)));
+  parallel_for(threads, bm.ngroups, [&](int64_t g, int) {
+    const uint16_t* cnt = bm.counts_of(g);
+    int64_t* rs = run_start.data() + g * (nb + 1);
+    int64_t pos = bm.group_start[g];
+    for (int64_t b = 0; b < nb; ++b) {
+      rs[b] = pos;
+      for (int r = 0; r < G; ++r) pos += cnt[b * G + r];
+    }
+    rs[nb] = pos;
+  });
+  return run_start;
 }
 
 }  // namespace

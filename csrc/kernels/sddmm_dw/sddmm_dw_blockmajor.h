@@ -36,20 +36,8 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
   const BlockMajor<CB, G> bm = block_major_carve<CB, G>(sums + nnz + 16, out, in, nnz, false);
   block_major_build(bm, a.w, a.threads);
 
-  // Offset of each (group, block) run of slots: groups' runs of one block are
-  // then reachable in block-major order across groups.
   const int64_t nb = bm.nblocks;
-  std::vector<int64_t> run_start(size_t(bm.ngroups * (nb + 1)));
-  parallel_for(a.threads, bm.ngroups, [&](int64_t g, int) {
-    const uint16_t* cnt = bm.counts_of(g);
-    int64_t* rs = run_start.data() + g * (nb + 1);
-    int64_t pos = bm.group_start[g];
-    for (int64_t b = 0; b < nb; ++b) {
-      rs[b] = pos;
-      for (int r = 0; r < G; ++r) pos += cnt[b * G + r];
-    }
-    rs[nb] = pos;
-  });
+  const std::vector<int64_t> run_start = block_major_run_starts(bm, a.threads);
 
   // Tasks are rectangles of (row groups) x (column blocks); every slot lies in
   // one. Each task sweeps all batch tiles, so the operand it shares with the

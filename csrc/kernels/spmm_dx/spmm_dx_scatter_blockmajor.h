@@ -36,17 +36,7 @@ void dx_scatter_blockmajor(const DxArgs<Idx>& a) {
       block_major_carve<CB, G>(pd + panel_floats<T>(a.n, out) + 16, out, in, nnz, true);
   block_major_build(bm, a.w, a.threads);
   const int64_t nb = bm.nblocks;
-  std::vector<int64_t> run_start(size_t(bm.ngroups * (nb + 1)));
-  parallel_for(a.threads, bm.ngroups, [&](int64_t g, int) {
-    const uint16_t* cnt = bm.counts_of(g);
-    int64_t* rs = run_start.data() + g * (nb + 1);
-    int64_t pos = bm.group_start[g];
-    for (int64_t b = 0; b < nb; ++b) {
-      rs[b] = pos;
-      for (int r = 0; r < G; ++r) pos += cnt[b * G + r];
-    }
-    rs[nb] = pos;
-  });
+  const std::vector<int64_t> run_start = block_major_run_starts(bm, a.threads);
 
   // The store helper of the forward kernels writes buf[r][q] to out[(b0+q)][i0+r].
   FwdArgs<Idx> st{a.w, a.n, nullptr, 0, nullptr, a.dx, a.lddx, nullptr, 0, nullptr, a.threads};

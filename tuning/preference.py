@@ -1,0 +1,68 @@
+"""What dispatch optimises for: 'speed' (default) or 'memory'.
+
+- speed:  every op runs the race's fastest candidate.
+- memory: ``spmm_dx`` runs the fastest candidate that needs no transposed index, i.e. a scatter
+          form reading W's own index (``kernels.VariantInfo.dx_layout == 'scatter'``). The
+          transposed index costs 6 bytes per live weight (int16 column + int32 permutation),
+          a quarter of a sparse layer's bytes under AdamW, and is then never built. Dense
+          candidates are excluded too: they densify W on every call. The scatter forms are
+          1.3-1.45x slower per dX call on the development machine. Other ops are unaffected.
+
+The choice comes from the same tuned entry (its ``medians`` hold every valid candidate), so
+switching preference never re-tunes. ``SPARSELAB_PREFER`` sets the starting value;
+``set_prefer`` and the ``prefer(...)`` context manager change it at run time.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+
+PREFERENCES = ("speed", "memory")
+ENV_PREFER = "SPARSELAB_PREFER"
+
+
+def _from_env() -> str:
+    raw = os.environ.get(ENV_PREFER, "").strip().lower()
+    if raw == "":
+        return "speed"
+    if raw not in PREFERENCES:
+        warnings.warn(f"{ENV_PREFER}={raw!r} is not one of {PREFERENCES}; using 'speed'", stacklevel=2)
+        return "speed"
+    return raw
+
+
+_prefer = _from_env()
+
+
+def get_prefer() -> str:
+    return _prefer
+
+
+def set_prefer(value: str) -> None:
+    """Optimise dispatch for 'speed' (default) or 'memory' (see the module docstring)."""
+    global _prefer
+    if value not in PREFERENCES:
+        raise ValueError(f"preference must be one of {PREFERENCES}, got {value!r}")
+    _prefer = value
+    from .modes import _forget_memos
+
+    _forget_memos()
+
+
+@contextlib.contextmanager
+def prefer(value: str):
+    """Temporarily change the preference: ``with sparselab.tuning.prefer('memory'): ...``."""
+    previous = get_prefer()
+    set_prefer(value)
+    try:
+        yield
+    finally:
+        set_prefer(previous)
+
+
+def allowed(op: str, info) -> bool:
+    """Whether variant ``info`` of ``op`` may be chosen under the current preference."""
+    if _prefer == "memory" and op == "spmm_dx":
+        return info.dx_layout == "scatter"
+    return True
