@@ -40,7 +40,7 @@ from torch import Tensor
 from . import ops as _ops
 from .format import PaddedCSR, TransposedIndex
 
-__all__ = ["spmm_fwd", "spmm_dx", "sddmm_dw", "sparse_linear", "build_transposed"]
+__all__ = ["spmm_fwd", "spmm_dx", "sddmm_dw", "sparse_linear", "build_transposed", "no_transposed"]
 
 
 # ---- helpers (eager only: they touch data pointers) ----
@@ -49,9 +49,11 @@ def _csr(values: Tensor, cols: Tensor, row_start: Tensor, row_nnz: Tensor, out_f
          in_features: int, transposed: tuple | None = None) -> PaddedCSR:
     """A PaddedCSR wrapper around existing tensors: no copy, no validation.
     ``transposed`` (t_cols, t_row_start, t_row_nnz, t_perm) is installed as its
-    cached transposed index so ops never rebuild it."""
+    cached transposed index so ops never rebuild it. An empty placeholder (a layer that keeps
+    no transposed index, see ``tuning.preference``) installs nothing: an op that needs the
+    index then builds it for that call only."""
     w = PaddedCSR(values, cols, row_start, row_nnz, (out_features, in_features), check=False)
-    if transposed is not None:
+    if transposed is not None and transposed[1].numel() > 0:
         t = TransposedIndex.__new__(TransposedIndex)
         t.cols, t.row_start, t.row_nnz, t.perm = transposed
         t.index_dtype = t.cols.dtype
@@ -68,6 +70,13 @@ def build_transposed(cols: Tensor, row_start: Tensor, row_nnz: Tensor, out_featu
     dummy = torch.empty(cols.numel(), dtype=torch.float32)
     t = TransposedIndex(_csr(dummy, cols, row_start, row_nnz, out_features, in_features))
     return t.cols, t.row_start, t.row_nnz, t.perm
+
+
+def no_transposed(cols: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The placeholder a layer holds instead of a transposed index when it keeps none:
+    four empty tensors (the custom ops take the index as tensor arguments)."""
+    return (cols.new_empty(0), torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int32),
+            torch.empty(0, dtype=torch.int32))
 
 
 def _row_major(t: Tensor) -> Tensor:

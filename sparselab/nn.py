@@ -34,8 +34,9 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from .autograd import _csr, build_transposed, sparse_linear
+from .autograd import _csr, build_transposed, no_transposed, sparse_linear
 from .format import VALUE_DTYPES, PaddedCSR
+from .tuning.preference import get_prefer
 
 __all__ = ["SparseLinear"]
 
@@ -299,6 +300,11 @@ class SparseLinear(nn.Module):
         self._refresh_transposed()
 
     def _build_transposed(self):
+        # Under the memory preference (SPARSELAB_PREFER=memory) spmm_dx runs scatter kernels on
+        # W's own index, so the layer keeps an empty placeholder instead of 6 bytes per weight.
+        self._t_built = get_prefer() != "memory"
+        if not self._t_built:
+            return no_transposed(self.weight_cols)
         return build_transposed(self.weight_cols, self.weight_row_start, self.weight_row_nnz, self.out_features,
                                 self.in_features)
 
@@ -317,7 +323,7 @@ class SparseLinear(nn.Module):
             # Someone bumped the view's version through PaddedCSR's own method.
             self._topology_version = max(self._topology_version, c.topology_version)
             c.topology_version = self._topology_version
-        if self._t_version != self._topology_version:
+        if self._t_version != self._topology_version or self._t_built != (get_prefer() != "memory"):
             self._refresh_transposed()
 
     def _transposed_tensors(self) -> tuple:

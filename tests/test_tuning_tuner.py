@@ -435,3 +435,36 @@ def test_memory_preference_end_to_end_never_builds_the_transpose(monkeypatch):
         dX = ops.spmm_dx(W, dY)
     assert W._transposed is None
     assert torch.allclose(dX.double(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_memory_preference_layer_keeps_no_transposed_index_and_trains_identically():
+    from sparselab import SparseLinear, memory_report
+    from sparselab.tuning import modes
+    from sparselab.tuning import preference as prefer
+
+    torch.manual_seed(0)
+    x = torch.randn(37, 64)
+
+    def step(layer):
+        xx = x.clone().requires_grad_(True)
+        layer(xx).square().sum().backward()
+        return xx.grad, layer.weight_values.grad
+
+    with modes.mode("off"):
+        torch.manual_seed(1)
+        fast = SparseLinear(64, 48, sparsity=0.8)
+        assert memory_report(fast).layers[0].cache > 0
+        with prefer.prefer("memory"):
+            torch.manual_seed(1)
+            lean = SparseLinear(64, 48, sparsity=0.8)
+            assert memory_report(lean).layers[0].cache == 0
+            gx_lean, gw_lean = step(lean)
+            assert memory_report(lean).layers[0].cache == 0  # a step does not build it either
+        gx_fast, gw_fast = step(fast)
+        torch.testing.assert_close(gx_lean, gx_fast, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(gw_lean, gw_fast, rtol=1e-5, atol=1e-5)
+        # back to speed: the next call rebuilds the index
+        lean.weight_values.grad = None
+        gx_again, _ = step(lean)
+        assert memory_report(lean).layers[0].cache > 0
+        torch.testing.assert_close(gx_again, gx_fast, rtol=1e-5, atol=1e-5)
