@@ -468,3 +468,21 @@ def test_memory_preference_layer_keeps_no_transposed_index_and_trains_identicall
         gx_again, _ = step(lean)
         assert memory_report(lean).layers[0].cache > 0
         torch.testing.assert_close(gx_again, gx_fast, rtol=1e-5, atol=1e-5)
+
+
+def test_a_dispatch_miss_is_timed_at_the_calls_shape(isolated, monkeypatch):
+    from sparselab.tuning.problem import Problem
+
+    seen = []
+
+    def fake_tune(key, **kw):
+        seen.append(kw.get("shape"))
+        return {"variant": "scalar", "median_s": 1e-3}
+    monkeypatch.setattr(tuner, "tune", fake_tune)
+    resolve.choose("spmm_fwd", 640, 2560, 300, 0.1, 2)
+    assert seen == [(640, 2560, 300, 0.1)]  # not the bucket's representative 724 x 2896, n 362
+    key = make_key("spmm_fwd", 640, 2560, 300, 0.1, 2)
+    assert (key.out_features, key.in_features) != (640, 2560)
+    p = Problem(key, shape=(100, 70, 33, 0.2))
+    assert tuple(p.W.shape) == (100, 70) and p.n == 33 and tuple(p.X.shape) == (33, 70)
+    assert Problem(key).W.shape == (key.out_features, key.in_features)

@@ -92,12 +92,12 @@ def _tune(args, cache) -> list[str]:
     _warn_if_busy()
     retune = args.retune or get_mode() == "force"
     done, failed = [], []
-    for key in tqdm(keys, desc="tuning", unit="key", file=sys.stderr):
+    for key, shape in tqdm(keys, desc="tuning", unit="key", file=sys.stderr):
         if not retune and cache.get(key) is not None:
             done.append(str(key))
             continue
         try:
-            entry = tune(key)
+            entry = tune(key, shape=shape)
         except Exception as e:  # one broken key must not lose the rest of the grid
             failed.append(f"{key}: {type(e).__name__}: {e}")
             continue

@@ -35,9 +35,11 @@ def grid_layers(shapes, densities) -> list[tuple]:
 
 
 def keys_for(layers: Iterable[tuple], batches: Iterable[int], threads: int,
-             ops: Iterable[str] = OPS) -> list:
-    """One key per (op, layer, batch), deduplicated, in a stable order: the ops of one layer and
-    batch are adjacent so they share one synthetic problem (problem._data)."""
+             ops: Iterable[str] = OPS) -> list[tuple]:
+    """One (key, shape) per (op, layer, batch), deduplicated by key, in a stable order: the ops
+    of one layer and batch are adjacent so they share one synthetic problem (problem._data).
+    ``shape`` = (out, in, n, density) of the first layer and batch seen for the key: what the
+    tuner times, as a dispatch miss would."""
     seen, out = set(), []
     for (o, i, d, n) in layers:
         for b in ([n] if n else batches):
@@ -45,7 +47,7 @@ def keys_for(layers: Iterable[tuple], batches: Iterable[int], threads: int,
                 k = make_key(op, o, i, b, d, threads)
                 if k not in seen:
                     seen.add(k)
-                    out.append(k)
+                    out.append((k, (o, i, b, d)))
     return out
 
 

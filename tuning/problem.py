@@ -1,7 +1,7 @@
 """Synthetic tuning data for a key, and the correctness check against the scalar reference.
 
-The representative problem is the key's representative shape and density (see keys.py), with N
-capped so one call of the slowest candidate (the scalar reference, which every race runs once)
+The problem is the shape and density of the call that triggered the tuning (on a dispatch miss),
+or the key's representative shape and density (see keys.py; ``sparselab-tune``), with N capped so one call of the slowest candidate (the scalar reference, which every race runs once)
 stays cheap: ``n_time = min(key.n, MAX_N_TIME, max(MIN_N_TIME, REFERENCE_MACS // nnz))``.
 A capped N is rounded down to a multiple of 64 so that kernels tiled over N are timed on full
 tiles, as they run at the large N the cap stands for (an N of 19 made tile-64 kernels look bad
@@ -27,10 +27,12 @@ TOL_FACTOR = 32           # rtol = TOL_FACTOR * eps(float32) * sqrt(dot length)
 EPS32 = float(torch.finfo(torch.float32).eps)
 
 
-def timing_n(key) -> int:
-    nnz = max(1, round(key.out_features * key.in_features * key.density))
-    n = max(1, min(key.n, MAX_N_TIME, max(MIN_N_TIME, REFERENCE_MACS // nnz)))
-    if n < key.n and n >= N_TILE:
+def timing_n(key, shape=None) -> int:
+    """The batch size the race times: the call's (or the key's representative) N, capped."""
+    out_f, in_f, n_call, density = shape or (key.out_features, key.in_features, key.n, key.density)
+    nnz = max(1, round(out_f * in_f * density))
+    n = max(1, min(n_call, MAX_N_TIME, max(MIN_N_TIME, REFERENCE_MACS // nnz)))
+    if n < n_call and n >= N_TILE:
         n -= n % N_TILE
     return n
 
@@ -90,11 +92,15 @@ def release_data() -> None:
 class Problem:
     """Seeded data for one key: W (PaddedCSR), X, dY, bias; runs any variant of the key's op."""
 
-    def __init__(self, key, seed: int = 0):
+    def __init__(self, key, seed: int = 0, shape: tuple | None = None):
+        """``shape``: (out_features, in_features, n, density) of the call that triggered the
+        tuning, timed instead of the key's representative shape (a bucket is +-19% wide, and
+        block and tile kernels rank differently at 640 than at its representative 724)."""
         self.key = key
-        self.n = timing_n(key)
-        out_f, in_f = key.out_features, key.in_features
-        self.W, self.X, self.dY, self.bias = _data(out_f, in_f, self.n, key.density, seed)
+        self.n = timing_n(key, shape)
+        out_f, in_f, _, density = shape or (key.out_features, key.in_features, key.n, key.density)
+        self.shape = (out_f, in_f, self.n, density)
+        self.W, self.X, self.dY, self.bias = _data(out_f, in_f, self.n, density, seed)
         self.reference_output = None
         # Length of the dot products each output element sums (for the tolerance).
         density = self.W.density

@@ -70,7 +70,7 @@ def choose(op: str, out_features: int, in_features: int, n: int, density: float,
         entry = cache.get(key)
         fresh_enough = mode == "on" or str(key) in _retuned
         if entry is None or not fresh_enough or entry["variant"] not in _infos(op):
-            entry = _tune_and_store(key, cache)
+            entry = _tune_and_store(key, cache, (out_features, in_features, n, density))
             if entry is None:
                 return heuristic.choose(op, out_features, in_features, n, density)
         return _pick(op, entry, (op, out_features, in_features, n, density))
@@ -89,14 +89,15 @@ def _pick(op: str, entry: dict, call) -> str:
     return heuristic.choose(*call)
 
 
-def _tune_and_store(key, cache) -> dict | None:
-    """Tune ``key`` and store the entry; None (after one warning) if tuning failed."""
+def _tune_and_store(key, cache, shape) -> dict | None:
+    """Tune ``key`` at the missing call's ``shape`` and store the entry; None (after one
+    warning) if tuning failed."""
     global _failed_warned
     from .tuner import tune
 
     _tuning.active = True
     try:
-        entry = tune(key)
+        entry = tune(key, shape=shape)
     except Exception as e:  # never let tuning break a training step: fall back, say so once
         if not _failed_warned:
             _failed_warned = True

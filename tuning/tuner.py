@@ -57,9 +57,11 @@ def _load() -> float | None:
         return None
 
 
-def tune(key, *, variants=None, problem=None, reference: str | None = None,
+def tune(key, *, shape: tuple | None = None, variants=None, problem=None, reference: str | None = None,
          budget_s: float = BUDGET_S, clock=time.perf_counter) -> dict:
-    """Measure and return the cache entry for ``key``. Parameters other than ``key`` are for tests."""
+    """Measure and return the cache entry for ``key``, timed at ``shape`` = (out_features,
+    in_features, n, density) if given (the call that missed), else at the key's representative
+    shape. The other parameters are for tests."""
     started = time.perf_counter()
     if reference is None:
         from sparselab import kernels
@@ -71,7 +73,7 @@ def tune(key, *, variants=None, problem=None, reference: str | None = None,
         from .problem import Problem
 
         with _torch_threads(1):  # untimed set-up: see _checker
-            problem = Problem(key)
+            problem = Problem(key, shape=shape)
 
     infos = {v.name: v for v in variants}
     if reference not in infos:
@@ -95,6 +97,7 @@ def tune(key, *, variants=None, problem=None, reference: str | None = None,
         "dense_s": med[dense[0]] if dense else None,
         "reference_s": med.get(reference),
         "n_timed": problem.n,
+        "timed_shape": list(getattr(problem, "shape", ())),
         "medians": dict(sorted(med.items(), key=lambda kv: kv[1])),
         "rejected": result.rejected,
         "race_s": round(result.elapsed_s, 4),
