@@ -81,6 +81,39 @@ void dw_slots_tiles_inner(const DwArgs<Idx>& a) {
   });
 }
 
+// One row's run of slots [k, e) against one batch tile: dst[k] (+)= d . X[col[k]]
+// with the row's dY tile d in registers, four slots per step (reduced with
+// hsum4). `first`: the first tile, which writes instead of adding.
+template <class V, int T, typename C>
+inline void dw_slot_run(const typename V::reg* d, const float* X, const C* col, int64_t k, int64_t e,
+                        float* dst, bool first) {
+  using reg = typename V::reg;
+  constexpr int R = T / V::W;
+  for (; k + 4 <= e; k += 4) {
+    const float* x0 = X + int64_t(col[k]) * T;
+    const float* x1 = X + int64_t(col[k + 1]) * T;
+    const float* x2 = X + int64_t(col[k + 2]) * T;
+    const float* x3 = X + int64_t(col[k + 3]) * T;
+    reg a0 = V::zero(), a1 = V::zero(), a2 = V::zero(), a3 = V::zero();
+    for (int q = 0; q < R; ++q) {
+      a0 = V::fmadd(d[q], V::load(x0 + q * V::W), a0);
+      a1 = V::fmadd(d[q], V::load(x1 + q * V::W), a1);
+      a2 = V::fmadd(d[q], V::load(x2 + q * V::W), a2);
+      a3 = V::fmadd(d[q], V::load(x3 + q * V::W), a3);
+    }
+    float s[4];
+    V::hsum4(a0, a1, a2, a3, s);
+    for (int m = 0; m < 4; ++m) dst[k + m] = first ? s[m] : dst[k + m] + s[m];
+  }
+  for (; k < e; ++k) {
+    const float* xv = X + int64_t(col[k]) * T;
+    reg acc = V::zero();
+    for (int q = 0; q < R; ++q) acc = V::fmadd(d[q], V::load(xv + q * V::W), acc);
+    const float s = V::hsum(acc);
+    dst[k] = first ? s : dst[k] + s;
+  }
+}
+
 // CB > 0 also cuts W into CB-column blocks: a block's panel rows (CB * T
 // floats) stay in L1 while a group of rows runs through its slots in that
 // block. A slot lies in exactly one block, so blocking adds no partial sums.
@@ -115,29 +148,7 @@ void dw_tiled(const DwArgs<Idx>& a) {
             if (e == k) continue;
             reg d[R];
             for (int q = 0; q < R; ++q) d[q] = V::load(pd + (t * out + i) * T + q * V::W);
-            for (; k + 4 <= e; k += 4) {
-              const float* x0 = xt + int64_t(col[k]) * T;
-              const float* x1 = xt + int64_t(col[k + 1]) * T;
-              const float* x2 = xt + int64_t(col[k + 2]) * T;
-              const float* x3 = xt + int64_t(col[k + 3]) * T;
-              reg a0 = V::zero(), a1 = V::zero(), a2 = V::zero(), a3 = V::zero();
-              for (int q = 0; q < R; ++q) {
-                a0 = V::fmadd(d[q], V::load(x0 + q * V::W), a0);
-                a1 = V::fmadd(d[q], V::load(x1 + q * V::W), a1);
-                a2 = V::fmadd(d[q], V::load(x2 + q * V::W), a2);
-                a3 = V::fmadd(d[q], V::load(x3 + q * V::W), a3);
-              }
-              float s[4];
-              V::hsum4(a0, a1, a2, a3, s);
-              for (int m = 0; m < 4; ++m) dw[k + m] = first ? s[m] : dw[k + m] + s[m];
-            }
-            for (; k < e; ++k) {
-              const float* xv = xt + int64_t(col[k]) * T;
-              reg acc = V::zero();
-              for (int q = 0; q < R; ++q) acc = V::fmadd(d[q], V::load(xv + q * V::W), acc);
-              const float s = V::hsum(acc);
-              dw[k] = first ? s : dw[k] + s;
-            }
+            dw_slot_run<V, T>(d, xt, col, k, e, dw, first);
           }
         }
         if (first)
