@@ -18,15 +18,21 @@ MODES = ("on", "off", "force")
 ENV_MODE = "SPARSELAB_TUNING"
 
 
-def _mode_from_env() -> str:
-    raw = os.environ.get(ENV_MODE, "").strip().lower()
+def env_choice(name: str, choices: tuple, default: str) -> str:
+    """The value of environment variable ``name`` (case-insensitive) if it is one of
+    ``choices``, else ``default``."""
+    raw = os.environ.get(name, "").strip().lower()
     if raw == "":
-        return "on"
-    if raw not in MODES:
+        return default
+    if raw not in choices:
         # A typo in an env var must not crash a training script: say so once, keep the default.
-        warnings.warn(f"{ENV_MODE}={raw!r} is not one of {MODES}; using 'on'", stacklevel=2)
-        return "on"
+        warnings.warn(f"{name}={raw!r} is not one of {choices}; using {default!r}", stacklevel=3)
+        return default
     return raw
+
+
+def _mode_from_env() -> str:
+    return env_choice(ENV_MODE, MODES, "on")
 
 
 _mode = _mode_from_env()

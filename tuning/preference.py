@@ -15,21 +15,15 @@ switching preference never re-tunes. ``SPARSELAB_PREFER`` sets the starting valu
 from __future__ import annotations
 
 import contextlib
-import os
-import warnings
+
+from .modes import _forget_memos, env_choice
 
 PREFERENCES = ("speed", "memory")
 ENV_PREFER = "SPARSELAB_PREFER"
 
 
 def _from_env() -> str:
-    raw = os.environ.get(ENV_PREFER, "").strip().lower()
-    if raw == "":
-        return "speed"
-    if raw not in PREFERENCES:
-        warnings.warn(f"{ENV_PREFER}={raw!r} is not one of {PREFERENCES}; using 'speed'", stacklevel=2)
-        return "speed"
-    return raw
+    return env_choice(ENV_PREFER, PREFERENCES, "speed")
 
 
 _prefer = _from_env()
@@ -45,8 +39,6 @@ def set_prefer(value: str) -> None:
     if value not in PREFERENCES:
         raise ValueError(f"preference must be one of {PREFERENCES}, got {value!r}")
     _prefer = value
-    from .modes import _forget_memos
-
     _forget_memos()
 
 
