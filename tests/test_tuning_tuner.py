@@ -486,3 +486,16 @@ def test_a_dispatch_miss_is_timed_at_the_calls_shape(isolated, monkeypatch):
     p = Problem(key, shape=(100, 70, 33, 0.2))
     assert tuple(p.W.shape) == (100, 70) and p.n == 33 and tuple(p.X.shape) == (33, 70)
     assert Problem(key).W.shape == (key.out_features, key.in_features)
+
+
+@pytest.mark.parametrize("op", ["spmm_fwd", "spmm_dx", "sddmm_dw"])
+def test_heuristic_default_is_available_and_batch_aware(op):
+    from sparselab import heuristics
+
+    picks = {n: kernels.get(op, heuristics.default_variant(op, n)) for n in (1, 16, 64, 4096)}
+    assert all(v.available for v in picks.values())
+    if kernels.get(op, "avx2_bm64_cb128").available:
+        assert picks[64].form == "block_major" and picks[4096].form == "block_major"
+        assert picks[16].form == "tiled"
+    scatter = kernels.get("spmm_dx", heuristics.default_variant("spmm_dx", 4096, scatter_dx=True))
+    assert scatter.available and scatter.dx_layout == "scatter"
