@@ -14,7 +14,11 @@ Pure logic over callables (no registry, no torch), so it is tested with fakes an
    warm-up run, is the most generous.
 3. The race ends when one candidate is left, every survivor has ``max_reps`` samples, or the
    next round would overrun ``budget_s`` (counted from the end of the warm-ups).
-4. Candidates within ``tie_band`` of the best median are a tie; the tie goes to the lowest
+4. Close finish: if the budget ended the race and the two best survivors' medians are within
+   ``close_band``, they run a duel of up to ``duel_reps`` more interleaved runs each (at most
+   ``budget_s`` more time), so a choice between near-equal kernels rests on more than the few
+   samples a short race gives them.
+5. Candidates within ``tie_band`` of the best median are a tie; the tie goes to the lowest
    ``rank`` (the simplest kernel), so repeated tunings pick the same variant.
 """
 from __future__ import annotations
@@ -29,6 +33,9 @@ from typing import Any, Callable
 # on a busy 2-core machine, lose a whole scheduler slice (measured: 1 ms kernels seen at 25 ms).
 CUT_RATIOS = (8.0, 1.6, 1.3, 1.15)
 TIE_BAND = 0.03
+# Close finishes: the best two within CLOSE_BAND duel for up to DUEL_REPS more runs each.
+CLOSE_BAND = 0.10
+DUEL_REPS = 12
 # The statistic that decides among finalists. The median (robust to a few slow runs) by default;
 # statistics.median's signature so min can be swapped in for measurements on a busy machine.
 ESTIMATOR = statistics.median
@@ -59,7 +66,8 @@ class NoValidCandidate(RuntimeError):
 
 def race(candidates: list[Candidate], check: Callable[[str, Any], str | None], *,
          budget_s: float = 0.5, max_reps: int = 21, cut_ratios=CUT_RATIOS,
-         tie_band: float = TIE_BAND, clock: Callable[[], float] = time.perf_counter) -> RaceResult:
+         tie_band: float = TIE_BAND, close_band: float = CLOSE_BAND, duel_reps: int = DUEL_REPS,
+         clock: Callable[[], float] = time.perf_counter) -> RaceResult:
     start = clock()
     by_name = {c.name: c for c in candidates}
     samples: dict[str, list[float]] = {}
@@ -124,7 +132,21 @@ def race(candidates: list[Candidate], check: Callable[[str, Any], str | None], *
         cut_losers(cut_ratios[min(round_no, len(cut_ratios) - 1)])
         round_no += 1
 
-    # 4. winner with tie-break by simplicity
+    # 4. close finish: an interleaved duel of the best two
+    if len(survivors) >= 2:
+        a, b = sorted(survivors, key=median)[:2]
+        short = min(len(samples[a]), len(samples[b])) < max_reps  # the budget ended the race
+        if short and median(b) <= median(a) * (1.0 + close_band):
+            duel_start = clock()
+            for _ in range(duel_reps):
+                if clock() - duel_start + median(a) + median(b) > budget_s:
+                    break
+                for n in (a, b):
+                    t0 = clock()
+                    by_name[n].run()
+                    samples[n].append(clock() - t0)
+
+    # 5. winner with tie-break by simplicity
     medians = {n: median(n) for n in samples}
     best = min(medians[n] for n in survivors)
     tied = [n for n in survivors if medians[n] <= best * (1.0 + tie_band)]
