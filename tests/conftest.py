@@ -50,6 +50,19 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture
+def no_tuning_one_thread():
+    """Opt-in, for tests of tiny layers (the DST suites): tuning off and one torch thread
+    (torch's intra-op threads only add OpenMP overhead there)."""
+    from sparselab.tuning import mode as tuning_mode
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with tuning_mode("off"):
+        yield
+    torch.set_num_threads(before)
+
+
 # ---------------------------------------------------------------- builders
 
 def build_weight(out_f: int, in_f: int, sparsity: float, *, seed: int, pattern: str = "uniform",

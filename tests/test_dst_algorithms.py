@@ -11,17 +11,9 @@ from torch import nn
 import sparselab
 from sparselab import SparseLinear
 from sparselab.dst import CosineDrop, SparsityAlgorithm
-from sparselab.tuning import mode as tuning_mode
 
 
-@pytest.fixture(autouse=True)
-def _no_tuning_one_thread():
-    # Tiny layers: torch's intra-op threads only add OpenMP overhead (a lot of it on a busy machine).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with tuning_mode("off"):
-        yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("no_tuning_one_thread")
 
 
 FREQ = 4

@@ -8,16 +8,9 @@ from sparselab.dst import distribution, schedules
 from sparselab.dst.select import keep_top_per_row, topk_indices, topk_per_row
 from sparselab.dst.snfs import allocate
 from sparselab.dst.topology import rewrite_layer
-from sparselab.tuning import mode as tuning_mode
 
 
-@pytest.fixture(autouse=True)
-def _no_tuning_one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with tuning_mode("off"):
-        yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("no_tuning_one_thread")
 
 
 # ---- schedules ----

@@ -80,8 +80,8 @@ class UpdateSchedule:
 
 # ---- drop fraction ----
 
-class DropSchedule:
-    """Fraction of live connections to drop (and regrow) at update step ``t``."""
+class _StepFunction:
+    """A value per step, described by ``config()`` (which ``__repr__`` shows)."""
 
     def __call__(self, t: int) -> float:
         raise NotImplementedError
@@ -92,6 +92,10 @@ class DropSchedule:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "kind")
         return f"{type(self).__name__}({args})"
+
+
+class DropSchedule(_StepFunction):
+    """Fraction of live connections to drop (and regrow) at update step ``t``."""
 
 
 class ConstantDrop(DropSchedule):
@@ -127,21 +131,11 @@ class CosineDrop(DropSchedule):
 
 # ---- sparsity ----
 
-class SparsitySchedule:
+class SparsitySchedule(_StepFunction):
     """Target sparsity (over the attached layers) at step ``t``."""
 
     initial: float
     final: float
-
-    def __call__(self, t: int) -> float:
-        raise NotImplementedError
-
-    def config(self) -> dict:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "kind")
-        return f"{type(self).__name__}({args})"
 
 
 class ConstantSparsity(SparsitySchedule):
