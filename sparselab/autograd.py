@@ -63,12 +63,14 @@ def _csr(values: Tensor, cols: Tensor, row_start: Tensor, row_nnz: Tensor, out_f
 
 
 def build_transposed(cols: Tensor, row_start: Tensor, row_nnz: Tensor, out_features: int,
-                     in_features: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                     in_features: int, out: tuple[Tensor, ...] | None = None
+                     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The transposed index ``(t_cols, t_row_start, t_row_nnz, t_perm)`` of a
     topology. Costs one pass over the live slots; call it when the topology
-    changes, not per step."""
-    dummy = torch.empty(cols.numel(), dtype=torch.float32)
-    t = TransposedIndex(_csr(dummy, cols, row_start, row_nnz, out_features, in_features))
+    changes, not per step. ``out``: the current index, overwritten in place when
+    its sizes still fit (same live count), so a rebuild holds no second copy."""
+    dummy = torch.empty(cols.numel(), dtype=torch.float32)  # never touched: no resident pages
+    t = TransposedIndex(_csr(dummy, cols, row_start, row_nnz, out_features, in_features), out=out)
     return t.cols, t.row_start, t.row_nnz, t.perm
 
 

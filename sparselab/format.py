@@ -60,15 +60,20 @@ class TransposedIndex:
     itself is rebuilt whenever W's topology version changes.
     """
 
-    def __init__(self, w: "PaddedCSR"):
+    def __init__(self, w: "PaddedCSR", out: "tuple[torch.Tensor, ...] | None" = None):
+        """``out``: ``(cols, row_start, row_nnz, perm)`` buffers of the right sizes
+        and dtypes to build into (a rebuild after a same-count topology change then
+        allocates nothing, instead of holding the old and new index at once)."""
         rows, cols = w.shape
         nnz = w.nnz
         self.version = w.topology_version
         self.index_dtype = index_dtype_for(rows)
-        self.row_start = torch.empty(cols + 1, dtype=torch.int64)
-        self.row_nnz = torch.empty(cols, dtype=torch.int32)
-        self.cols = torch.empty(nnz, dtype=self.index_dtype)
-        self.perm = torch.empty(nnz, dtype=torch.int32)
+        want = ((nnz, self.index_dtype), (cols + 1, torch.int64), (cols, torch.int32), (nnz, torch.int32))
+        if out is not None and all(t.numel() == n and t.dtype == d and t.is_contiguous()
+                                   for t, (n, d) in zip(out, want)):
+            self.cols, self.row_start, self.row_nnz, self.perm = out
+        else:
+            self.cols, self.row_start, self.row_nnz, self.perm = (torch.empty(n, dtype=d) for n, d in want)
         _C.build_transpose(
             w.cols.data_ptr(), _bits(w.cols.dtype), w.row_start.data_ptr(), w.row_nnz.data_ptr(),
             rows, cols, self.cols.data_ptr(), _bits(self.index_dtype), self.row_start.data_ptr(),

@@ -299,18 +299,23 @@ class SparseLinear(nn.Module):
                       (self.out_features, self.in_features), check=True)
         self._refresh_transposed()
 
-    def _build_transposed(self):
+    def _build_transposed(self, out: tuple[Tensor, ...] | None = None):
         # Under the memory preference (SPARSELAB_PREFER=memory) spmm_dx runs scatter kernels on
         # W's own index, so the layer keeps an empty placeholder instead of 6 bytes per weight.
         self._t_built = get_prefer() != "memory"
         if not self._t_built:
             return no_transposed(self.weight_cols)
         return build_transposed(self.weight_cols, self.weight_row_start, self.weight_row_nnz, self.out_features,
-                                self.in_features)
+                                self.in_features, out=out)
 
     def _refresh_transposed(self) -> None:
-        for name, new in zip(_TRANSPOSED, self._build_transposed()):
+        # Built into the current buffers when the live count is unchanged (every DST update
+        # that keeps density): no second index is held, and compiled graphs keep their buffers.
+        current = tuple(getattr(self, n) for n in _TRANSPOSED)
+        for name, new in zip(_TRANSPOSED, self._build_transposed(out=current)):
             old = getattr(self, name)
+            if new is old:
+                continue
             if old.shape == new.shape and old.dtype == new.dtype:
                 old.copy_(new)  # in place: compiled graphs keep reading the same buffer
             else:

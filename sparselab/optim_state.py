@@ -44,7 +44,9 @@ def _as_index(slots, numel: int) -> Tensor:
         return slots.nonzero().reshape(-1)
     if slots.is_floating_point() or slots.is_complex():
         raise TypeError(f"slots must be integer slot ids or a bool mask, got dtype {slots.dtype}")
-    slots = slots.reshape(-1).to(torch.int64)
+    if slots.dtype not in (torch.int32, torch.int64):  # int32 ids are indexed as they are: no int64 copy
+        slots = slots.to(torch.int64)
+    slots = slots.reshape(-1)
     if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) >= numel):
         raise ValueError(f"slot ids must lie in [0, {numel}), got range "
                          f"[{int(slots.min())}, {int(slots.max())}]")
@@ -75,11 +77,19 @@ def reset_slots(optimizer: torch.optim.Optimizer, param: Tensor, slots, *, grad:
     for k in slot_state_keys(optimizer, param):
         if wanted is not None and k not in wanted:
             continue
-        optimizer.state[param][k].view(-1).index_fill_(0, idx, 0)
+        _zero_at(optimizer.state[param][k], idx)
         done.append(k)
     if grad and param.grad is not None:
-        param.grad.view(-1).index_fill_(0, idx, 0)
+        _zero_at(param.grad, idx)
     return done
+
+
+def _zero_at(t: Tensor, idx: Tensor, piece: int = 1 << 16) -> None:
+    # In pieces: indexing widens int32 ids to int64 internally, so a DST update's
+    # list of grown slots never gets a full-size int64 copy.
+    flat, zero = t.view(-1), t.new_zeros(())
+    for i in range(0, idx.numel(), piece):
+        flat.index_put_((idx[i:i + piece],), zero)
 
 
 def drop_state(optimizer: torch.optim.Optimizer, param: Tensor) -> None:

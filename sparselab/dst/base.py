@@ -138,7 +138,8 @@ from . import distribution as _distribution
 from .capture import GradientCapture
 from .schedules import (ConstantDrop, ConstantSparsity, CosineDrop, DropSchedule, SparsitySchedule, UpdateSchedule,
                         check_fraction, check_sparsity, check_step)
-from .select import key32, keep_top_per_row, topk_indices, topk_mask, topk_per_row
+from .radix import mask_live_positions, radix_topk
+from .select import keep_top_per_row, topk_indices, topk_mask, topk_per_row
 from .topology import RewriteResult, rewrite_layer
 
 __all__ = ["SparsityAlgorithm", "LayerState", "UpdateInfo"]
@@ -491,8 +492,12 @@ class SparsityAlgorithm:
         """Slot ids (ascending, int32) of the ``n`` live slots with the lowest ``scores`` (ties: lowest slot)."""
         if n <= 0:
             return torch.empty(0, dtype=torch.int64)
-        live = layer.module.weight_cols >= 0  # padding holds column -1
-        return topk_indices(scores.detach(), n, live, largest=False).to(torch.int32)  # capacity < 2**31
+        cols = layer.module.weight_cols  # padding holds column -1: never eligible
+        scores = scores.detach().reshape(-1)
+        if scores.dtype == torch.float32:
+            scores = scores.contiguous()
+            return radix_topk(lambda: [(scores, cols, 0)], n, largest=False)[0]  # capacity < 2**31
+        return topk_indices(scores, n, cols >= 0, largest=False).to(torch.int32)
 
     def _blocked_positions(self, layer: LayerState, r0: int, r1: int, dropped: Tensor | None) -> Tensor:
         """Flat positions (within rows r0:r1) that are live and not in ``dropped`` (sorted slot ids)."""
@@ -507,6 +512,16 @@ class SparsityAlgorithm:
         rows = torch.repeat_interleave(torch.arange(r1 - r0), w.row_start[r0 + 1:r1 + 1] - w.row_start[r0:r1])
         return rows[live] * layer.shape[1] + cols[live].to(torch.int64)
 
+    def _block_scores(self, layer: LayerState, score_fn, r0: int, r1: int, dropped: Tensor | None) -> Tensor:
+        """``score_fn(slice(r0, r1))`` flattened, with positions live after the drop set to -inf."""
+        flat = score_fn(slice(r0, r1)).reshape(-1)
+        if flat.dtype == torch.float32:
+            flat = flat.contiguous()
+            mask_live_positions(flat, layer.module, r0, r1, dropped)
+        else:
+            flat.index_fill_(0, self._blocked_positions(layer, r0, r1, dropped), _NEG_INF)
+        return flat
+
     def select_grow(self, layer: LayerState, score_fn, n: int, *, dropped: Tensor | None = None
                     ) -> tuple[Tensor, Tensor]:
         """``(rows, cols)`` of the ``n`` highest-scoring positions that are not live
@@ -515,13 +530,14 @@ class SparsityAlgorithm:
         lowest flat position.
 
         ``score_fn(rows: slice)`` is called per row block, so no dense score
-        matrix exists whole. Two passes over the blocks (``score_fn`` is called
-        twice per block and must give the same scores again; the algorithm's
-        generator is rewound for the second pass, so scores drawn from it
-        repeat): pass 1 histograms the top 16 bits of every score's float
-        bits, which locates the bin holding the n-th largest; pass 2 keeps the
-        scores above that bin and streams the ones inside it through a small
-        pool. Extra memory: one block plus the selected list."""
+        matrix exists whole. float32 scores go through the three passes of
+        :func:`sparselab.dst.radix.radix_topk` (``score_fn`` is called up to
+        three times per block and must give the same scores again; the
+        algorithm's generator is rewound before each pass, so scores drawn
+        from it repeat): two histogram passes find the exact n-th largest
+        score, the third writes the winners straight into the output. A layer
+        scored in one block is scored once. Extra memory: one block plus the
+        selected list."""
         out_f, in_f = layer.shape
         idx_dtype = torch.int32 if out_f * in_f < 2**31 else torch.int64
         empty = torch.empty(0, dtype=idx_dtype)
@@ -531,70 +547,29 @@ class SparsityAlgorithm:
         blocks = [(r0, min(out_f, r0 + R)) for r0 in range(0, out_f, R)]
 
         def block_scores(r0: int, r1: int) -> Tensor:
-            flat = score_fn(slice(r0, r1)).reshape(-1)
-            flat.index_fill_(0, self._blocked_positions(layer, r0, r1, dropped), _NEG_INF)
-            return flat
-
-        def done(flat_idx: Tensor):
-            return flat_idx // in_f, flat_idx % in_f
+            return self._block_scores(layer, score_fn, r0, r1, dropped)
 
         rewind = self.generator.get_state()
+        first = block_scores(*blocks[0])
+        if first.dtype != torch.float32:
+            self.generator.set_state(rewind)
+            return self._select_grow_pool(layer, block_scores, blocks, n, idx_dtype)
         if len(blocks) == 1:
-            flat = block_scores(0, out_f)
-            return done(topk_mask(flat, n).nonzero().reshape(-1).to(idx_dtype))
-        P = 1 << 16  # elements per piece: keeps the int temporaries of a block small
-        hist = torch.zeros(65536, dtype=torch.int64)
-        for r0, r1 in blocks:
-            flat = block_scores(r0, r1)
-            if flat.dtype != torch.float32:
-                self.generator.set_state(rewind)
-                return self._select_grow_pool(layer, block_scores, blocks, n, idx_dtype)
-            for p0 in range(0, flat.numel(), P):
-                piece = flat[p0:p0 + P]
-                hist += torch.bincount(((key32(piece) >> 16) + 32768)[piece > _NEG_INF], minlength=65536)
-            del flat
-        valid_total = int(hist.sum())
-        if n >= valid_total:
-            top_bin, need = -1, 0  # every eligible position is grown
-        else:
-            cum = hist.flip(0).cumsum(0)
-            j = int(torch.searchsorted(cum, torch.tensor(n)))
-            top_bin = 65535 - j
-            need = n - int(cum[j] - hist[top_bin])  # to take from inside the threshold bin
-        self.generator.set_state(rewind)
-        picked = []
-        bin_v: Tensor | None = None
-        bin_i = empty
-        for r0, r1 in blocks:
-            flat = block_scores(r0, r1)
-            for p0 in range(0, flat.numel(), P):
-                piece = flat[p0:p0 + P]
-                off = r0 * in_f + p0
-                hi = (key32(piece) >> 16) + 32768
-                valid = piece > _NEG_INF
-                take = valid & (hi > top_bin)
-                picked.append((take.nonzero().reshape(-1) + off).to(idx_dtype))
-                if need > 0:
-                    inbin = valid & (hi == top_bin)
-                    if bool(inbin.any()):
-                        v = piece.masked_select(inbin)
-                        i = (inbin.nonzero().reshape(-1) + off).to(idx_dtype)
-                        bin_v = v if bin_v is None else torch.cat([bin_v, v])
-                        bin_i = torch.cat([bin_i, i])
-                        if bin_v.numel() > need:  # pool ordered by flat position: ties keep the lowest
-                            keep = topk_mask(bin_v, need)
-                            bin_v, bin_i = bin_v.masked_select(keep), bin_i.masked_select(keep)
-            del flat
-        above = torch.cat(picked)
-        del picked
-        if bin_i.numel() == 0:
-            return done(above)
-        # Merge two sorted lists of distinct positions (a sort would hold int64 indices of all of them).
-        a32 = dict(out_int32=True) if idx_dtype == torch.int32 else {}
-        merged = torch.empty(above.numel() + bin_i.numel(), dtype=idx_dtype)
-        merged[torch.searchsorted(bin_i, above, **a32) + torch.arange(above.numel(), dtype=idx_dtype)] = above
-        merged[torch.searchsorted(above, bin_i, **a32) + torch.arange(bin_i.numel(), dtype=idx_dtype)] = bin_i
-        return done(merged)
+            return radix_topk(lambda: [(first, None, 0)], n, div=in_f, out_dtype=idx_dtype)
+        pending = [first]
+        del first
+
+        def passes():
+            if pending:  # the first pass goes on from the block already scored
+                yield pending.pop(), None, 0
+                rest = blocks[1:]
+            else:
+                self.generator.set_state(rewind)  # scores drawn from the generator repeat
+                rest = blocks
+            for r0, r1 in rest:
+                yield block_scores(r0, r1), None, r0
+
+        return radix_topk(passes, n, div=in_f, out_dtype=idx_dtype)
 
     def _select_grow_pool(self, layer: LayerState, block_scores, blocks, n: int, idx_dtype):
         """Single pass for non-float32 scores: a pool of the best ``n`` so far, merged per block."""
@@ -625,8 +600,7 @@ class SparsityAlgorithm:
             k = n_per_row[r0:r1]
             if not bool((k > 0).any()):
                 continue
-            s = score_fn(slice(r0, r1))
-            s.reshape(-1).index_fill_(0, self._blocked_positions(layer, r0, r1, dropped), _NEG_INF)
+            s = self._block_scores(layer, score_fn, r0, r1, dropped).view(r1 - r0, in_f)
             r, c = topk_per_row(s, k)
             rows_out.append(r + r0)
             cols_out.append(c)

@@ -101,7 +101,7 @@ def rewrite_layer(layer, drop_slots: Tensor, grow_rows: Tensor, grow_cols: Tenso
     ``min_spare``: resize when any row would have fewer free slots than this
     (used once, at attach time). ``validate``: run the full invariant check.
     ``block_slots``: about how many slots one block of rows holds (default:
-    1/16 of the capacity, at least 4096).
+    1/64 of the capacity, at least 4096).
     """
     w = layer.weight
     out_f, in_f = w.shape
@@ -149,7 +149,7 @@ def rewrite_layer(layer, drop_slots: Tensor, grow_rows: Tensor, grow_cols: Tenso
                + torch.diff(torch.searchsorted(grow_rows, torch.arange(out_f + 1, dtype=gdt))))
     total = int(new_nnz.sum())
     old_cap = old_rs[1:] - old_rs[:-1]
-    block_slots = block_slots or max(4096, cap // 16)
+    block_slots = block_slots or max(4096, cap // 64)  # bounds the int64 temporaries of a block
     rows_per_block = max(1, (out_f * block_slots) // max(1, cap))
     starts = torch.arange(0, out_f, rows_per_block)
     blocks = [(r0, min(out_f, r0 + rows_per_block)) for r0 in starts.tolist()]
@@ -229,7 +229,7 @@ def rewrite_layer(layer, drop_slots: Tensor, grow_rows: Tensor, grow_cols: Tenso
     targets += [(o.state[param][k], 0, None) for o in opts for k in state_keys[id(o)]]
     if param.grad is not None:
         targets.append((param.grad, 0, None))
-    grown_slots = []
+    grown_slots = torch.empty(n_grow, dtype=torch.int32)  # filled block by block (capacity < 2**31)
 
     if in_place:
         for r0, r1 in blocks:
@@ -242,7 +242,7 @@ def rewrite_layer(layer, drop_slots: Tensor, grow_rows: Tensor, grow_cols: Tenso
                 t[k_dest] = old_block[kept - ns0]
                 if g1 > g0:
                     t[g_dest] = 0 if fill is None else fill[g0:g1].to(t.dtype)
-            grown_slots.append(p[4])
+            grown_slots[p[2]:p[3]] = p[4]
         if new_rs is not old_rs:
             w.row_start.copy_(new_rs)
         w.row_nnz.copy_(new_nnz.to(torch.int32))
@@ -258,7 +258,7 @@ def rewrite_layer(layer, drop_slots: Tensor, grow_rows: Tensor, grow_cols: Tenso
                 p = plan(r0, r1)
                 write(t, buf, p, fill)
                 if ti == 0:
-                    grown_slots.append(p[4])
+                    grown_slots[p[2]:p[3]] = p[4]
             t.copy_(buf)
         del scratch
         w.row_start.copy_(new_rs)
@@ -271,7 +271,7 @@ def rewrite_layer(layer, drop_slots: Tensor, grow_rows: Tensor, grow_cols: Tenso
             for (t, _, fill), n in zip(targets, new):
                 write(t, n, p, fill)
             write(w.cols, new_cols, p, grow_cols)
-            grown_slots.append(p[4])
+            grown_slots[p[2]:p[3]] = p[4]
         has_grad = param.grad is not None
         param = _swap_parameter(layer, param, new[0], opts)
         j = 1
@@ -284,7 +284,6 @@ def rewrite_layer(layer, drop_slots: Tensor, grow_rows: Tensor, grow_cols: Tenso
         layer.weight_row_start = new_rs
         layer.weight_row_nnz = new_nnz.to(torch.int32)
 
-    grown_slots = torch.cat(grown_slots) if grown_slots else torch.empty(0, dtype=i64)
     for o in opts:
         optim_state.reset_slots(o, param, grown_slots)
     layer.topology_changed(validate=validate)  # what layer.weight.mark_topology_changed() does
