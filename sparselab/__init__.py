@@ -5,6 +5,8 @@ Weights live in padded CSR (:class:`PaddedCSR`); the ops in
 chosen by the autotuned dispatch table.
 """
 
+import torch  # noqa: F401  (before _C: the extension's libgomp.so.1 must resolve to torch's copy)
+
 from . import kernels, ops
 from .format import PaddedCSR
 from . import autograd, optim_state  # noqa: E402  (autograd registers the torch.ops.sparselab ops)
