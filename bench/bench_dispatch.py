@@ -115,21 +115,30 @@ def _runner(op, W, X, dY, bias, name):
     return lambda: ops.sddmm_dw(W, dY, X, variant=name)
 
 
-def time_all(op, out_f, in_f, n, density, reps=15, stat=statistics.median) -> dict[str, float]:
-    """Time (``stat`` of ``reps`` runs) of every available candidate on this exact shape,
-    interleaved."""
+def time_all(op, out_f, in_f, n, density, reps=21, stat=statistics.median,
+             sample_s: float = 1e-3) -> dict[str, float]:
+    """Time (``stat`` of ``reps`` samples, seconds per call) of every available candidate
+    on this exact shape, interleaved. A sample times enough back-to-back calls to last about
+    ``sample_s`` (the same count for every candidate of the key), so microsecond calls are not
+    judged by timer noise."""
     W = random_weight(out_f, in_f, density, seed=11)
     g = torch.Generator().manual_seed(12)
     X, dY, bias = torch.randn(n, in_f, generator=g), torch.randn(n, out_f, generator=g), torch.randn(out_f, generator=g)
     runs = {v.name: _runner(op, W, X, dY, bias, v.name) for v in kernels.variants(op) if v.available}
+    fastest = float("inf")
     for run in runs.values():
         run()  # warm-up
+        t0 = time.perf_counter()
+        run()
+        fastest = min(fastest, time.perf_counter() - t0)
+    calls = max(1, min(1000, int(sample_s / max(fastest, 1e-7))))
     samples = {name: [] for name in runs}
     for _ in range(reps):
         for name, run in runs.items():
             t0 = time.perf_counter()
-            run()
-            samples[name].append(time.perf_counter() - t0)
+            for _ in range(calls):
+                run()
+            samples[name].append((time.perf_counter() - t0) / calls)
     return {name: stat(s) for name, s in samples.items()}
 
 
