@@ -81,6 +81,16 @@ void dw_slots_tiles_inner(const DwArgs<Idx>& a) {
   });
 }
 
+// dst[m] = s[m] on the first tile, dst[m] += s[m] on later ones.
+template <int M>
+inline void dw_store_sums(float* dst, const float* s, bool first) {
+  if (first) {
+    for (int m = 0; m < M; ++m) dst[m] = s[m];
+  } else {
+    for (int m = 0; m < M; ++m) dst[m] += s[m];
+  }
+}
+
 // One row's run of slots [k, e) against one batch tile: dst[k] (+)= d . X[col[k]]
 // with the row's dY tile d in registers, four slots per step (reduced with
 // hsum4). `first`: the first tile, which writes instead of adding.
@@ -103,9 +113,25 @@ inline void dw_slot_run(const typename V::reg* d, const float* X, const C* col, 
     }
     float s[4];
     V::hsum4(a0, a1, a2, a3, s);
-    for (int m = 0; m < 4; ++m) dst[k + m] = first ? s[m] : dst[k + m] + s[m];
+    dw_store_sums<4>(dst + k, s, first);
   }
-  for (; k < e; ++k) {
+  // A ragged tail of 2 or 3 slots shares one hsum4 instead of one reduction each.
+  const int64_t rem = e - k;
+  if (rem >= 2) {
+    const float* x0 = X + int64_t(col[k]) * T;
+    const float* x1 = X + int64_t(col[k + 1]) * T;
+    const float* x2 = X + int64_t(col[rem == 3 ? k + 2 : k]) * T;
+    reg a0 = V::zero(), a1 = V::zero(), a2 = V::zero();
+    for (int q = 0; q < R; ++q) {
+      a0 = V::fmadd(d[q], V::load(x0 + q * V::W), a0);
+      a1 = V::fmadd(d[q], V::load(x1 + q * V::W), a1);
+      if (rem == 3) a2 = V::fmadd(d[q], V::load(x2 + q * V::W), a2);
+    }
+    float s[4];
+    V::hsum4(a0, a1, a2, V::zero(), s);
+    if (rem == 3) dw_store_sums<3>(dst + k, s, first);
+    else dw_store_sums<2>(dst + k, s, first);
+  } else if (rem == 1) {
     const float* xv = X + int64_t(col[k]) * T;
     reg acc = V::zero();
     for (int q = 0; q < R; ++q) acc = V::fmadd(d[q], V::load(xv + q * V::W), acc);
