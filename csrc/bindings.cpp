@@ -122,6 +122,11 @@ PYBIND11_MODULE(_C, m) {
     py::dict d;
     d["build_hash"] = SPARSELAB_BUILD_HASH;
     d["sanitized"] = bool(SPARSELAB_SANITIZED);
+#if defined(SPARSELAB_OPENMP)
+    d["openmp"] = true;  // kernels run on the process's OpenMP team (torch's)
+#else
+    d["openmp"] = false;  // kernels run on the extension's own pool
+#endif
 #if defined(__x86_64__)
     d["arch"] = "x86_64";
 #elif defined(__aarch64__)
