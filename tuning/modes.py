@@ -31,35 +31,48 @@ def env_choice(name: str, choices: tuple, default: str) -> str:
     return raw
 
 
+class ProcessSetting:
+    """A process-wide choice among ``choices``, starting from an environment variable.
+    Changing it forgets dispatch's memoised choices (see :func:`_forget_memos`)."""
+
+    def __init__(self, what: str, choices: tuple, value: str):
+        self.what, self.choices, self.value = what, choices, value
+
+    def set(self, value: str) -> None:
+        if value not in self.choices:
+            raise ValueError(f"{self.what} must be one of {self.choices}, got {value!r}")
+        self.value = value
+        _forget_memos()
+
+    @contextlib.contextmanager
+    def temporarily(self, value: str):
+        previous = self.value
+        self.set(value)
+        try:
+            yield
+        finally:
+            self.set(previous)
+
+
 def _mode_from_env() -> str:
     return env_choice(ENV_MODE, MODES, "on")
 
 
-_mode = _mode_from_env()
+_mode = ProcessSetting("tuning mode", MODES, _mode_from_env())
 
 
 def get_mode() -> str:
-    return _mode
+    return _mode.value
 
 
 def set_mode(mode: str) -> None:
     """Set the tuning mode for this process: 'on', 'off' or 'force'."""
-    global _mode
-    if mode not in MODES:
-        raise ValueError(f"tuning mode must be one of {MODES}, got {mode!r}")
-    _mode = mode
-    _forget_memos()
+    _mode.set(mode)
 
 
-@contextlib.contextmanager
 def mode(name: str):
     """Temporarily switch the tuning mode: ``with sparselab.tuning.mode('off'): ...``."""
-    previous = get_mode()
-    set_mode(name)
-    try:
-        yield
-    finally:
-        set_mode(previous)
+    return _mode.temporarily(name)
 
 
 def _forget_memos() -> None:

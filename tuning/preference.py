@@ -14,9 +14,7 @@ switching preference never re-tunes. ``SPARSELAB_PREFER`` sets the starting valu
 """
 from __future__ import annotations
 
-import contextlib
-
-from .modes import _forget_memos, env_choice
+from .modes import ProcessSetting, env_choice
 
 PREFERENCES = ("speed", "memory")
 ENV_PREFER = "SPARSELAB_PREFER"
@@ -26,35 +24,25 @@ def _from_env() -> str:
     return env_choice(ENV_PREFER, PREFERENCES, "speed")
 
 
-_prefer = _from_env()
+_prefer = ProcessSetting("preference", PREFERENCES, _from_env())
 
 
 def get_prefer() -> str:
-    return _prefer
+    return _prefer.value
 
 
 def set_prefer(value: str) -> None:
     """Optimise dispatch for 'speed' (default) or 'memory' (see the module docstring)."""
-    global _prefer
-    if value not in PREFERENCES:
-        raise ValueError(f"preference must be one of {PREFERENCES}, got {value!r}")
-    _prefer = value
-    _forget_memos()
+    _prefer.set(value)
 
 
-@contextlib.contextmanager
 def prefer(value: str):
     """Temporarily change the preference: ``with sparselab.tuning.prefer('memory'): ...``."""
-    previous = get_prefer()
-    set_prefer(value)
-    try:
-        yield
-    finally:
-        set_prefer(previous)
+    return _prefer.temporarily(value)
 
 
 def allowed(op: str, info) -> bool:
     """Whether variant ``info`` of ``op`` may be chosen under the current preference."""
-    if _prefer == "memory" and op == "spmm_dx":
+    if _prefer.value == "memory" and op == "spmm_dx":
         return info.dx_layout == "scatter"
     return True
