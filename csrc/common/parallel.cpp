@@ -14,6 +14,8 @@
 
 namespace sparselab {
 
+#if !defined(SPARSELAB_OPENMP)
+// The fallback pool, for builds without OpenMP (e.g. the NEON test binary).
 namespace {
 
 // A job is published by bumping `generation`; workers claim task indices from
@@ -113,6 +115,7 @@ Pool& pool() {
 }
 
 }  // namespace
+#endif
 
 void parallel_tasks(int threads, int64_t ntasks, TaskBody body, void* ctx) {
   if (ntasks <= 0) return;

@@ -25,6 +25,7 @@ inline bool eligible_entry(const RadixScores& s, int64_t i, float v) {
   if (s.largest ? v == -std::numeric_limits<float>::infinity() : v == std::numeric_limits<float>::infinity())
     return false;
   if (s.valid_cols) {
+    if (s.valid_bits == 8) return static_cast<const uint8_t*>(s.valid_cols)[i] != 0;  // a bool mask
     const int64_t c = s.valid_bits == 16 ? static_cast<const int16_t*>(s.valid_cols)[i]
                                          : static_cast<const int32_t*>(s.valid_cols)[i];
     if (c < 0) return false;

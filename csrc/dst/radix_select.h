@@ -8,13 +8,14 @@ namespace sparselab {
 // Scores of eligible entries map to 32-bit keys that order like the scores
 // (largest=true) or like their negation (largest=false). NaN is never
 // eligible, nor -inf (largest) / +inf (smallest); with `valid_cols` given,
-// entry i is eligible only if valid_cols[i] >= 0 (live slots of a padded CSR).
+// entry i is eligible only if valid_cols[i] >= 0 (int16/int32: live slots of a
+// padded CSR) or valid_cols[i] != 0 (8 bits: a bool mask).
 struct RadixScores {
   const float* scores;
   int64_t n;
   bool largest;
-  const void* valid_cols;  // nullptr, or int16/int32 array of length n
-  int valid_bits;          // 16 or 32
+  const void* valid_cols;  // nullptr, or an array of length n
+  int valid_bits;          // 8 (bool), 16 or 32
 };
 
 // Adds to hist[65536] the count of eligible entries per top-16-bit key

@@ -28,10 +28,12 @@ from .. import _C
 __all__ = ["Block", "radix_topk", "mask_live_positions"]
 
 #: ``(scores, valid_cols, a_base)``: a contiguous float32 1-D score block; an
-#: optional int16/int32 array of the same length (entry eligible only where
-#: it is >= 0: a padded CSR's column array); the value added to the emitted
-#: index (or to its quotient by ``div``).
+#: optional array of the same length saying which entries are eligible (bool:
+#: where True; int16/int32: where >= 0, e.g. a padded CSR's column array); the
+#: value added to the emitted index (or to its quotient by ``div``).
 Block = tuple[Tensor, "Tensor | None", int]
+
+_VALID_BITS = {torch.bool: 8, torch.int16: 16, torch.int32: 32}
 
 _BINS = 1 << 16
 
@@ -39,15 +41,15 @@ _BINS = 1 << 16
 def _check_block(scores: Tensor, valid: Tensor | None) -> None:
     if scores.dtype != torch.float32 or scores.dim() != 1 or not scores.is_contiguous():
         raise TypeError("radix_topk: score blocks must be contiguous 1-D float32 tensors")
-    if valid is not None and (valid.dtype not in (torch.int16, torch.int32) or not valid.is_contiguous()
+    if valid is not None and (valid.dtype not in _VALID_BITS or not valid.is_contiguous()
                               or valid.numel() != scores.numel()):
-        raise TypeError("radix_topk: valid_cols must be a contiguous int16/int32 tensor as long as its block")
+        raise TypeError("radix_topk: valid_cols must be a contiguous bool/int16/int32 tensor as long as its block")
 
 
 def _args(scores: Tensor, valid: Tensor | None, largest: bool) -> tuple:
     _check_block(scores, valid)
     return (scores.data_ptr(), scores.numel(), largest, 0 if valid is None else valid.data_ptr(),
-            16 if valid is not None and valid.dtype == torch.int16 else 32)
+            32 if valid is None else _VALID_BITS[valid.dtype])
 
 
 def _kth_bin(hist: Tensor, k: int) -> tuple[int, int]:

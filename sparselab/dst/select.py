@@ -13,7 +13,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["key32", "kth_largest", "topk_mask", "topk_indices", "topk_per_row", "keep_top_per_row"]
+from .radix import radix_topk
+
+__all__ = ["kth_largest", "topk_mask", "topk_indices", "topk_per_row", "keep_top_per_row"]
 
 _NEG_INF = float("-inf")
 
@@ -23,46 +25,17 @@ def _no_nan(scores: Tensor) -> Tensor:
         if bool(torch.isnan(scores).any()) else scores
 
 
-_PIECE = 1 << 16        # elements per piece of the radix passes
 _RADIX_MIN = 1 << 16    # below this, torch.topk is cheap enough
 
 
-def key32(x: Tensor) -> Tensor:
-    """float32 -> int32 keys with the same order (-0.0 just below +0.0)."""
-    b = x.contiguous().view(torch.int32)
-    return b ^ ((b >> 31) & 0x7FFFFFFF)
-
-
-def _kth_largest_radix(scores: Tensor, k: int, valid: Tensor) -> Tensor:
-    """Exact k-th largest of ``scores[valid]`` (float32) in two 16-bit histogram
-    passes over fixed-size pieces: O(piece) extra memory. (``torch.topk`` on
-    CPU holds a value/index pair per *input* element: 16 bytes each.)"""
-    n = scores.numel()
-    hist = torch.zeros(65536, dtype=torch.int64)
-    for s in range(0, n, _PIECE):
-        hi = (key32(scores[s:s + _PIECE]) >> 16) + 32768
-        hist += torch.bincount(hi[valid[s:s + _PIECE]], minlength=65536)
-    cum = hist.flip(0).cumsum(0)
-    j = int(torch.searchsorted(cum, torch.tensor(k)))
-    top = 65535 - j
-    k2 = k - int(cum[j] - hist[top])
-    hist.zero_()
-    for s in range(0, n, _PIECE):
-        key = key32(scores[s:s + _PIECE])
-        sel = valid[s:s + _PIECE] & (((key >> 16) + 32768) == top)
-        hist += torch.bincount(key[sel] & 0xFFFF, minlength=65536)
-    cum = hist.flip(0).cumsum(0)
-    low = 65535 - int(torch.searchsorted(cum, torch.tensor(k2)))
-    key = torch.tensor([(top - 32768) * 65536 + low], dtype=torch.int32)
-    return (key ^ ((key >> 31) & 0x7FFFFFFF)).view(torch.float32)[0]
+def _radix(scores: Tensor) -> bool:
+    """Large float32 inputs go through the streamed radix select (:mod:`.radix`): torch.topk
+    on CPU holds a value/index pair per *input* element, 16 bytes each."""
+    return scores.dtype == torch.float32 and scores.numel() >= _RADIX_MIN
 
 
 def kth_largest(scores: Tensor, k: int, valid: Tensor | None = None) -> Tensor:
     """The ``k``-th largest entry of a 1-D tensor (among ``valid``; ``1 <= k <= count``)."""
-    if scores.dtype == torch.float32 and scores.numel() >= _RADIX_MIN:
-        if valid is None:
-            valid = torch.ones(scores.numel(), dtype=torch.bool)
-        return _kth_largest_radix(scores, k, valid)
     if valid is not None:
         scores = scores[valid]
     n = scores.numel()
@@ -77,6 +50,10 @@ def topk_mask(scores: Tensor, k: int, eligible: Tensor | None = None, *, largest
     ``largest=False``), are never selected; ties at the threshold go to the
     lowest indices. Extra memory: a few bools per entry."""
     scores = scores.reshape(-1)
+    if _radix(scores) and k > 0:
+        mask = torch.zeros(scores.numel(), dtype=torch.bool)
+        mask[topk_indices(scores, k, eligible, largest=largest)] = True
+        return mask
     valid = scores > _NEG_INF if largest else scores < float("inf")  # NaN compares False: excluded
     if eligible is not None:
         valid &= eligible.reshape(-1)
@@ -101,7 +78,12 @@ def topk_indices(scores: Tensor, k: int, eligible: Tensor | None = None, *, larg
     """Ascending int64 indices of :func:`topk_mask`."""
     if k <= 0 or scores.numel() == 0:
         return torch.empty(0, dtype=torch.int64)
-    return topk_mask(scores, k, eligible, largest=largest).nonzero().reshape(-1)
+    flat = scores.reshape(-1)
+    if _radix(flat):
+        flat = flat.contiguous()
+        ok = None if eligible is None else eligible.reshape(-1).to(torch.bool).contiguous()
+        return radix_topk(lambda: [(flat, ok, 0)], k, largest=largest, out_dtype=torch.int64)[0]
+    return topk_mask(flat, k, eligible, largest=largest).nonzero().reshape(-1)
 
 
 def topk_per_row(scores: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
