@@ -20,30 +20,38 @@ size_t panel_floats(int64_t n, int64_t cols) {
   return size_t(ceil_div(n, T)) * size_t(cols) * T;
 }
 
+// Packs columns [j0, j1) of batch tile t into the tile's panel P (P[j * T + q]
+// for absolute column j), on the calling thread. Kernels that pack inside
+// their own tasks use it to keep the packed tile in L2 instead of packing the
+// whole batch first.
+template <int T>
+void pack_tile_cols(const float* src, int64_t ld, int64_t n, int64_t t, int64_t j0, int64_t j1, float* P) {
+  static_assert(T % 8 == 0, "panel width must be a multiple of 8");
+  const int64_t b0 = t * T;
+  const int64_t rows = min64(T, n - b0);
+  for (int64_t q0 = 0; q0 < T; q0 += 8) {
+    const float* s = src + (b0 + q0) * ld;
+    if (q0 + 8 <= rows) {
+      int64_t j = j0;
+      for (; j + 8 <= j1; j += 8) transpose_block8(s + j, ld, P + j * T + q0, T);
+      for (; j < j1; ++j)
+        for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = s[q * ld + j];
+    } else {
+      for (int64_t j = j0; j < j1; ++j)
+        for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = (q0 + q < rows) ? s[q * ld + j] : 0.0f;
+    }
+  }
+}
+
 template <int T>
 void pack_panels(const float* src, int64_t ld, int64_t n, int64_t cols, float* dst, int threads) {
-  static_assert(T % 8 == 0, "panel width must be a multiple of 8");
   constexpr int64_t kColBlock = 256;
   const int64_t ntiles = ceil_div(n, T);
   const int64_t ncb = ceil_div(cols, kColBlock);
   parallel_for(threads, ntiles * ncb, [&](int64_t task, int) {
     const int64_t t = task / ncb;
     const int64_t j0 = (task % ncb) * kColBlock, j1 = min64(cols, j0 + kColBlock);
-    float* P = dst + t * cols * T;
-    const int64_t b0 = t * T;
-    const int64_t rows = min64(T, n - b0);
-    for (int64_t q0 = 0; q0 < T; q0 += 8) {
-      const float* s = src + (b0 + q0) * ld;
-      if (q0 + 8 <= rows) {
-        int64_t j = j0;
-        for (; j + 8 <= j1; j += 8) transpose_block8(s + j, ld, P + j * T + q0, T);
-        for (; j < j1; ++j)
-          for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = s[q * ld + j];
-      } else {
-        for (int64_t j = j0; j < j1; ++j)
-          for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = (q0 + q < rows) ? s[q * ld + j] : 0.0f;
-      }
-    }
+    pack_tile_cols<T>(src, ld, n, t, j0, j1, dst + t * cols * T);
   });
 }
 

@@ -9,6 +9,7 @@
 
 #include "../common/cpu_features.h"
 #include "../common/parallel.h"
+#include "../common/scratch_memory.h"
 #include "../kernels/scalar_reference.h"
 
 namespace sparselab {
@@ -27,28 +28,24 @@ std::atomic<size_t> g_keep_bytes{[] {
 // Per-calling-thread scratch, grown on demand and kept up to g_keep_bytes:
 // a fresh allocation per small call would page-fault on every call.
 struct Arena {
-  float* ptr = nullptr;
+  ScratchBlock block;
   size_t floats = 0;
-  ~Arena() { std::free(ptr); }
+  ~Arena() { scratch_release(block); }
+  void release() {
+    scratch_release(block);
+    floats = 0;
+  }
   void trim() {
-    if (floats * sizeof(float) > g_keep_bytes.load(std::memory_order_relaxed)) {
-      std::free(ptr);
-      ptr = nullptr;
-      floats = 0;
-    }
+    if (floats * sizeof(float) > g_keep_bytes.load(std::memory_order_relaxed)) release();
   }
   float* get(size_t need) {
     if (need == 0) return nullptr;
     if (need > floats) {
-      std::free(ptr);
-      ptr = nullptr;
-      floats = 0;
-      const size_t bytes = ((need * sizeof(float) + 63) / 64) * 64;
-      ptr = static_cast<float*>(std::aligned_alloc(64, bytes));
-      if (!ptr) throw std::bad_alloc();
+      release();
+      block = scratch_allocate(need * sizeof(float));
       floats = need;
     }
-    return ptr;
+    return block.data;
   }
 };
 thread_local Arena arena;
@@ -302,10 +299,6 @@ void set_scratch_keep_bytes(size_t bytes) { g_keep_bytes.store(bytes); }
 size_t scratch_keep_bytes() { return g_keep_bytes.load(); }
 
 size_t scratch_bytes_retained() { return arena.floats * sizeof(float); }
-void release_scratch() {
-  std::free(arena.ptr);
-  arena.ptr = nullptr;
-  arena.floats = 0;
-}
+void release_scratch() { arena.release(); }
 
 }  // namespace sparselab

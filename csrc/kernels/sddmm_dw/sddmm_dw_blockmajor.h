@@ -5,6 +5,11 @@
 // Per-slot sums accumulate across tiles in a block-major buffer that is
 // copied back to W's slot order at the end. The dense-tile loop of sddmm_dw_panels.h reads each X panel row from L2
 // instead; blocking measured 1.5-2x faster at 640x2560 and 4096x4096, N=2048.
+// Tasks split either W's rows or its column blocks. The operand a task owns a
+// slice of (dY rows, or X columns) is packed by that task one batch tile at a
+// time into a one-tile buffer that stays in L2; only the shared operand is
+// packed up front. Packing everything first wrote and re-read a whole
+// activation-sized copy: 20-25% of the call at N=2048, 640x2560.
 // A slot belongs to one task and tiles are summed in order, so results do not
 // depend on the thread count.
 #pragma once
@@ -16,9 +21,21 @@
 namespace sparselab {
 namespace {
 
+// Tasks split W's rows when dY is the larger operand (out >= in): then X is
+// the shared operand each task re-reads, and dY the one each task owns a slice of.
+inline bool dw_split_rows(int64_t out, int64_t in) { return out >= in; }
+
+// Floats of the packed operands: all tiles of the shared one, one tile of the owned one.
+template <int T>
+size_t dw_fused_panel_floats(int64_t n, int64_t in, int64_t out) {
+  const bool split_rows = dw_split_rows(out, in);
+  const int64_t shared = split_rows ? in : out, owned = split_rows ? out : in;
+  return panel_floats<T>(n, shared) + size_t(owned) * T;
+}
+
 template <int T, int CB, int G>
 size_t dw_blockmajor_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
-  return dw_panels_scratch<T>(n, in, out, nnz, threads) + 16 + size_t(nnz) + 16 +
+  return dw_fused_panel_floats<T>(n, in, out) + 16 + size_t(nnz) + 16 +
          block_major_floats<CB, G>(out, in, nnz, false);
 }
 
@@ -29,9 +46,13 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
   const int64_t in = a.w.ncols, out = a.w.rows;
   int64_t nnz = 0;
   for (int64_t i = 0; i < out; ++i) nnz += a.w.row_nnz[i];
-  const float *px, *pd;
-  dw_pack<T>(a, &px, &pd);
-  float* sums = a.scratch + dw_panels_scratch<T>(a.n, in, out, nnz, a.threads) + 16;
+  const bool split_rows = dw_split_rows(out, in);
+  // shared: every tile, packed now. owned: one tile; a task packs its slice.
+  const float* shared = a.scratch;
+  float* owned = a.scratch + panel_floats<T>(a.n, split_rows ? in : out);
+  if (split_rows) pack_panels<T>(a.x, a.ldx, a.n, in, a.scratch, a.threads);
+  else pack_panels<T>(a.dy, a.lddy, a.n, out, a.scratch, a.threads);
+  float* sums = a.scratch + dw_fused_panel_floats<T>(a.n, in, out) + 16;
   const BlockMajor<CB, G> bm = block_major_carve<CB, G>(sums + nnz + 16, out, in, nnz, false);
   block_major_build(bm, a.w, a.threads);
 
@@ -39,11 +60,9 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
   const std::vector<int64_t> run_start = block_major_run_starts(bm, a.threads);
 
   // Tasks are rectangles of (row groups) x (column blocks); every slot lies in
-  // one. Each task sweeps all batch tiles, so the operand it shares with the
-  // other tasks is read once per task: split the rows when dY is the larger
-  // operand (out >= in) and X is re-read, the columns otherwise.
+  // one. Each task sweeps all batch tiles, so the shared operand is read once
+  // per task.
   const int64_t want = 4 * int64_t(a.threads);
-  const bool split_rows = out >= in;
   const int64_t row_parts = split_rows ? min64(bm.ngroups, want) : 1;
   const int64_t col_parts = split_rows ? 1 : min64(nb, want);
   std::vector<int64_t> first_group(size_t(row_parts) + 1, bm.ngroups);
@@ -56,9 +75,19 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
     const int64_t rp = task / col_parts, cp = task % col_parts;
     const int64_t g_lo = first_group[size_t(rp)], g_hi = first_group[size_t(rp) + 1];
     const int64_t b_lo = nb * cp / col_parts, b_hi = nb * (cp + 1) / col_parts;
+    if (g_lo == g_hi || b_lo == b_hi) return;
     for (int64_t t = 0; t < ntiles; ++t) {
-      const float* X = px + t * in * T;
-      const float* D = pd + t * out * T;
+      // The owned slice, indexed by absolute row (or column), so tasks never overlap.
+      const float *X, *D;
+      if (split_rows) {
+        pack_tile_cols<T>(a.dy, a.lddy, a.n, t, g_lo * G, min64(out, g_hi * G), owned);
+        X = shared + t * in * T;
+        D = owned;
+      } else {
+        pack_tile_cols<T>(a.x, a.ldx, a.n, t, b_lo * CB, min64(in, b_hi * CB), owned);
+        X = owned;
+        D = shared + t * out * T;
+      }
       const bool first = (t == 0);
       for (int64_t b = b_lo; b < b_hi; ++b) {
         const float* Xb = X + b * CB * T;

@@ -1,0 +1,47 @@
+#include "scratch_memory.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+namespace sparselab {
+
+ScratchBlock scratch_allocate(size_t bytes) {
+  ScratchBlock b;
+  bytes = (bytes + 63) / 64 * 64;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (bytes >= kLargeScratchBytes) {
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t map_bytes = bytes + kHuge;
+    void* base = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) throw std::bad_alloc();
+    auto* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHuge - 1) & ~uintptr_t(kHuge - 1));
+    madvise(aligned, bytes, MADV_HUGEPAGE);  // a hint; ignored where THP is off
+    b.data = reinterpret_cast<float*>(aligned);
+    b.bytes = bytes;
+    b.map_base = base;
+    b.map_bytes = map_bytes;
+    return b;
+  }
+#endif
+  b.data = static_cast<float*>(std::aligned_alloc(64, bytes));
+  if (!b.data) throw std::bad_alloc();
+  b.bytes = bytes;
+  return b;
+}
+
+void scratch_release(ScratchBlock& b) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (b.map_base) munmap(b.map_base, b.map_bytes);
+  else std::free(b.data);
+#else
+  std::free(b.data);
+#endif
+  b = ScratchBlock{};
+}
+
+}  // namespace sparselab
