@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparselab.tuning import keys, modes, race, resolve, tuner
+from sparselab.tuning import keys, modes, race, resolve, second_point, tuner
 from sparselab.tuning.cache import TuningCache
 from sparselab.tuning.keys import make_key, parse_key
 from sparselab.tuning.problem import compare, tolerance
@@ -251,6 +251,58 @@ def test_tuner_tie_break_is_deterministic_and_prefers_sparse_over_dense():
                        problem=FakeProblem(clock, costs), reference="scalar", clock=clock)
         choices.add(e["variant"])
     assert choices == {"avx2_plain"}  # plain < tiled < dense on a tie
+
+
+# ---------------------------------------------------------------- the second point (capped N)
+
+def test_second_n_only_when_the_key_n_is_well_above_the_timed_n():
+    assert second_point.second_n(128, 2048) == 512      # 4x the first, whole tiles
+    assert second_point.second_n(512, 2048) == 2048     # the target itself when within 4x
+    assert second_point.second_n(100, 1000) == 384      # rounded down to full 64-row tiles
+    assert second_point.second_n(512, 800) is None      # less than 2x apart: the first N stands
+    assert second_point.second_n(64, 64) is None
+
+
+def test_prediction_is_the_line_through_both_points_and_never_falls():
+    assert second_point.predict(2.0, 5.0, 100, 400, 1000) == pytest.approx(11.0)
+    assert second_point.predict(5.0, 4.0, 100, 400, 1000) == pytest.approx(4.0)  # noise: flat
+
+
+class FakeScalingProblem(FakeProblem):
+    """A fake whose candidates cost fixed + per_row * n, so rankings can flip with N."""
+
+    def __init__(self, clock, lines, n):
+        super().__init__(clock, {name: a + b * n for name, (a, b) in lines.items()})
+        self.lines, self.n, self.made = lines, n, []
+
+    def at_n(self, n):
+        p = FakeScalingProblem(self.clock, self.lines, n)
+        p.reference_output = self.reference_output
+        self.made.append(n)
+        return p
+
+
+def _tune_scaling(lines, key_n, timed_n):
+    clock = FakeClock()
+    problem = FakeScalingProblem(clock, lines, timed_n)
+    e = tuner.tune(make_key("spmm_fwd", 4096, 4096, key_n, 0.1, 2), variants=FAKE_VARIANTS,
+                   problem=problem, reference="scalar", clock=clock)
+    return e, problem
+
+
+def test_capped_batch_choice_follows_the_key_n_not_the_timed_n():
+    # avx2_tile64 wins at N=128 (cheap call, dear rows); avx2_tile128 (a per-call repack,
+    # cheap rows) wins from N~300 on, as the block-major kernels do at 4096x4096.
+    lines = {"scalar": (0.0, 1e-3), "avx2_plain": (0.0, 2e-4), "avx2_tile64": (0.0, 5e-5),
+             "avx2_tile128": (4e-3, 3.5e-5), "dense_torch": (0.0, 1e-4)}
+    e, problem = _tune_scaling(lines, key_n=2048, timed_n=128)
+    assert e["first_choice"] == "avx2_tile64"
+    assert e["variant"] == "avx2_tile128"
+    assert problem.made == [512] and e["n_second"] == 512 and e["target_n"] == 2048
+    assert e["predicted_s"]["avx2_tile128"] == pytest.approx(4e-3 + 3.5e-5 * 2048)
+    # At the timed N itself there is no second point and the first race decides.
+    e, problem = _tune_scaling(lines, key_n=128, timed_n=128)
+    assert e["variant"] == "avx2_tile64" and problem.made == [] and "n_second" not in e
 
 
 # ---------------------------------------------------------------- modes and the dispatch path

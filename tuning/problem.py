@@ -92,12 +92,14 @@ def release_data() -> None:
 class Problem:
     """Seeded data for one key: W (PaddedCSR), X, dY, bias; runs any variant of the key's op."""
 
-    def __init__(self, key, seed: int = 0, shape: tuple | None = None):
+    def __init__(self, key, seed: int = 0, shape: tuple | None = None, n: int | None = None):
         """``shape``: (out_features, in_features, n, density) of the call that triggered the
         tuning, timed instead of the key's representative shape (a bucket is +-19% wide, and
-        block and tile kernels rank differently at 640 than at its representative 724)."""
-        self.key = key
-        self.n = timing_n(key, shape)
+        block and tile kernels rank differently at 640 than at its representative 724).
+        ``n``: time this batch size instead of the capped one (the second point, see
+        second_point.py); the reference is then never run on it."""
+        self.key, self.seed = key, seed
+        self.n = n if n is not None else timing_n(key, shape)
         out_f, in_f, _, density = shape or (key.out_features, key.in_features, key.n, key.density)
         self.shape = (out_f, in_f, self.n, density)
         self.W, self.X, self.dY, self.bias = _data(out_f, in_f, self.n, density, seed)
@@ -106,6 +108,10 @@ class Problem:
         density = self.W.density
         self.dot_length = {"spmm_fwd": in_f * density, "spmm_dx": out_f * density,
                            "sddmm_dw": self.n}[key.op]
+
+    def at_n(self, n: int) -> "Problem":
+        """The same layer and seed at batch size ``n``."""
+        return Problem(self.key, self.seed, shape=self.shape, n=n)
 
     def runner(self, variant: str):
         from sparselab import ops

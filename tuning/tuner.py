@@ -3,7 +3,10 @@
 An entry (what the cache stores per key) records the choice and enough to explain it:
   variant, median_s, runner_up, runner_up_s, dense (best dense candidate), dense_s,
   reference_s, n_timed, medians (every valid candidate), rejected {name: why}, race_s, tuning_s,
-  load (1-min load average while tuning), tuned_at.
+  load (1-min load average while tuning), tuned_at. Times are per call at n_timed rows. When the
+  key's N is at least twice n_timed, the finalists were re-timed at n_second and the choice is
+  the fastest predicted time at target_n (second_point.py); the entry then also holds
+  second_medians, predicted_s and first_choice (what the first race alone would have chosen).
 
 Cost bound: every candidate runs once (warm-up + correctness), then timed rounds stop at the
 time budget (BUDGET_S); the problem's N is capped (problem.py) so the slowest candidates stay
@@ -17,6 +20,8 @@ import os
 import time
 
 from . import candidates as cand
+from . import second_point
+from .keys import N_CAP
 from .race import Candidate, race
 
 BUDGET_S = 0.4
@@ -87,12 +92,37 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
         result = race(racers, _checker(problem, reference), budget_s=budget_s, clock=clock)
 
     med = result.medians
+    winner, runner_up = result.winner, result.runner_up
+    # A capped batch: the finalists get a second point at a larger N (second_point.py).
+    target = min(shape[2] if shape else key.n, N_CAP)
+    n2 = second_point.second_n(problem.n, target)
+    second = {}
+    if n2 is not None:
+        rank = {r.name: r.rank for r in racers}.__getitem__
+        names = second_point.finalists(med, rank)
+        if len(names) > 1:
+            p2 = problem.at_n(n2)
+            racers2 = [Candidate(r.name, r.rank, p2.runner(r.name), r.kind) for r in racers if r.name in names]
+            with _torch_threads(key.threads):
+                # Outputs were checked at the first N; here only the times count.
+                r2 = race(racers2, lambda name, out: None, budget_s=budget_s * second_point.BUDGET_FRACTION,
+                          clock=clock)
+            kept = [n for n in r2.medians if n not in r2.cut]
+            predicted = {n: second_point.predict(med[n], r2.medians[n], problem.n, n2, target) for n in kept}
+            winner = second_point.choose(predicted, rank)
+            others = sorted((n for n in predicted if n != winner), key=predicted.get)
+            runner_up = others[0] if others else runner_up
+            second = {"n_second": n2, "target_n": target,
+                      "second_medians": dict(sorted(r2.medians.items(), key=lambda kv: kv[1])),
+                      "predicted_s": dict(sorted(predicted.items(), key=lambda kv: kv[1])),
+                      "first_choice": result.winner}
+
     dense = sorted((n for n in med if cand.is_dense(infos[n])), key=lambda n: med[n])
     return {
-        "variant": result.winner,
-        "median_s": med[result.winner],
-        "runner_up": result.runner_up,
-        "runner_up_s": med.get(result.runner_up) if result.runner_up else None,
+        "variant": winner,
+        "median_s": med[winner],
+        "runner_up": runner_up,
+        "runner_up_s": med.get(runner_up) if runner_up else None,
         "dense": dense[0] if dense else None,
         "dense_s": med[dense[0]] if dense else None,
         "reference_s": med.get(reference),
@@ -100,6 +130,7 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
         "timed_shape": list(getattr(problem, "shape", ())),
         "medians": dict(sorted(med.items(), key=lambda kv: kv[1])),
         "rejected": result.rejected,
+        **second,
         "race_s": round(result.elapsed_s, 4),
         "tuning_s": round(time.perf_counter() - started, 4),  # set-up included
         "load": _load(),  # a busy machine makes the choice noisy: keep the evidence

@@ -1,0 +1,63 @@
+"""A second timing point for keys whose batch was capped: rank the finalists at the key's own N.
+
+The race times a capped N (problem.py) so that every candidate, the scalar reference included,
+stays cheap. Kernels differ in per-call cost (repacking W, packing activations) as well as in
+per-row cost, so the ranking at the capped N can flip by the N the key stands for. Measured on the
+reference machine (2 threads, 90% sparse, medians of 7 interleaved runs):
+
+    spmm_fwd 4096x4096   N=128: avx2_tile32 1.29x faster than avx2_bm64_cb128
+                         N=512: tie;  N=2048: avx2_bm64_cb128 1.29x faster
+    spmm_dx  2560x640    N=512: avx2_bm32_cb256 first; N=2048: avx2_bm64_cb128 first (by 1.11x)
+
+So when the key's N is at least twice the timed N, the race's finalists run a second, shorter race
+at a larger N, and each finalist's time at the key's N is read off the straight line through its
+two points (cost = a + b*N: fixed per-call work plus per-row work). The choice is the fastest
+prediction, ties within ``TIE_BAND`` going to the simpler candidate as in the race.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .race import TIE_BAND
+
+# Finalists: every valid candidate within this factor of the best time at the first N (a
+# per-call overhead that loses 1.3x at N=128 can win 1.3x at N=2048), at most MAX_FINALISTS.
+FINALIST_RATIO = 1.5
+MAX_FINALISTS = 3
+# The second race's time budget, as a fraction of the first's: it races few candidates.
+BUDGET_FRACTION = 0.5
+# The second N is at most this multiple of the first: far enough apart that the slope is
+# measured, near enough that one call stays cheap.
+SECOND_N_FACTOR = 4
+N_TILE = 64
+
+
+def second_n(n1: int, target: int) -> int | None:
+    """The N of the second race, or None when the first N is close enough to the target."""
+    if target < 2 * n1:
+        return None
+    n2 = min(target, SECOND_N_FACTOR * n1)
+    if n2 < target and n2 >= N_TILE:
+        n2 -= n2 % N_TILE  # full batch tiles, as at the large N it stands for
+    return n2 if n2 > n1 else None
+
+
+def finalists(medians: dict[str, float], rank: Callable[[str], tuple], *,
+              ratio: float = FINALIST_RATIO, max_count: int = MAX_FINALISTS) -> list[str]:
+    """The candidates worth a second point, fastest first."""
+    best = min(medians.values())
+    close = sorted((n for n, t in medians.items() if t <= ratio * best), key=lambda n: (medians[n], rank(n)))
+    return close[:max_count]
+
+
+def predict(t1: float, t2: float, n1: int, n2: int, target: int) -> float:
+    """Time at ``target`` on the line through (n1, t1) and (n2, t2). A negative slope (noise) is
+    read as flat: no kernel gets faster per call with more rows."""
+    slope = max(0.0, (t2 - t1) / (n2 - n1))
+    return t2 + slope * (target - n2)
+
+
+def choose(predicted: dict[str, float], rank: Callable[[str], tuple], tie_band: float = TIE_BAND) -> str:
+    """The fastest prediction; a tie within ``tie_band`` goes to the lowest rank."""
+    best = min(predicted.values())
+    return min((n for n, t in predicted.items() if t <= best * (1.0 + tie_band)), key=rank)
