@@ -2,8 +2,9 @@
 
 A cache written on another CPU, or by another build of the kernels, must never be applied
 silently, so the fingerprint holds everything that changes which kernel is fastest: CPU brand
-and model, ISA flags, cache sizes, architecture, the library version and the extension's build
-hash. The thread count is not here: it is part of each key.
+and model, ISA flags, cache sizes, architecture, the library version, the extension's build
+hash and the tuning method's version (tuner.METHOD_VERSION: choices made by an older method are
+re-measured, not kept). The thread count is not here: it is part of each key.
 
 py-cpuinfo takes about a second (it probes the CPU in a subprocess), which would be paid by every
 process on its first sparse op. Its result is therefore cached in-process and on disk, keyed by a
@@ -125,6 +126,9 @@ def current(memo_dir: str | None = None) -> dict:
     fp = dict(cpu_description(memo_dir))
     fp["library_version"] = library_version()
     fp["build_hash"] = build_hash()
+    from .tuner import METHOD_VERSION
+
+    fp["tuning_method"] = METHOD_VERSION
     return fp
 
 
