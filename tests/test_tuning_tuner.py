@@ -300,6 +300,12 @@ def test_capped_batch_choice_follows_the_key_n_not_the_timed_n():
     assert e["variant"] == "avx2_tile128"
     assert problem.made == [512] and e["n_second"] == 512 and e["target_n"] == 2048
     assert e["predicted_s"]["avx2_tile128"] == pytest.approx(4e-3 + 3.5e-5 * 2048)
+    # The table shows what decided: the predicted times next to the timed ones.
+    from sparselab.tuning import table
+    row = table.build({str(make_key("spmm_fwd", 4096, 4096, 2048, 0.1, 2)): e}).iloc[0]
+    assert row["variant"] == "avx2_tile128" and row["time_us"] > row["runner_up_us"]
+    assert row["pred_us"] == pytest.approx(1e6 * (4e-3 + 3.5e-5 * 2048), rel=1e-3)
+    assert row["runner_up_pred_us"] > row["pred_us"]
     # At the timed N itself there is no second point and the first race decides.
     e, problem = _tune_scaling(lines, key_n=128, timed_n=128)
     assert e["variant"] == "avx2_tile64" and problem.made == [] and "n_second" not in e

@@ -6,7 +6,11 @@ import pandas as pd
 from .keys import parse_key
 
 COLUMNS = ["op", "out", "in", "n", "n_timed", "density", "threads", "variant", "time_us", "runner_up",
-           "runner_up_us", "x_dense", "x_scalar"]
+           "runner_up_us", "pred_us", "runner_up_pred_us", "x_dense", "x_scalar"]
+
+
+def _us(seconds):
+    return round(seconds * 1e6, 1) if seconds else None
 
 
 def _ratio(num, den):
@@ -15,13 +19,17 @@ def _ratio(num, den):
 
 def build(entries: dict[str, dict], only: set[str] | None = None) -> pd.DataFrame:
     """One row per key (its representative shape; times are per call at n_timed rows, see
-    problem.py). x_dense / x_scalar: speedup of the choice over the best dense candidate
-    and over the scalar reference, timed in the same race (None if that candidate was not timed)."""
+    problem.py). pred_us / runner_up_pred_us: where the key's N was well above n_timed, the
+    times predicted at that N from a second point (second_point.py), which made the choice; so
+    a choice can be slower than its runner-up at n_timed. x_dense / x_scalar: speedup of the
+    choice over the best dense candidate and over the scalar reference, timed in the same race
+    at n_timed (None if that candidate was not timed)."""
     rows = []
     for text, e in entries.items():
         if only is not None and text not in only:
             continue
         k = parse_key(text)
+        pred = e.get("predicted_s") or {}
         rows.append({
             "op": k.op, "out": k.out_features, "in": k.in_features, "n": k.n,
             "n_timed": e.get("n_timed"),
@@ -29,6 +37,8 @@ def build(entries: dict[str, dict], only: set[str] | None = None) -> pd.DataFram
             "time_us": round(e["median_s"] * 1e6, 1) if e.get("median_s") else None,
             "runner_up": e.get("runner_up"),
             "runner_up_us": round(e["runner_up_s"] * 1e6, 1) if e.get("runner_up_s") else None,
+            "pred_us": _us(pred.get(e["variant"])),
+            "runner_up_pred_us": _us(pred.get(e.get("runner_up"))),
             "x_dense": _ratio(e.get("dense_s"), e.get("median_s")),
             "x_scalar": _ratio(e.get("reference_s"), e.get("median_s")),
         })
