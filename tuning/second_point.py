@@ -24,7 +24,7 @@ from .race import TIE_BAND
 # per-call overhead that loses 1.3x at N=128 can win 1.3x at N=2048), at most MAX_FINALISTS.
 FINALIST_RATIO = 1.5
 MAX_FINALISTS = 3
-# The second race's time budget, as a fraction of the first's: it races few candidates.
+# Each race's share of the tuner's time budget when there is a second point.
 BUDGET_FRACTION = 0.5
 # The second N is at most this multiple of the first: far enough apart that the slope is
 # measured, near enough that one call stays cheap.

@@ -22,7 +22,7 @@ import time
 from . import candidates as cand
 from . import second_point
 from .keys import N_CAP
-from .race import Candidate, race
+from .race import DUEL_REPS, Candidate, race
 
 BUDGET_S = 0.4
 # Bumped whenever the way a choice is made changes; part of the cache fingerprint, so entries
@@ -91,14 +91,18 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
         racers.append(Candidate(v.name, cand.rank(v, reference), problem.runner(v.name),
                                 cand.kind(v, reference)))
 
+    # A capped batch: the finalists get a second point at a larger N (second_point.py). The
+    # first race then only has to find them (and time them for the line), so it runs on part
+    # of the budget and skips its close-finish duel: the two races together cost about one.
+    target = min(shape[2] if shape else key.n, N_CAP)
+    n2 = second_point.second_n(problem.n, target)
+    first_budget = budget_s * (second_point.BUDGET_FRACTION if n2 is not None else 1.0)
     with _torch_threads(key.threads):  # dense candidates run on torch's pool
-        result = race(racers, _checker(problem, reference), budget_s=budget_s, clock=clock)
+        result = race(racers, _checker(problem, reference), budget_s=first_budget, clock=clock,
+                      duel_reps=0 if n2 is not None else DUEL_REPS)
 
     med = result.medians
     winner, runner_up = result.winner, result.runner_up
-    # A capped batch: the finalists get a second point at a larger N (second_point.py).
-    target = min(shape[2] if shape else key.n, N_CAP)
-    n2 = second_point.second_n(problem.n, target)
     second = {}
     if n2 is not None:
         rank = {r.name: r.rank for r in racers}.__getitem__
