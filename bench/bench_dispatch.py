@@ -17,12 +17,18 @@ Overhead (pytest-benchmark):
 Quality (a script, minutes; not collected by pytest):
 
     python bench/bench_dispatch.py quality [--keys 36] [--json out.json] [--stat median|min] [--threads T]
+    python bench/bench_dispatch.py second-point [--passes 2]
 
 On keys that are *not* the tuner's representative shapes (odd sizes, several densities and
 batch sizes), it tunes each key through dispatch (fresh cache), then times every available
 candidate on the actual shape in one run, and reports how often the tuned choice is within 5% of
 the measured best, and the geometric-mean speedup of tuned dispatch over always using one fixed
 variant (each fixed variant, and the best single one).
+
+``second-point`` checks the tuner's second timing point (tuning/second_point.py) where it matters,
+on the issue-2 headline keys at N=2048 (timed at a capped N): it tunes each key with a fresh
+cache, and wherever the final choice differs from what the first race alone chose, times both at
+N=2048 interleaved (median of 7) and reports final/first (< 1: the second point helped).
 """
 from __future__ import annotations
 
@@ -184,9 +190,50 @@ def quality(count: int, json_path: str | None, stat_name: str = "median") -> int
     return 0
 
 
+HEADLINE_SHAPES = ((640, 2560), (2560, 640), (4096, 4096))
+
+
+def second_point_check(passes: int) -> int:
+    from sparselab.format import PaddedCSR
+    from sparselab.tuning import keys, tuner
+
+    ratios = []
+    for p in range(passes):
+        os.environ["SPARSELAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="sparselab-second-point-")
+        for op, (out_f, in_f) in itertools.product(OPS, HEADLINE_SHAPES):
+            e = tuner.tune(keys.make_key(op, out_f, in_f, 2048, 0.1, torch.get_num_threads()),
+                           shape=(out_f, in_f, 2048, 0.1))
+            first, final = e.get("first_choice"), e["variant"]
+            if first is None or first == final:
+                print(f"pass {p + 1} {op:8s} {out_f}x{in_f}: {final} (the first race agreed)", flush=True)
+                continue
+            W = PaddedCSR.random(out_f, in_f, 0.9, seed=3)
+            g = torch.Generator().manual_seed(4)
+            X, dY = torch.randn(2048, in_f, generator=g), torch.randn(2048, out_f, generator=g)
+            run = {name: _runner(op, W, X, dY, None, name) for name in (first, final)}
+            samples = {name: [] for name in run}
+            for f in run.values():
+                f()
+            for _ in range(7):
+                for name, f in run.items():
+                    t0 = time.perf_counter()
+                    f()
+                    samples[name].append(time.perf_counter() - t0)
+            r = statistics.median(samples[final]) / statistics.median(samples[first])
+            ratios.append(r)
+            print(f"pass {p + 1} {op:8s} {out_f}x{in_f}: first race {first} -> {final}: "
+                  f"final/first at N=2048 = {r:.3f}", flush=True)
+    if ratios:
+        gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        print(f"\nchanged {len(ratios)} of {passes * 9} choices; final/first geomean {gm:.3f}, "
+              f"range {min(ratios):.3f}-{max(ratios):.3f}")
+    return 0
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=["quality"])
+    p.add_argument("what", choices=["quality", "second-point"])
+    p.add_argument("--passes", type=int, default=2)
     p.add_argument("--keys", type=int, default=36)
     p.add_argument("--json")
     p.add_argument("--stat", choices=["median", "min"], default="median")
@@ -194,4 +241,6 @@ if __name__ == "__main__":
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
+    if a.what == "second-point":
+        sys.exit(second_point_check(a.passes))
     sys.exit(quality(a.keys, a.json, a.stat))
