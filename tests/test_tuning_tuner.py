@@ -311,6 +311,27 @@ def test_capped_batch_choice_follows_the_key_n_not_the_timed_n():
     assert e["variant"] == "avx2_tile64" and problem.made == [] and "n_second" not in e
 
 
+def test_second_race_failing_everywhere_keeps_the_first_choice():
+    lines = {"scalar": (0.0, 1e-3), "avx2_plain": (0.0, 2e-4), "avx2_tile64": (0.0, 5e-5),
+             "avx2_tile128": (4e-3, 3.5e-5), "dense_torch": (0.0, 1e-4)}
+
+    class Failing(FakeScalingProblem):
+        def at_n(self, n):
+            p = super().at_n(n)
+
+            def runner(name):
+                def run():
+                    raise MemoryError("no room at the larger N")
+                return run
+            p.runner = runner
+            return p
+
+    clock = FakeClock()
+    e = tuner.tune(make_key("spmm_fwd", 4096, 4096, 2048, 0.1, 2), variants=FAKE_VARIANTS,
+                   problem=Failing(clock, lines, 128), reference="scalar", clock=clock)
+    assert e["variant"] == "avx2_tile64" and "n_second" not in e and "first_choice" not in e
+
+
 # ---------------------------------------------------------------- modes and the dispatch path
 
 def test_modes_api_env_and_context_manager(monkeypatch):

@@ -22,7 +22,7 @@ import time
 from . import candidates as cand
 from . import second_point
 from .keys import N_CAP
-from .race import DUEL_REPS, Candidate, race
+from .race import DUEL_REPS, Candidate, NoValidCandidate, race
 
 BUDGET_S = 0.4
 # Bumped whenever the way a choice is made changes; part of the cache fingerprint, so entries
@@ -65,6 +65,34 @@ def _load() -> float | None:
         return None
 
 
+def _second_race(key, problem, racers, first, n2: int, target: int, budget_s: float, clock) -> dict:
+    """Race the first race's finalists at batch ``n2``; choose by the time predicted at ``target``
+    (second_point.py). Returns the entry's second-point fields plus ``winner`` / ``runner_up``, or
+    {} when there is nothing to decide (one finalist) or every finalist failed at ``n2``."""
+    rank = {r.name: r.rank for r in racers}.__getitem__
+    names = second_point.finalists(first.medians, rank)
+    if len(names) < 2:
+        return {}
+    p2 = problem.at_n(n2)
+    racers2 = [Candidate(r.name, r.rank, p2.runner(r.name), r.kind) for r in racers if r.name in names]
+    try:
+        with _torch_threads(key.threads):
+            # Outputs were checked at the first N; here only the times count.
+            r2 = race(racers2, lambda name, out: None, budget_s=budget_s * second_point.BUDGET_FRACTION,
+                      clock=clock)
+    except NoValidCandidate:
+        return {}
+    kept = [n for n in r2.medians if n not in r2.cut]
+    predicted = {n: second_point.predict(first.medians[n], r2.medians[n], problem.n, n2, target) for n in kept}
+    winner = second_point.choose(predicted, rank)
+    others = sorted((n for n in predicted if n != winner), key=predicted.get)
+    return {"winner": winner, "runner_up": others[0] if others else None,
+            "n_second": n2, "target_n": target,
+            "second_medians": dict(sorted(r2.medians.items(), key=lambda kv: kv[1])),
+            "predicted_s": dict(sorted(predicted.items(), key=lambda kv: kv[1])),
+            "first_choice": first.winner}
+
+
 def tune(key, *, shape: tuple | None = None, variants=None, problem=None, reference: str | None = None,
          budget_s: float = BUDGET_S, clock=time.perf_counter) -> dict:
     """Measure and return the cache entry for ``key``, timed at ``shape`` = (out_features,
@@ -105,24 +133,9 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
     winner, runner_up = result.winner, result.runner_up
     second = {}
     if n2 is not None:
-        rank = {r.name: r.rank for r in racers}.__getitem__
-        names = second_point.finalists(med, rank)
-        if len(names) > 1:
-            p2 = problem.at_n(n2)
-            racers2 = [Candidate(r.name, r.rank, p2.runner(r.name), r.kind) for r in racers if r.name in names]
-            with _torch_threads(key.threads):
-                # Outputs were checked at the first N; here only the times count.
-                r2 = race(racers2, lambda name, out: None, budget_s=budget_s * second_point.BUDGET_FRACTION,
-                          clock=clock)
-            kept = [n for n in r2.medians if n not in r2.cut]
-            predicted = {n: second_point.predict(med[n], r2.medians[n], problem.n, n2, target) for n in kept}
-            winner = second_point.choose(predicted, rank)
-            others = sorted((n for n in predicted if n != winner), key=predicted.get)
-            runner_up = others[0] if others else runner_up
-            second = {"n_second": n2, "target_n": target,
-                      "second_medians": dict(sorted(r2.medians.items(), key=lambda kv: kv[1])),
-                      "predicted_s": dict(sorted(predicted.items(), key=lambda kv: kv[1])),
-                      "first_choice": result.winner}
+        second = _second_race(key, problem, racers, result, n2, target, budget_s, clock)
+        if second:
+            winner, runner_up = second.pop("winner"), second.pop("runner_up") or runner_up
 
     dense = sorted((n for n in med if cand.is_dense(infos[n])), key=lambda n: med[n])
     return {
