@@ -121,12 +121,23 @@ def _runner(op, W, X, dY, bias, name):
     return lambda: ops.sddmm_dw(W, dY, X, variant=name)
 
 
+# The judge re-times only candidates within this factor of the fastest after a first look: a
+# kernel 2x slower cannot be the best, and interleaving it (the scalar reference, a dense
+# candidate that materialises W) changes the cache state the contenders see. With every
+# candidate interleaved, spmm_fwd 640x200 n=400 d=0.6 ranked avx2_bm64_cb128 7-11% ahead of
+# avx2_tile32; timed among the contenders only, on the judge's data and on the tuner's alike,
+# avx2_tile32 was 7-11% ahead.
+CONTENDER_RATIO = 2.0
+FIRST_LOOK = 3
+
+
 def time_all(op, out_f, in_f, n, density, reps=21, stat=statistics.median,
              sample_s: float = 1e-3) -> dict[str, float]:
     """Time (``stat`` of ``reps`` samples, seconds per call) of every available candidate
     on this exact shape, interleaved. A sample times enough back-to-back calls to last about
     ``sample_s`` (the same count for every candidate of the key), so microsecond calls are not
-    judged by timer noise."""
+    judged by timer noise. Candidates more than CONTENDER_RATIO slower than the fastest after
+    FIRST_LOOK samples keep that first-look time and are not re-timed."""
     W = random_weight(out_f, in_f, density, seed=11)
     g = torch.Generator().manual_seed(12)
     X, dY, bias = torch.randn(n, in_f, generator=g), torch.randn(n, out_f, generator=g), torch.randn(out_f, generator=g)
@@ -139,13 +150,24 @@ def time_all(op, out_f, in_f, n, density, reps=21, stat=statistics.median,
         fastest = min(fastest, time.perf_counter() - t0)
     calls = max(1, min(1000, int(sample_s / max(fastest, 1e-7))))
     samples = {name: [] for name in runs}
-    for _ in range(reps):
-        for name, run in runs.items():
+
+    def sample_round(names):
+        for name in names:
             t0 = time.perf_counter()
             for _ in range(calls):
-                run()
+                runs[name]()
             samples[name].append((time.perf_counter() - t0) / calls)
-    return {name: stat(s) for name, s in samples.items()}
+
+    for _ in range(FIRST_LOOK):
+        sample_round(runs)
+    first = {name: statistics.median(s) for name, s in samples.items()}
+    best = min(first.values())
+    contenders = [name for name in runs if first[name] <= CONTENDER_RATIO * best]
+    for name in contenders:
+        samples[name] = []
+    for _ in range(reps):
+        sample_round(contenders)
+    return {name: stat(samples[name]) if name in contenders else first[name] for name in runs}
 
 
 def quality(count: int, json_path: str | None, stat_name: str = "median") -> int:
