@@ -131,6 +131,19 @@ CONTENDER_RATIO = 2.0
 FIRST_LOOK = 3
 
 
+def sample_interleaved(runs: dict, rounds: int, calls: int = 1) -> dict[str, list[float]]:
+    """``rounds`` samples of every run, interleaved (so drift hits all alike); a sample is the
+    mean seconds of ``calls`` back-to-back calls."""
+    samples = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                run()
+            samples[name].append((time.perf_counter() - t0) / calls)
+    return samples
+
+
 def time_all(op, out_f, in_f, n, density, reps=21, stat=statistics.median,
              sample_s: float = 1e-3) -> dict[str, float]:
     """Time (``stat`` of ``reps`` samples, seconds per call) of every available candidate
@@ -149,24 +162,10 @@ def time_all(op, out_f, in_f, n, density, reps=21, stat=statistics.median,
         run()
         fastest = min(fastest, time.perf_counter() - t0)
     calls = max(1, min(1000, int(sample_s / max(fastest, 1e-7))))
-    samples = {name: [] for name in runs}
-
-    def sample_round(names):
-        for name in names:
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                runs[name]()
-            samples[name].append((time.perf_counter() - t0) / calls)
-
-    for _ in range(FIRST_LOOK):
-        sample_round(runs)
-    first = {name: statistics.median(s) for name, s in samples.items()}
+    first = {name: statistics.median(s) for name, s in sample_interleaved(runs, FIRST_LOOK, calls).items()}
     best = min(first.values())
-    contenders = [name for name in runs if first[name] <= CONTENDER_RATIO * best]
-    for name in contenders:
-        samples[name] = []
-    for _ in range(reps):
-        sample_round(contenders)
+    contenders = {name: run for name, run in runs.items() if first[name] <= CONTENDER_RATIO * best}
+    samples = sample_interleaved(contenders, reps, calls)
     return {name: stat(samples[name]) if name in contenders else first[name] for name in runs}
 
 
@@ -212,42 +211,36 @@ def quality(count: int, json_path: str | None, stat_name: str = "median") -> int
     return 0
 
 
-HEADLINE_SHAPES = ((640, 2560), (2560, 640), (4096, 4096))
-
-
 def second_point_check(passes: int) -> int:
+    import grid
     from sparselab.format import PaddedCSR
     from sparselab.tuning import keys, tuner
 
+    N, density = grid.HEADLINE_N, 1.0 - grid.HEADLINE_SPARSITY
     ratios = []
     for p in range(passes):
         os.environ["SPARSELAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="sparselab-second-point-")
-        for op, (out_f, in_f) in itertools.product(OPS, HEADLINE_SHAPES):
-            e = tuner.tune(keys.make_key(op, out_f, in_f, 2048, 0.1, torch.get_num_threads()),
-                           shape=(out_f, in_f, 2048, 0.1))
+        for op, (out_f, in_f) in itertools.product(OPS, grid.HEADLINE_SHAPES):
+            e = tuner.tune(keys.make_key(op, out_f, in_f, N, density, torch.get_num_threads()),
+                           shape=(out_f, in_f, N, density))
             first, final = e.get("first_choice"), e["variant"]
             if first is None or first == final:
                 print(f"pass {p + 1} {op:8s} {out_f}x{in_f}: {final} (the first race agreed)", flush=True)
                 continue
-            W = PaddedCSR.random(out_f, in_f, 0.9, seed=3)
+            W = PaddedCSR.random(out_f, in_f, grid.HEADLINE_SPARSITY, seed=3)
             g = torch.Generator().manual_seed(4)
-            X, dY = torch.randn(2048, in_f, generator=g), torch.randn(2048, out_f, generator=g)
+            X, dY = torch.randn(N, in_f, generator=g), torch.randn(N, out_f, generator=g)
             run = {name: _runner(op, W, X, dY, None, name) for name in (first, final)}
-            samples = {name: [] for name in run}
-            for f in run.values():
-                f()
-            for _ in range(7):
-                for name, f in run.items():
-                    t0 = time.perf_counter()
-                    f()
-                    samples[name].append(time.perf_counter() - t0)
+            sample_interleaved(run, 1)  # warm-up
+            samples = sample_interleaved(run, 7)
             r = statistics.median(samples[final]) / statistics.median(samples[first])
             ratios.append(r)
             print(f"pass {p + 1} {op:8s} {out_f}x{in_f}: first race {first} -> {final}: "
-                  f"final/first at N=2048 = {r:.3f}", flush=True)
+                  f"final/first at N={N} = {r:.3f}", flush=True)
     if ratios:
         gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
-        print(f"\nchanged {len(ratios)} of {passes * 9} choices; final/first geomean {gm:.3f}, "
+        total = passes * len(OPS) * len(grid.HEADLINE_SHAPES)
+        print(f"\nchanged {len(ratios)} of {total} choices; final/first geomean {gm:.3f}, "
               f"range {min(ratios):.3f}-{max(ratios):.3f}")
     return 0
 

@@ -22,7 +22,6 @@ ScratchBlock scratch_allocate(size_t bytes) {
     auto* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHuge - 1) & ~uintptr_t(kHuge - 1));
     madvise(aligned, bytes, MADV_HUGEPAGE);  // a hint; ignored where THP is off
     b.data = reinterpret_cast<float*>(aligned);
-    b.bytes = bytes;
     b.map_base = base;
     b.map_bytes = map_bytes;
     return b;
@@ -30,7 +29,6 @@ ScratchBlock scratch_allocate(size_t bytes) {
 #endif
   b.data = static_cast<float*>(std::aligned_alloc(64, bytes));
   if (!b.data) throw std::bad_alloc();
-  b.bytes = bytes;
   return b;
 }
 

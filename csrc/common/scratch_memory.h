@@ -13,7 +13,6 @@ constexpr size_t kLargeScratchBytes = size_t(32) << 20;
 
 struct ScratchBlock {
   float* data = nullptr;   // 64-byte aligned
-  size_t bytes = 0;        // usable bytes at data
   void* map_base = nullptr;  // non-null: mapped, release with munmap
   size_t map_bytes = 0;
 };
