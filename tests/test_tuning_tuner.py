@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparselab.tuning import keys, modes, race, resolve, second_point, tuner
+from sparselab.tuning import keys, modes, race, resolve, screen, second_point, tuner
 from sparselab.tuning.cache import TuningCache
 from sparselab.tuning.keys import make_key, parse_key
 from sparselab.tuning.problem import compare, tolerance
@@ -216,6 +216,9 @@ class FakeProblem:
     def check(self, out):
         return compare(out, self.reference_output, self.dot_length)
 
+    def check_part(self):
+        return None
+
 
 def info(name, isa, form, params=None):
     return types.SimpleNamespace(name=name, isa=isa, form=form, params=params or {}, available=True)
@@ -251,6 +254,107 @@ def test_tuner_tie_break_is_deterministic_and_prefers_sparse_over_dense():
                        problem=FakeProblem(clock, costs), reference="scalar", clock=clock)
         choices.add(e["variant"])
     assert choices == {"avx2_plain"}  # plain < tiled < dense on a tie
+
+
+# ---------------------------------------------------------------- check part and screen (large layers)
+
+def test_screen_rejects_wrong_cuts_slow_and_reruns_only_the_borderline():
+    clock, calls = FakeClock(), {}
+    cands = [fake(clock, "ref", (0,), 40e-3, calls=calls),           # 40x: cut after one run
+             fake(clock, "wrong", (1,), 1e-3, output=2.0, calls=calls),
+             fake(clock, "slowish", (2,), 5e-3, calls=calls),        # 5x: run again, still cut
+             fake(clock, "near", (3,), 3.5e-3, calls=calls),         # 3.5x: kept
+             fake(clock, "best", (4,), 1e-3, calls=calls)]
+    res = screen.screen(cands, check_equals_one, clock=clock)
+    assert res.kept == ["near", "best"]  # simplest first, as the race takes them
+    assert res.cut == ["slowish", "ref"] and "wrong" in res.rejected
+    assert calls == {"ref": 1, "wrong": 1, "slowish": 2, "near": 1, "best": 1}
+    assert res.times["best"] == pytest.approx(1e-3) and "wrong" not in res.times
+
+
+def test_screen_keeps_a_candidate_whose_first_run_was_unlucky():
+    clock = FakeClock()
+    costs = iter([6e-3, 1.2e-3])  # a lost scheduler slice, then its real cost
+
+    def unlucky():
+        clock.t += next(costs)
+        return torch.ones(4)
+    cands = [fake(clock, "best", (1,), 1e-3), race.Candidate("unlucky", (2,), unlucky)]
+    res = screen.screen(cands, check_equals_one, clock=clock)
+    assert res.kept == ["best", "unlucky"] and res.times["unlucky"] == pytest.approx(1.2e-3)
+
+
+def test_screen_with_every_candidate_wrong_raises():
+    clock = FakeClock()
+    with pytest.raises(race.NoValidCandidate):
+        screen.screen([fake(clock, "a", (1,), 1e-3, output=3.0)], check_equals_one, clock=clock)
+
+
+class FakePartedProblem(FakeProblem):
+    """A large fake layer of 1000 rows whose check part is its first 100 rows (a tenth of the
+    cost); ``wrong_on_part`` candidates are wrong there (and so never race)."""
+
+    def __init__(self, clock, costs, wrong_on_part=(), rows=1000):
+        super().__init__(clock, costs)
+        self.W = types.SimpleNamespace(out_features=rows)
+        self.wrong_on_part, self.parts = set(wrong_on_part), []
+
+    def check_part(self):
+        part = FakeProblem(self.clock, {n: c / 10 for n, c in self.costs.items()}, wrong=self.wrong_on_part)
+        part.W = types.SimpleNamespace(out_features=self.W.out_features // 10)
+        self.parts.append(part)
+        return part
+
+    def sane(self, out):
+        return None if torch.isfinite(out).all() else "non-finite output"
+
+
+def test_tuner_checks_and_screens_on_the_check_part_of_a_large_layer():
+    clock = FakeClock()
+    costs = {"scalar": 8e-3, "avx2_plain": 5e-3, "avx2_tile64": 1e-3, "avx2_tile128": 1.2e-3,
+             "dense_torch": 6e-3}
+    problem = FakePartedProblem(clock, costs, wrong_on_part={"avx2_tile64"})
+    e = tuner.tune(make_key("spmm_fwd", 1024, 512, 32, 0.1, 2), variants=FAKE_VARIANTS,
+                   problem=problem, reference="scalar", clock=clock)
+    assert len(problem.parts) == 1 and problem.parts[0].reference_output is not None
+    assert "avx2_tile64" in e["rejected"]  # wrong on the part: never raced, never chosen
+    assert e["variant"] == "avx2_tile128"
+    assert e["check_rows"] == 100
+    assert set(e["screened_out"]) == {"scalar", "avx2_plain", "dense_torch"}  # > 4x on the part
+    assert set(e["medians"]) == {"avx2_tile128"}
+    # Screened-out reference and dense: their part time scaled by rows, and flagged so.
+    assert e["reference_s"] == pytest.approx(8e-3) and e["reference_s_scaled_from_check_part"]
+    assert e["dense"] == "dense_torch" and e["dense_s"] == pytest.approx(6e-3)
+    assert set(e["phases_s"]) >= {"setup", "check_part", "race"}
+
+
+@needs_c
+@pytest.mark.parametrize("op", ["spmm_fwd", "spmm_dx", "sddmm_dw"])
+def test_check_part_is_the_first_rows_of_the_layer_at_the_same_n(op, monkeypatch):
+    from sparselab.tuning import problem as problem_mod
+
+    monkeypatch.setattr(problem_mod, "CHECK_MACS", 2 ** 12)
+    key = make_key(op, 300, 70, 40, 0.25, 1)
+    whole = problem_mod.Problem(key, shape=(300, 70, 40, 0.25))
+    part = whole.check_part()
+    rows = part.W.out_features
+    assert problem_mod.CHECK_MIN_ROWS <= rows < 300 and part.n == whole.n == 40
+    part.W.validate()
+    assert torch.equal(part.W.to_dense(), whole.W.to_dense()[:rows])
+    assert torch.equal(part.X, whole.X) and torch.equal(part.dY, whole.dY[:, :rows])
+    full_out, part_out = whole.runner("scalar")(), part.runner("scalar")()
+    if op == "spmm_fwd":
+        assert torch.allclose(part_out, full_out[:, :rows])
+    elif op == "sddmm_dw":
+        assert torch.allclose(part_out, full_out[:part.W.capacity])
+    else:  # dX over the first rows only: the reference computed densely
+        want = part.dY.double() @ part.W.to_dense().double()
+        assert torch.allclose(part_out.double(), want, atol=1e-4)
+    assert whole.sane(full_out) is None
+    assert whole.sane(full_out[:-1]) is not None
+    assert whole.sane(torch.full_like(full_out, float("nan"))) is not None
+    monkeypatch.setattr(problem_mod, "CHECK_MACS", 2 ** 30)
+    assert whole.check_part() is None  # a small layer is checked whole
 
 
 # ---------------------------------------------------------------- the second point (capped N)

@@ -1,16 +1,23 @@
 """Synthetic tuning data for a key, and the correctness check against the scalar reference.
 
 The problem is the shape and density of the call that triggered the tuning (on a dispatch miss),
-or the key's representative shape and density (see keys.py; ``sparselab-tune``), with N capped so one call of the slowest candidate (the scalar reference, which every race runs once)
-stays cheap: ``n_time = min(key.n, MAX_N_TIME, max(MIN_N_TIME, REFERENCE_MACS // nnz))``.
+or the key's representative shape and density (see keys.py; ``sparselab-tune``), with N capped so
+one call of the slowest candidates (scalar, plain, dense) stays cheap:
+``n_time = min(key.n, MAX_N_TIME, max(MIN_N_TIME, TIMING_MACS // nnz))``.
 A capped N is rounded down to a multiple of 64 so that kernels tiled over N are timed on full
 tiles, as they run at the large N the cap stands for (an N of 19 made tile-64 kernels look bad
 on 4096 x 4096 layers). Data is seeded, so every tuning of a key sees the same problem.
 
-REFERENCE_MACS is 2**28 (a few tenths of a second for the one reference call): at 2**26 a
-4096 x 4096 layer at 90% sparsity was timed at N=64, one or two batch tiles, where the kernels
-that pack activations per tile rank differently than at the N >= 2048 they stand for; at 2**28
-it is timed at N=128 and layers up to ~0.5M live weights at the full MAX_N_TIME.
+TIMING_MACS is 2**28: at 2**26 a 4096 x 4096 layer at 90% sparsity was timed at N=64, one or two
+batch tiles, where the kernels that pack activations per tile rank differently than at the
+N >= 2048 they stand for; at 2**28 it is timed at N=128 and layers up to ~0.5M live weights at
+the full MAX_N_TIME.
+
+The check part (``Problem.check_part``): when one call on the whole problem costs more than
+CHECK_MACS multiply-adds, correctness is checked on the layer's first rows only, at the same N
+(so every batch tile and the full input width are exercised). The scalar reference then runs on
+that part instead of the whole layer: at 4096 x 4096, 80% sparse, N=64 its one call took 0.16 s
+(forward) to 0.5 s (dW) of a 1.5-2.5 s tuning.
 """
 from __future__ import annotations
 
@@ -21,7 +28,9 @@ import torch
 
 MAX_N_TIME = 512
 MIN_N_TIME = 64
-REFERENCE_MACS = 2 ** 28  # multiply-adds in one reference call at the cap
+TIMING_MACS = 2 ** 28    # multiply-adds in one call at the capped N
+CHECK_MACS = 2 ** 25     # multiply-adds above which correctness is checked on a part
+CHECK_MIN_ROWS = 64
 N_TILE = 64
 TOL_FACTOR = 32           # rtol = TOL_FACTOR * eps(float32) * sqrt(dot length)
 EPS32 = float(torch.finfo(torch.float32).eps)
@@ -31,7 +40,7 @@ def timing_n(key, shape=None) -> int:
     """The batch size the race times: the call's (or the key's representative) N, capped."""
     out_f, in_f, n_call, density = shape or (key.out_features, key.in_features, key.n, key.density)
     nnz = max(1, round(out_f * in_f * density))
-    n = max(1, min(n_call, MAX_N_TIME, max(MIN_N_TIME, REFERENCE_MACS // nnz)))
+    n = max(1, min(n_call, MAX_N_TIME, max(MIN_N_TIME, TIMING_MACS // nnz)))
     if n < n_call and n >= N_TILE:
         n -= n % N_TILE
     return n
@@ -58,15 +67,21 @@ def compare(out, ref, dot_length: float) -> str | None:
 
 def random_weight(out_f: int, in_f: int, density: float, seed: int):
     """A PaddedCSR with round(density * in_f) live entries per row at uniformly spread random
-    columns. O(nnz log k), unlike PaddedCSR.random's O(out * in) top-k, which costs seconds at
-    4096 x 4096 (the tuner builds one per key, on the user's first call)."""
+    columns, built in O(nnz) (PaddedCSR.random's top-k over out * in costs seconds at 4096 x 4096,
+    and the tuner builds one per key, on the user's first call).
+
+    Each row's k columns are the order statistics of k uniform draws from [0, in - k], shifted by
+    0..k-1 to make them distinct. Sorted uniforms come from normalised cumulative sums of k + 1
+    exponentials, with no sort (a sort of the draws took 0.15-0.35 s at 4096 x 4096, 20%)."""
     from sparselab import PaddedCSR
     from sparselab.format import index_dtype_for
 
     g = torch.Generator().manual_seed(seed)
     k = max(0, min(in_f, round(density * in_f)))
-    # k sorted draws from [0, in-k] plus 0..k-1: k distinct sorted columns in [0, in).
-    cols = torch.randint(0, in_f - k + 1, (out_f, k), generator=g).sort(dim=1).values + torch.arange(k)
+    gaps = torch.rand(out_f, k + 1, generator=g).neg_().log1p_().neg_()
+    sums = gaps.cumsum_(dim=1)
+    spread = (sums[:, :k] / sums[:, k:]).mul_(in_f - k + 1).floor_().clamp_(max=in_f - k)
+    cols = spread.to(torch.int64) + torch.arange(k)
     values = torch.randn(out_f * k, generator=g) / math.sqrt(max(k, 1))
     row_start = torch.arange(out_f + 1, dtype=torch.int64) * k
     row_nnz = torch.full((out_f,), k, dtype=torch.int32)
@@ -102,12 +117,46 @@ class Problem:
         self.n = n if n is not None else timing_n(key, shape)
         out_f, in_f, _, density = shape or (key.out_features, key.in_features, key.n, key.density)
         self.shape = (out_f, in_f, self.n, density)
-        self.W, self.X, self.dY, self.bias = _data(out_f, in_f, self.n, density, seed)
+        self._set_data(*_data(out_f, in_f, self.n, density, seed))
+
+    def _set_data(self, W, X, dY, bias) -> None:
+        self.W, self.X, self.dY, self.bias = W, X, dY, bias
         self.reference_output = None
         # Length of the dot products each output element sums (for the tolerance).
-        density = self.W.density
-        self.dot_length = {"spmm_fwd": in_f * density, "spmm_dx": out_f * density,
-                           "sddmm_dw": self.n}[key.op]
+        density = W.density
+        self.dot_length = {"spmm_fwd": W.in_features * density, "spmm_dx": W.out_features * density,
+                           "sddmm_dw": self.n}[self.key.op]
+
+    def check_part(self) -> "Problem | None":
+        """The layer's first rows at the same N, where correctness is checked when one call on the
+        whole layer costs more than CHECK_MACS; None when the whole layer is cheap enough."""
+        out_f = self.W.out_features
+        per_row = max(1, self.W.nnz // max(out_f, 1)) * max(self.n, 1)
+        rows = max(CHECK_MIN_ROWS, CHECK_MACS // per_row)
+        if rows >= out_f:
+            return None
+        part = object.__new__(Problem)
+        part.key, part.seed, part.n = self.key, self.seed, self.n
+        part.shape = (rows,) + self.shape[1:]
+        W = self.W
+        end = int(W.row_start[rows])
+        from sparselab import PaddedCSR
+
+        top = PaddedCSR(W.values[:end], W.cols[:end], W.row_start[:rows + 1], W.row_nnz[:rows],
+                        (rows, W.in_features), check=False)
+        part._set_data(top, self.X, self.dY[:, :rows].contiguous(), self.bias[:rows])
+        return part
+
+    def sane(self, out) -> str | None:
+        """None if ``out`` has the op's output shape and is finite: the check of an output that is
+        not compared with the reference (outside the check part)."""
+        want = {"spmm_fwd": (self.n, self.W.out_features), "spmm_dx": (self.n, self.W.in_features),
+                "sddmm_dw": (self.W.capacity,)}[self.key.op]
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
+            return f"wrong output shape {tuple(getattr(out, 'shape', ()))}, want {want}"
+        if not torch.isfinite(out).all():
+            return "non-finite output"
+        return None
 
     def at_n(self, n: int) -> "Problem":
         """The same layer and seed at batch size ``n``."""

@@ -2,16 +2,20 @@
 
 An entry (what the cache stores per key) records the choice and enough to explain it:
   variant, median_s, runner_up, runner_up_s, dense (best dense candidate), dense_s,
-  reference_s, n_timed, medians (every valid candidate), rejected {name: why}, race_s, tuning_s,
-  load (1-min load average while tuning), tuned_at. Times are per call at n_timed rows. When the
-  key's N is at least twice n_timed, the finalists were re-timed at n_second and the choice is
-  the fastest predicted time at target_n (second_point.py); the entry then also holds
-  second_medians, predicted_s and first_choice (what the first race alone would have chosen).
+  reference_s, n_timed, medians (every candidate that raced), rejected {name: why}, race_s,
+  tuning_s, phases_s (tuning_s by phase), load (1-min load average while tuning), tuned_at. Times are per call at n_timed rows.
+  - A large layer (problem.Problem.check_part) is checked and screened on its first rows before
+    the race (screen.py): the entry holds check_rows, screen_s (every valid candidate's time on
+    the part) and screened_out (valid, but too slow there to race).
+  - When the key's N is at least twice n_timed, the finalists were re-timed at n_second and the
+    choice is the fastest predicted time at target_n (second_point.py); the entry then also holds
+    second_medians, predicted_s and first_choice (what the first race alone would have chosen).
 
-Cost bound: every candidate runs once (warm-up + correctness), then timed rounds stop at the
-time budget (BUDGET_S); the problem's N is capped (problem.py) so the slowest candidates stay
-cheap, and they are cut after one or two runs. On an idle machine one key of the reference shapes
-takes a few hundred ms; on a busy one the warm-ups stretch (and the entry records the load).
+Cost bound: every candidate runs once (warm-up + correctness; on a large layer on its check part
+only), then timed rounds stop at the time budget (BUDGET_S); the problem's N is capped
+(problem.py) so the slowest candidates stay cheap, and they are cut after one or two runs. On an
+idle machine one key of the reference shapes takes a few hundred ms; on a busy one the warm-ups
+stretch (and the entry records the load).
 """
 from __future__ import annotations
 
@@ -20,14 +24,15 @@ import os
 import time
 
 from . import candidates as cand
-from . import second_point
+from . import screen, second_point
 from .keys import N_CAP
 from .race import DUEL_REPS, Candidate, NoValidCandidate, race
 
 BUDGET_S = 0.4
 # Bumped whenever the way a choice is made changes; part of the cache fingerprint, so entries
-# chosen by an older method are re-tuned. 2: the second point for capped batches.
-METHOD_VERSION = 2
+# chosen by an older method are re-tuned. 2: the second point for capped batches. 3: check and
+# screen on the check part of a large layer.
+METHOD_VERSION = 3
 
 
 @contextlib.contextmanager
@@ -55,6 +60,15 @@ def _checker(problem, reference: str):
             if problem.reference_output is None:
                 return f"no reference output ({reference!r} failed)"
             return problem.check(out)
+    return check
+
+
+def _sanity_checker(problem):
+    """check(name, out) for a race whose outputs were checked on the check part: shape and
+    finiteness only."""
+    def check(name, out):
+        with _torch_threads(1):
+            return problem.sane(out)
     return check
 
 
@@ -119,6 +133,21 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
         racers.append(Candidate(v.name, cand.rank(v, reference), problem.runner(v.name),
                                 cand.kind(v, reference)))
 
+    # A large layer: check every candidate on its first rows, and race only those that are not
+    # far behind there (screen.py); outputs on the whole layer are then checked for shape and
+    # finiteness only.
+    phases = {"setup": time.perf_counter() - started}
+    part = problem.check_part()
+    check = _checker(problem, reference)
+    screened = None
+    if part is not None:
+        with _torch_threads(key.threads):
+            screened = screen.screen([Candidate(r.name, r.rank, part.runner(r.name), r.kind) for r in racers],
+                                     _checker(part, reference), clock=clock)
+        racers = [r for r in racers if r.name in screened.kept]
+        check = _sanity_checker(problem)
+        phases["check_part"] = time.perf_counter() - started - sum(phases.values())
+
     # A capped batch: the finalists get a second point at a larger N (second_point.py). The
     # first race then only has to find them (and time them for the line), so it runs on part
     # of the budget and skips its close-finish duel: the two races together cost about one.
@@ -126,33 +155,54 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
     n2 = second_point.second_n(problem.n, target)
     first_budget = budget_s * (second_point.BUDGET_FRACTION if n2 is not None else 1.0)
     with _torch_threads(key.threads):  # dense candidates run on torch's pool
-        result = race(racers, _checker(problem, reference), budget_s=first_budget, clock=clock,
+        result = race(racers, check, budget_s=first_budget, clock=clock,
                       duel_reps=0 if n2 is not None else DUEL_REPS)
 
+    phases["race"] = time.perf_counter() - started - sum(phases.values())
     med = result.medians
     winner, runner_up = result.winner, result.runner_up
     second = {}
     if n2 is not None:
         second = _second_race(key, problem, racers, result, n2, target, budget_s, clock)
+        phases["second_point"] = time.perf_counter() - started - sum(phases.values())
         if second:
             winner, runner_up = second.pop("winner"), second.pop("runner_up") or runner_up
 
     dense = sorted((n for n in med if cand.is_dense(infos[n])), key=lambda n: med[n])
+    dense_name, dense_s = (dense[0], med[dense[0]]) if dense else (None, None)
+    reference_s = med.get(reference)
+    checked = {}
+    if screened is not None:
+        checked = {"check_rows": part.W.out_features, "screen_s": screened.times,
+                   "screened_out": screened.cut}
+        # For the table's speedups over the scalar reference and over dense when they were
+        # screened out: their time on the part scaled by rows (both cost about rows x in x N).
+        scale = problem.W.out_features / part.W.out_features
+        if reference_s is None and reference in screened.times:
+            reference_s = screened.times[reference] * scale
+            checked["reference_s_scaled_from_check_part"] = True
+        screened_dense = [n for n in screened.times if cand.is_dense(infos[n])]
+        if dense_name is None and screened_dense:
+            dense_name = min(screened_dense, key=screened.times.get)
+            dense_s = screened.times[dense_name] * scale
+            checked["dense_s_scaled_from_check_part"] = True
     return {
         "variant": winner,
         "median_s": med[winner],
         "runner_up": runner_up,
         "runner_up_s": med.get(runner_up) if runner_up else None,
-        "dense": dense[0] if dense else None,
-        "dense_s": med[dense[0]] if dense else None,
-        "reference_s": med.get(reference),
+        "dense": dense_name,
+        "dense_s": dense_s,
+        "reference_s": reference_s,
         "n_timed": problem.n,
         "timed_shape": list(getattr(problem, "shape", ())),
         "medians": dict(sorted(med.items(), key=lambda kv: kv[1])),
-        "rejected": result.rejected,
+        "rejected": {**(screened.rejected if screened else {}), **result.rejected},
+        **checked,
         **second,
         "race_s": round(result.elapsed_s, 4),
         "tuning_s": round(time.perf_counter() - started, 4),  # set-up included
+        "phases_s": {k: round(v, 4) for k, v in phases.items()},  # where tuning_s went
         "load": _load(),  # a busy machine makes the choice noisy: keep the evidence
         "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }

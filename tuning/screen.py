@@ -1,0 +1,73 @@
+"""Check and screen on a problem's check part, before a race on a large layer.
+
+On a large layer one call of the slowest candidates (the scalar reference, the plain and unrolled
+loops, the dense candidates that densify W) costs 10-60x the best kernel's, and the race runs each
+of them once just to check it and to see that it loses. Here every candidate runs once on the
+check part (problem.Problem.check_part: the layer's first rows at the same N):
+
+1. its output is checked against the scalar reference's on the part; a wrong one is rejected;
+2. its time is compared with the fastest candidate's; one slower than ``cut_ratio`` times it is
+   screened out: it does not race on the whole layer. One up to ``rerun_ratio`` times slower is
+   run once more first (a single run can be cold or lose a scheduler slice), and its faster run
+   counts; beyond that one run is enough, as in the race's warm-up cut (race.CUT_RATIOS[0]).
+
+The ratio is generous. Over the large layers measured on the reference machine (4096x4096,
+4096x1024, 640x2560, 2560x640; 2 threads) a sparse candidate's ratio to the best on the part was
+0.53-1.71x its ratio on the whole layer (dense candidates 0.33-1.04x: densifying a part is
+relatively cheaper), and every candidate that a race could choose (within 1.5x on the whole layer,
+second_point.FINALIST_RATIO) was within 1.71x on the part. What 4x cuts there is the scalar, plain
+and unrolled loops (6-40x) and dense candidates far from winning.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .race import Candidate, NoValidCandidate
+
+CUT_RATIO = 4.0
+RERUN_RATIO = 8.0
+
+
+@dataclass
+class ScreenResult:
+    kept: list[str]                                        # race on the whole layer
+    times: dict[str, float]                                # fastest run on the part, seconds
+    cut: list[str] = field(default_factory=list)           # valid but screened out
+    rejected: dict[str, str] = field(default_factory=dict)  # name -> why
+
+
+def screen(candidates: list[Candidate], check: Callable[[str, Any], str | None], *,
+           cut_ratio: float = CUT_RATIO, rerun_ratio: float = RERUN_RATIO, clock: Callable[[], float] = time.perf_counter) -> ScreenResult:
+    """``candidates`` run on the check part; ``check(name, output)`` as in race.race (the
+    reference runs first: candidates are taken simplest first)."""
+    by_name = {c.name: c for c in candidates}
+    times: dict[str, float] = {}
+    rejected: dict[str, str] = {}
+    for c in sorted(candidates, key=lambda c: c.rank):
+        t0 = clock()
+        try:
+            out = c.run()
+        except Exception as e:  # a crashing kernel is rejected, as in the race
+            rejected[c.name] = f"raised {type(e).__name__}: {e}"
+            continue
+        elapsed = clock() - t0
+        why = check(c.name, out)
+        if why is not None:
+            rejected[c.name] = why
+        else:
+            times[c.name] = elapsed
+    if not times:
+        raise NoValidCandidate(f"every candidate was rejected: {rejected}")
+
+    best = min(times.values())
+    for name in [n for n, t in times.items() if cut_ratio * best < t <= rerun_ratio * best]:
+        t0 = clock()
+        by_name[name].run()
+        times[name] = min(times[name], clock() - t0)
+    best = min(times.values())
+    cut = sorted((n for n, t in times.items() if t > cut_ratio * best), key=times.get)
+    kept = [c.name for c in sorted(candidates, key=lambda c: c.rank) if c.name in times and c.name not in cut]
+    return ScreenResult(kept=kept, times=dict(sorted(times.items(), key=lambda kv: kv[1])),
+                        cut=cut, rejected=rejected)
