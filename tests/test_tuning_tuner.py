@@ -256,6 +256,19 @@ def test_tuner_tie_break_is_deterministic_and_prefers_sparse_over_dense():
     assert choices == {"avx2_plain"}  # plain < tiled < dense on a tie
 
 
+def test_a_burst_on_the_first_timed_run_does_not_cut_the_best_candidate():
+    # The best kernel's first timed run meets a burst of load (3x); its warm-up run was normal.
+    clock = FakeClock()
+    costs = iter([1.0e-3, 3.0e-3] + [1.0e-3] * 100)
+
+    def bursty():
+        clock.t += next(costs)
+        return torch.ones(4)
+    cands = [fake(clock, "steady", (1,), 1.3e-3), race.Candidate("bursty", (2,), bursty)]
+    res = race.race(cands, check_equals_one, clock=clock, budget_s=0.05)
+    assert "bursty" not in res.cut and res.winner == "bursty"
+
+
 # ---------------------------------------------------------------- check part and screen (large layers)
 
 def test_screen_rejects_wrong_cuts_slow_and_reruns_only_the_borderline():

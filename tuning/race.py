@@ -7,9 +7,10 @@ Pure logic over callables (no registry, no torch), so it is tested with fakes an
    reference is rejected, never chosen.
 2. Rounds of timed runs (1, 2, 3, ... per candidate), interleaved across candidates (so drift
    hits all alike). After each round
-   a candidate whose *fastest* run is above ``cut_ratio * best median`` is cut: clearly losing
-   candidates stop costing time. The fastest run, not the median, decides a cut because noise on
-   a busy machine only ever adds time: a good kernel with one unlucky run is not cut. The ratio
+   a candidate whose *fastest* run (warm-up included) is above ``cut_ratio * best median`` is
+   cut: clearly losing candidates stop costing time. The fastest run, not the median, decides a
+   cut because noise on a busy machine only ever adds time: a good kernel with one unlucky run
+   is not cut (after round 1 it has two runs, the warm-up and one timed run). The ratio
    tightens round by round (successive halving in spirit); the first cut, after the single
    warm-up run, is the most generous.
 3. The race ends when one candidate is left, every survivor has ``max_reps`` samples, or the
@@ -99,7 +100,9 @@ def race(candidates: list[Candidate], check: Callable[[str, Any], str | None], *
     survivors = sorted(samples, key=lambda n: by_name[n].rank)
 
     def fastest(name: str) -> float:
-        return min(samples[name]) if samples[name] else warm[name]
+        # The warm-up run counts here (only here): a cold run is never faster than a warm
+        # one, so it can only save a candidate whose timed runs all met a burst of load.
+        return min(samples[name] + [warm[name]])
 
     def cut_losers(ratio: float) -> None:
         best = min(median(n) for n in survivors)
