@@ -376,8 +376,28 @@ def test_second_n_only_when_the_key_n_is_well_above_the_timed_n():
     assert second_point.second_n(128, 2048) == 512      # 4x the first, whole tiles
     assert second_point.second_n(512, 2048) == 2048     # the target itself when within 4x
     assert second_point.second_n(100, 1000) == 384      # rounded down to full 64-row tiles
-    assert second_point.second_n(512, 800) is None      # less than 2x apart: the first N stands
+    assert second_point.second_n(512, 700) is None      # less than 1.5x apart: the first N stands
+    assert second_point.second_n(512, 800) == 800
     assert second_point.second_n(64, 64) is None
+
+
+def test_timed_n_is_the_call_n_near_the_cap_and_whole_tiles_far_above_it():
+    from sparselab.tuning.problem import MAX_N_TIME, timing_n
+
+    key = make_key("sddmm_dw", 3000, 1500, 100, 0.6, 2)
+    nnz = 3000 * 1500 * 0.6
+    cap = int(2 ** 28 // nnz)
+    assert cap == 99
+    assert timing_n(key, (3000, 1500, 100, 0.6)) == 100       # within 1.5x: timed as it is
+    assert timing_n(key, (3000, 1500, 148, 0.6)) == 148
+    assert timing_n(key, (3000, 1500, 400, 0.6)) == 64         # whole tiles ...
+    assert second_point.second_n(64, 400) == 256               # ... and a second point
+    assert timing_n(key, (300, 100, 700, 0.1)) == 700           # small layer: up to 1.5x MAX_N_TIME
+    assert timing_n(key, (300, 100, 2048, 0.1)) == MAX_N_TIME
+    # Every N above what is timed as it is gets a second point.
+    for n_call in range(1, 3000, 7):
+        n1 = timing_n(key, (3000, 1500, n_call, 0.6))
+        assert n1 == n_call or second_point.second_n(n1, n_call) is not None
 
 
 def test_prediction_is_the_line_through_both_points_and_never_falls():

@@ -9,7 +9,7 @@ reference machine (2 threads, 90% sparse, medians of 7 interleaved runs):
                          N=512: tie;  N=2048: avx2_bm64_cb128 1.29x faster
     spmm_dx  2560x640    N=512: avx2_bm32_cb256 first; N=2048: avx2_bm64_cb128 first (by 1.11x)
 
-So when the key's N is at least twice the timed N, the race's finalists run a second, shorter race
+So when the key's N is at least 1.5x the timed N, the race's finalists run a second, shorter race
 at a larger N, and each finalist's time at the key's N is read off the straight line through its
 two points (cost = a + b*N: fixed per-call work plus per-row work). The choice is the fastest
 prediction, ties within ``TIE_BAND`` going to the simpler candidate as in the race.
@@ -24,6 +24,9 @@ from .race import TIE_BAND
 # per-call overhead that loses 1.3x at N=128 can win 1.3x at N=2048), at most MAX_FINALISTS.
 FINALIST_RATIO = 1.5
 MAX_FINALISTS = 3
+# The key's N must be at least this multiple of the timed N for a second point (problem.py times
+# an N up to this multiple of its cap as it is, so every capped N gets one).
+MIN_TARGET_RATIO = 1.5
 # Each race's share of the tuner's time budget when there is a second point.
 BUDGET_FRACTION = 0.5
 # The second N is at most this multiple of the first: far enough apart that the slope is
@@ -34,7 +37,7 @@ N_TILE = 64
 
 def second_n(n1: int, target: int) -> int | None:
     """The N of the second race, or None when the first N is close enough to the target."""
-    if target < 2 * n1:
+    if target < MIN_TARGET_RATIO * n1:
         return None
     n2 = min(target, SECOND_N_FACTOR * n1)
     if n2 < target and n2 >= N_TILE:

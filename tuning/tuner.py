@@ -7,7 +7,7 @@ An entry (what the cache stores per key) records the choice and enough to explai
   - A large layer (problem.Problem.check_part) is checked and screened on its first rows before
     the race (screen.py): the entry holds check_rows, screen_s (every valid candidate's time on
     the part) and screened_out (valid, but too slow there to race).
-  - When the key's N is at least twice n_timed, the finalists were re-timed at n_second and the
+  - When the key's N is at least 1.5x n_timed, the finalists were re-timed at n_second and the
     choice is the fastest predicted time at target_n (second_point.py); the entry then also holds
     second_medians, predicted_s and first_choice (what the first race alone would have chosen).
 
