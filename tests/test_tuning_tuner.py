@@ -336,8 +336,9 @@ def test_tuner_checks_and_screens_on_the_check_part_of_a_large_layer():
     assert set(e["screened_out"]) == {"scalar", "avx2_plain", "dense_torch"}  # > 4x on the part
     assert set(e["medians"]) == {"avx2_tile128"}
     # Screened-out reference and dense: their part time scaled by rows, and flagged so.
-    assert e["reference_s"] == pytest.approx(8e-3) and e["reference_s_scaled_from_check_part"]
+    assert e["reference_s"] == pytest.approx(8e-3) == e["reference_s_scaled_from_check_part"]
     assert e["dense"] == "dense_torch" and e["dense_s"] == pytest.approx(6e-3)
+    assert e["dense_scaled_from_check_part"] == "dense_torch"
     assert set(e["phases_s"]) >= {"setup", "check_part", "race"}
 
 

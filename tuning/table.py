@@ -23,7 +23,8 @@ def build(entries: dict[str, dict], only: set[str] | None = None) -> pd.DataFram
     times predicted at that N from a second point (second_point.py), which made the choice; so
     a choice can be slower than its runner-up at n_timed. x_dense / x_scalar: speedup of the
     choice over the best dense candidate and over the scalar reference, timed in the same race
-    at n_timed (None if that candidate was not timed)."""
+    at n_timed; on a large layer where they were screened out, their time on the check part
+    scaled by rows (tuner._check_part_fields); None if neither."""
     rows = []
     for text, e in entries.items():
         if only is not None and text not in only:

@@ -3,7 +3,8 @@
 An entry (what the cache stores per key) records the choice and enough to explain it:
   variant, median_s, runner_up, runner_up_s, dense (best dense candidate), dense_s,
   reference_s, n_timed, medians (every candidate that raced), rejected {name: why}, race_s,
-  tuning_s, phases_s (tuning_s by phase), load (1-min load average while tuning), tuned_at. Times are per call at n_timed rows.
+  tuning_s, phases_s (tuning_s by phase), load (1-min load average while tuning), tuned_at.
+  Times are per call at n_timed rows.
   - A large layer (problem.Problem.check_part) is checked and screened on its first rows before
     the race (screen.py): the entry holds check_rows, screen_s (every valid candidate's time on
     the part) and screened_out (valid, but too slow there to race).
@@ -70,6 +71,22 @@ def _sanity_checker(problem):
         with _torch_threads(1):
             return problem.sane(out)
     return check
+
+
+def _check_part_fields(screened, problem, part, infos, reference: str) -> dict:
+    """The entry's fields from the check part. The scalar reference's and the best dense
+    candidate's times on the part, scaled by rows (both cost about rows x in x N), stand in for
+    the table's speedups over them when they were screened out."""
+    scale = problem.W.out_features / part.W.out_features
+    fields = {"check_rows": part.W.out_features, "screen_s": screened.times, "screened_out": screened.cut}
+    if reference in screened.times:
+        fields["reference_s_scaled_from_check_part"] = screened.times[reference] * scale
+    dense = [n for n in screened.times if cand.is_dense(infos[n])]
+    if dense:
+        best = min(dense, key=screened.times.get)
+        fields["dense_scaled_from_check_part"] = best
+        fields["dense_s_scaled_from_check_part"] = screened.times[best] * scale
+    return fields
 
 
 def _load() -> float | None:
@@ -173,19 +190,11 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
     reference_s = med.get(reference)
     checked = {}
     if screened is not None:
-        checked = {"check_rows": part.W.out_features, "screen_s": screened.times,
-                   "screened_out": screened.cut}
-        # For the table's speedups over the scalar reference and over dense when they were
-        # screened out: their time on the part scaled by rows (both cost about rows x in x N).
-        scale = problem.W.out_features / part.W.out_features
-        if reference_s is None and reference in screened.times:
-            reference_s = screened.times[reference] * scale
-            checked["reference_s_scaled_from_check_part"] = True
-        screened_dense = [n for n in screened.times if cand.is_dense(infos[n])]
-        if dense_name is None and screened_dense:
-            dense_name = min(screened_dense, key=screened.times.get)
-            dense_s = screened.times[dense_name] * scale
-            checked["dense_s_scaled_from_check_part"] = True
+        checked = _check_part_fields(screened, problem, part, infos, reference)
+        if reference_s is None:
+            reference_s = checked.get("reference_s_scaled_from_check_part")
+        if dense_name is None and "dense_s_scaled_from_check_part" in checked:
+            dense_name, dense_s = checked["dense_scaled_from_check_part"], checked["dense_s_scaled_from_check_part"]
     return {
         "variant": winner,
         "median_s": med[winner],
