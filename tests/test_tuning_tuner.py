@@ -371,6 +371,20 @@ def test_check_part_is_the_first_rows_of_the_layer_at_the_same_n(op, monkeypatch
     assert whole.check_part() is None  # a small layer is checked whole
 
 
+@needs_c
+def test_real_tuning_of_a_layer_checked_on_its_part(monkeypatch):
+    from sparselab.tuning import problem as problem_mod
+
+    monkeypatch.setattr(problem_mod, "CHECK_MACS", 2 ** 14)
+    key = make_key("spmm_fwd", 400, 96, 48, 0.2, 1)
+    e = tuner.tune(key, shape=(400, 96, 48, 0.2), budget_s=0.02)
+    assert problem_mod.CHECK_MIN_ROWS <= e["check_rows"] < 400
+    assert e["variant"] in e["medians"] and not e["rejected"]
+    # Every valid candidate was timed on the part; the ones that raced were not screened out.
+    assert set(e["medians"]) == set(e["screen_s"]) - set(e["screened_out"])
+    assert e["reference_s"] is not None
+
+
 # ---------------------------------------------------------------- the second point (capped N)
 
 def test_second_n_only_when_the_key_n_is_well_above_the_timed_n():
