@@ -59,9 +59,9 @@ def speed_section(m: dict | None, targets: list) -> list[str]:
                   f"(`{m.get('speed_command', m['command'])}`)."]
     la = m["machine"]
     lines += ["", f"Load average (1 min) at start / end: {la['loadavg_start'][0]:.1f} / "
-              f"{la.get('loadavg_end', [float('nan')])[0]:.1f} on {la['cpus']} CPUs: the machine was shared with "
-              f"other engineers' benchmarks, so absolute times are inflated and noisy; the alternation keeps the "
-              f"comparison fair, the per-round ratios show the spread.", ""]
+              f"{la.get('loadavg_end', [float('nan')])[0]:.1f} on {la['cpus']} CPUs (the measurement itself keeps "
+              f"about 2 busy; more is load from outside it), so absolute times are noisy; the alternation keeps "
+              f"the comparison fair, the per-round ratios show the spread.", ""]
     return lines
 
 
