@@ -4,9 +4,9 @@ The problem is the shape and density of the call that triggered the tuning (on a
 or the key's representative shape and density (see keys.py; ``sparselab-tune``), with N capped so
 one call of the slowest candidates (scalar, plain, dense) stays cheap:
 ``cap = min(MAX_N_TIME, max(MIN_N_TIME, TIMING_MACS // nnz))``; an N within 1.5x of the cap is
-timed as it is. A capped N is rounded down to a multiple of 64 so that kernels tiled over N are timed on full
-tiles, as they run at the large N the cap stands for (an N of 19 made tile-64 kernels look bad
-on 4096 x 4096 layers). Data is seeded, so every tuning of a key sees the same problem.
+timed as it is. A capped N is rounded down to a multiple of 64 so that kernels tiled over N are
+timed on full tiles, as they run at the large N the cap stands for (an N of 19 made tile-64
+kernels look bad on 4096 x 4096 layers). Data is seeded, so every tuning of a key sees the same problem.
 
 TIMING_MACS is 2**28: at 2**26 a 4096 x 4096 layer at 90% sparsity was timed at N=64, one or two
 batch tiles, where the kernels that pack activations per tile rank differently than at the
@@ -79,7 +79,7 @@ def random_weight(out_f: int, in_f: int, density: float, seed: int):
 
     Each row's k columns are the order statistics of k uniform draws from [0, in - k], shifted by
     0..k-1 to make them distinct. Sorted uniforms come from normalised cumulative sums of k + 1
-    exponentials, with no sort (a sort of the draws took 0.15-0.35 s at 4096 x 4096, 20%)."""
+    exponentials, with no sort (sorting the draws took 0.15-0.35 s at 4096 x 4096, 20% dense)."""
     from sparselab import PaddedCSR
     from sparselab.format import index_dtype_for
 

@@ -39,7 +39,8 @@ class ScreenResult:
 
 
 def screen(candidates: list[Candidate], check: Callable[[str, Any], str | None], *,
-           cut_ratio: float = CUT_RATIO, rerun_ratio: float = RERUN_RATIO, clock: Callable[[], float] = time.perf_counter) -> ScreenResult:
+           cut_ratio: float = CUT_RATIO, rerun_ratio: float = RERUN_RATIO,
+           clock: Callable[[], float] = time.perf_counter) -> ScreenResult:
     """``candidates`` run on the check part; ``check(name, output)`` as in race.race (the
     reference runs first: candidates are taken simplest first)."""
     by_name = {c.name: c for c in candidates}

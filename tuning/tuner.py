@@ -194,7 +194,8 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
         if reference_s is None:
             reference_s = checked.get("reference_s_scaled_from_check_part")
         if dense_name is None and "dense_s_scaled_from_check_part" in checked:
-            dense_name, dense_s = checked["dense_scaled_from_check_part"], checked["dense_s_scaled_from_check_part"]
+            dense_name = checked["dense_scaled_from_check_part"]
+            dense_s = checked["dense_s_scaled_from_check_part"]
     return {
         "variant": winner,
         "median_s": med[winner],
