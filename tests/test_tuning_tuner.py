@@ -415,6 +415,17 @@ def test_timed_n_is_the_call_n_near_the_cap_and_whole_tiles_far_above_it():
         assert n1 == n_call or second_point.second_n(n1, n_call) is not None
 
 
+def test_finalists_take_the_fastest_of_each_form_first():
+    medians = {"tile32": 1.00, "tile64_cb512": 1.19, "tile64": 1.22, "bm32": 1.25, "bm64": 1.28, "plain": 9.0}
+    form = {"tile32": "tiled", "tile64": "tiled", "tile64_cb512": "blocked", "bm32": "block_major",
+            "bm64": "block_major", "plain": "plain"}.__getitem__
+    rank = lambda n: (0, n)  # noqa: E731
+    assert second_point.finalists(medians, rank) == ["tile32", "tile64_cb512", "tile64"]
+    assert second_point.finalists(medians, rank, form) == ["tile32", "tile64_cb512", "bm32"]
+    assert second_point.finalists(medians, rank, form, max_count=2) == ["tile32", "tile64_cb512"]
+    assert second_point.finalists({"a": 1.0, "b": 2.0}, rank, lambda n: "x") == ["a"]
+
+
 def test_prediction_is_the_line_through_both_points_and_never_falls():
     assert second_point.predict(2.0, 5.0, 100, 400, 1000) == pytest.approx(11.0)
     assert second_point.predict(5.0, 4.0, 100, 400, 1000) == pytest.approx(4.0)  # noise: flat

@@ -32,7 +32,7 @@ from .race import DUEL_REPS, Candidate, NoValidCandidate, race
 BUDGET_S = 0.4
 # Bumped whenever the way a choice is made changes; part of the cache fingerprint, so entries
 # chosen by an older method are re-tuned. 2: the second point for capped batches. 3: check and
-# screen on the check part of a large layer.
+# screen on the check part of a large layer; finalists of the second point by form.
 METHOD_VERSION = 3
 
 
@@ -96,12 +96,13 @@ def _load() -> float | None:
         return None
 
 
-def _second_race(key, problem, racers, first, n2: int, target: int, budget_s: float, clock) -> dict:
+def _second_race(key, problem, racers, first, n2: int, target: int, budget_s: float, clock,
+                 family=str) -> dict:
     """Race the first race's finalists at batch ``n2``; choose by the time predicted at ``target``
     (second_point.py). Returns the entry's second-point fields plus ``winner`` / ``runner_up``, or
     {} when there is nothing to decide (one finalist) or every finalist failed at ``n2``."""
     rank = {r.name: r.rank for r in racers}.__getitem__
-    names = second_point.finalists(first.medians, rank)
+    names = second_point.finalists(first.medians, rank, family)
     if len(names) < 2:
         return {}
     p2 = problem.at_n(n2)
@@ -180,7 +181,8 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
     winner, runner_up = result.winner, result.runner_up
     second = {}
     if n2 is not None:
-        second = _second_race(key, problem, racers, result, n2, target, budget_s, clock)
+        second = _second_race(key, problem, racers, result, n2, target, budget_s, clock,
+                              family=lambda name: getattr(infos[name], "form", name))
         phases["second_point"] = time.perf_counter() - started - sum(phases.values())
         if second:
             winner, runner_up = second.pop("winner"), second.pop("runner_up") or runner_up
