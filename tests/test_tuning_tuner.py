@@ -125,6 +125,16 @@ def fake(clock, name, rank, cost, output=1.0, kind="sparse", calls=None):
     return race.Candidate(name, rank, run, kind)
 
 
+def scripted(clock, name, rank, costs):
+    """A candidate whose successive runs cost ``costs`` in turn (a noisy machine, scripted)."""
+    costs = iter(costs)
+
+    def run():
+        clock.t += next(costs)
+        return torch.ones(4)
+    return race.Candidate(name, rank, run)
+
+
 def check_equals_one(name, out):
     return compare(out, torch.ones(4), 16)
 
@@ -259,12 +269,8 @@ def test_tuner_tie_break_is_deterministic_and_prefers_sparse_over_dense():
 def test_a_burst_on_the_first_timed_run_does_not_cut_the_best_candidate():
     # The best kernel's first timed run meets a burst of load (3x); its warm-up run was normal.
     clock = FakeClock()
-    costs = iter([1.0e-3, 3.0e-3] + [1.0e-3] * 100)
-
-    def bursty():
-        clock.t += next(costs)
-        return torch.ones(4)
-    cands = [fake(clock, "steady", (1,), 1.3e-3), race.Candidate("bursty", (2,), bursty)]
+    cands = [fake(clock, "steady", (1,), 1.3e-3),
+             scripted(clock, "bursty", (2,), [1.0e-3, 3.0e-3] + [1.0e-3] * 100)]
     res = race.race(cands, check_equals_one, clock=clock, budget_s=0.05)
     assert "bursty" not in res.cut and res.winner == "bursty"
 
@@ -287,12 +293,8 @@ def test_screen_rejects_wrong_cuts_slow_and_reruns_only_the_borderline():
 
 def test_screen_keeps_a_candidate_whose_first_run_was_unlucky():
     clock = FakeClock()
-    costs = iter([6e-3, 1.2e-3])  # a lost scheduler slice, then its real cost
-
-    def unlucky():
-        clock.t += next(costs)
-        return torch.ones(4)
-    cands = [fake(clock, "best", (1,), 1e-3), race.Candidate("unlucky", (2,), unlucky)]
+    # A lost scheduler slice, then its real cost.
+    cands = [fake(clock, "best", (1,), 1e-3), scripted(clock, "unlucky", (2,), [6e-3, 1.2e-3])]
     res = screen.screen(cands, check_equals_one, clock=clock)
     assert res.kept == ["best", "unlucky"] and res.times["unlucky"] == pytest.approx(1.2e-3)
 
@@ -749,12 +751,8 @@ def test_close_finish_duel_corrects_an_unlucky_short_race():
     # "b" is truly 5% faster, but its first runs are slow (a noisy machine) and the budget ends
     # the race after one round, where "a" leads. The duel's extra interleaved runs fix that.
     clock = FakeClock()
-    b_costs = iter([1.08e-3, 1.08e-3] + [0.95e-3] * 100)
-
-    def run_b():
-        clock.t += next(b_costs)
-        return torch.ones(4)
-    cands = [fake(clock, "a", (1,), 1.0e-3), race.Candidate("b", (2,), run_b, "sparse")]
+    cands = [fake(clock, "a", (1,), 1.0e-3),
+             scripted(clock, "b", (2,), [1.08e-3, 1.08e-3] + [0.95e-3] * 100)]
     res = race.race(cands, check_equals_one, budget_s=4e-3, max_reps=21, clock=clock)
     assert res.winner == "b"
     assert res.samples["b"] == 3  # one timed round, then two duel runs within the budget

@@ -65,17 +65,13 @@ class NoValidCandidate(RuntimeError):
     pass
 
 
-def race(candidates: list[Candidate], check: Callable[[str, Any], str | None], *,
-         budget_s: float = 0.5, max_reps: int = 21, cut_ratios=CUT_RATIOS,
-         tie_band: float = TIE_BAND, close_band: float = CLOSE_BAND, duel_reps: int = DUEL_REPS,
-         clock: Callable[[], float] = time.perf_counter) -> RaceResult:
-    start = clock()
-    by_name = {c.name: c for c in candidates}
-    samples: dict[str, list[float]] = {}
-    warm: dict[str, float] = {}
+def run_once_checked(candidates: list[Candidate], check: Callable[[str, Any], str | None],
+                     clock: Callable[[], float]) -> tuple[dict[str, float], dict[str, str]]:
+    """Run every candidate once, simplest first (so the reference, rank 0, runs first), and judge
+    its output. Returns (seconds of each valid candidate's run, {rejected name: why}); raises
+    NoValidCandidate when none is valid."""
+    times: dict[str, float] = {}
     rejected: dict[str, str] = {}
-
-    # 1. warm-up and correctness, simplest first
     for c in sorted(candidates, key=lambda c: c.rank):
         t0 = clock()
         try:
@@ -83,15 +79,27 @@ def race(candidates: list[Candidate], check: Callable[[str, Any], str | None], *
         except Exception as e:  # a crashing kernel is a rejected candidate, not a crash of the tuner
             rejected[c.name] = f"raised {type(e).__name__}: {e}"
             continue
-        warm[c.name] = clock() - t0
+        elapsed = clock() - t0
         why = check(c.name, out)
         if why is not None:
             rejected[c.name] = why
-            del warm[c.name]
         else:
-            samples[c.name] = []
-    if not samples:
+            times[c.name] = elapsed
+    if not times:
         raise NoValidCandidate(f"every candidate was rejected: {rejected}")
+    return times, rejected
+
+
+def race(candidates: list[Candidate], check: Callable[[str, Any], str | None], *,
+         budget_s: float = 0.5, max_reps: int = 21, cut_ratios=CUT_RATIOS,
+         tie_band: float = TIE_BAND, close_band: float = CLOSE_BAND, duel_reps: int = DUEL_REPS,
+         clock: Callable[[], float] = time.perf_counter) -> RaceResult:
+    start = clock()
+    by_name = {c.name: c for c in candidates}
+
+    # 1. warm-up and correctness, simplest first
+    warm, rejected = run_once_checked(candidates, check, clock)
+    samples = {name: [] for name in warm}
 
     def median(name: str) -> float:
         return ESTIMATOR(samples[name]) if samples[name] else warm[name]

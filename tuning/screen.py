@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .race import Candidate, NoValidCandidate
+from .race import Candidate, run_once_checked
 
 CUT_RATIO = 4.0
 RERUN_RATIO = 8.0
@@ -44,24 +44,7 @@ def screen(candidates: list[Candidate], check: Callable[[str, Any], str | None],
     """``candidates`` run on the check part; ``check(name, output)`` as in race.race (the
     reference runs first: candidates are taken simplest first)."""
     by_name = {c.name: c for c in candidates}
-    times: dict[str, float] = {}
-    rejected: dict[str, str] = {}
-    for c in sorted(candidates, key=lambda c: c.rank):
-        t0 = clock()
-        try:
-            out = c.run()
-        except Exception as e:  # a crashing kernel is rejected, as in the race
-            rejected[c.name] = f"raised {type(e).__name__}: {e}"
-            continue
-        elapsed = clock() - t0
-        why = check(c.name, out)
-        if why is not None:
-            rejected[c.name] = why
-        else:
-            times[c.name] = elapsed
-    if not times:
-        raise NoValidCandidate(f"every candidate was rejected: {rejected}")
-
+    times, rejected = run_once_checked(candidates, check, clock)
     best = min(times.values())
     for name in [n for n, t in times.items() if cut_ratio * best < t <= rerun_ratio * best]:
         t0 = clock()
