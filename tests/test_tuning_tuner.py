@@ -188,6 +188,23 @@ def test_budget_bounds_the_race():
     assert res.winner == "c0"
 
 
+def test_deadline_stops_rounds_and_duel_but_not_round_one():
+    clock = FakeClock()
+    cands = [fake(clock, f"c{i}", (i,), 0.1) for i in range(4)]  # equal, never cut
+    res = race.race(cands, check_equals_one, clock=clock, budget_s=10.0, deadline=0.5)
+    # warm-ups and round 1 (0.8 s) run although the deadline is at 0.5; then nothing more
+    assert all(res.samples[f"c{i}"] == 1 for i in range(4))
+    assert clock.t == pytest.approx(0.8)
+    # A deadline between rounds: round 2 (4 x 2 x 0.1) would overrun it, so the race stops there,
+    # and the close finish's duel fits only what is left (two runs per duel step).
+    clock = FakeClock()
+    cands = [fake(clock, f"c{i}", (i,), 0.1) for i in range(4)]
+    res = race.race(cands, check_equals_one, clock=clock, budget_s=10.0, deadline=1.25)
+    assert res.samples["c2"] == res.samples["c3"] == 1
+    assert res.samples["c0"] == res.samples["c1"] == 3  # round 1 + a duel of two steps (0.8 + 0.4)
+    assert clock.t <= 1.25 + 1e-9
+
+
 def test_all_rejected_raises():
     clock = FakeClock()
     with pytest.raises(race.NoValidCandidate):
@@ -495,6 +512,53 @@ def test_second_race_failing_everywhere_keeps_the_first_choice():
     e = tuner.tune(make_key("spmm_fwd", 4096, 4096, 2048, 0.1, 2), variants=FAKE_VARIANTS,
                    problem=Failing(clock, lines, 128), reference="scalar", clock=clock)
     assert e["variant"] == "avx2_tile64" and "n_second" not in e and "first_choice" not in e
+
+
+def test_fit_n_shrinks_the_second_n_to_the_time_left():
+    # three finalists costing 30 ms together at N=64: two runs each at N=256 need 0.24 s
+    assert second_point.fit_n(64, 256, 0.03, 1.0) == 256
+    assert second_point.fit_n(64, 256, 0.03, 0.2) == 192   # 213 rounded down to whole tiles
+    assert second_point.fit_n(64, 256, 0.03, 0.13) == 128
+    assert second_point.fit_n(64, 256, 0.03, 0.1) is None  # 106 -> 64: no second point
+    assert second_point.fit_n(20, 80, 0.01, 0.0) is None
+    assert second_point.fit_n(20, 80, 0.01, 0.031) == 31    # below one tile: no rounding
+    assert second_point.fit_n(20, 80, 0.0, 0.0) == 80
+
+
+def test_deadline_shrinks_or_skips_the_second_point():
+    lines = {"scalar": (0.0, 1e-3), "avx2_plain": (0.0, 2e-4), "avx2_tile64": (0.0, 5e-5),
+             "avx2_tile128": (4e-3, 3.5e-5), "dense_torch": (0.0, 1e-4)}
+
+    def tune(deadline):
+        clock = FakeClock()
+        problem = FakeScalingProblem(clock, lines, 128)
+        e = tuner.tune(make_key("spmm_fwd", 4096, 4096, 2048, 0.1, 2), variants=FAKE_VARIANTS,
+                       problem=problem, reference="scalar", deadline=deadline, clock=clock)
+        return e, problem
+
+    roomy, problem = tune(10.0)
+    assert problem.made == [512] and roomy["variant"] == "avx2_tile128"
+    # Warm-ups and round 1 cost 0.235 s of fake time here. With a 0.3 s deadline the first race
+    # stops at 0.3 - 35% and the second point gets a smaller N, and still finds the kernel that
+    # wins at N=2048.
+    e, problem = tune(0.3)
+    assert problem.made and 128 < problem.made[0] < 512 and e["n_second"] == problem.made[0]
+    assert e["variant"] == "avx2_tile128" and e["deadline_s"] == 0.3
+    # No time left for a usable second N: skipped, said so, the first race decides.
+    e, problem = tune(0.15)
+    assert problem.made == [] and "n_second" not in e
+    assert e["second_point_skipped"].startswith("deadline") and e["variant"] == "avx2_tile64"
+
+
+def test_deadline_from_the_environment(monkeypatch):
+    monkeypatch.delenv(tuner.ENV_DEADLINE, raising=False)
+    assert tuner.deadline_s() == tuner.DEADLINE_S
+    monkeypatch.setenv(tuner.ENV_DEADLINE, "2.5")
+    assert tuner.deadline_s() == 2.5
+    for bad in ("soon", "0", "-1", "nan"):
+        monkeypatch.setenv(tuner.ENV_DEADLINE, bad)
+        with pytest.warns(UserWarning, match=tuner.ENV_DEADLINE):
+            assert tuner.deadline_s() == tuner.DEADLINE_S
 
 
 # ---------------------------------------------------------------- modes and the dispatch path

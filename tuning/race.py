@@ -14,11 +14,12 @@ Pure logic over callables (no registry, no torch), so it is tested with fakes an
    tightens round by round (successive halving in spirit); the first cut, after the single
    warm-up run, is the most generous.
 3. The race ends when one candidate is left, every survivor has ``max_reps`` samples, or the
-   next round would overrun ``budget_s`` (counted from the end of the warm-ups).
+   next round would overrun ``budget_s`` (counted from the end of the warm-ups) or the caller's
+   ``deadline`` (a ``clock()`` time: the tuner's bound on one key, warm-ups included).
 4. Close finish: if the budget ended the race and the two best survivors' medians are within
    ``close_band``, they run a duel of up to ``duel_reps`` more interleaved runs each (at most
-   ``budget_s`` more time), so a choice between near-equal kernels rests on more than the few
-   samples a short race gives them.
+   ``budget_s`` more time, and not past ``deadline``), so a choice between near-equal kernels
+   rests on more than the few samples a short race gives them.
 5. Candidates within ``tie_band`` of the best median are a tie; the tie goes to the lowest
    ``rank`` (the simplest kernel), so repeated tunings pick the same variant.
 """
@@ -93,8 +94,11 @@ def run_once_checked(candidates: list[Candidate], check: Callable[[str, Any], st
 def race(candidates: list[Candidate], check: Callable[[str, Any], str | None], *,
          budget_s: float = 0.5, max_reps: int = 21, cut_ratios=CUT_RATIOS,
          tie_band: float = TIE_BAND, close_band: float = CLOSE_BAND, duel_reps: int = DUEL_REPS,
+         deadline: float | None = None,
          clock: Callable[[], float] = time.perf_counter) -> RaceResult:
     start = clock()
+    if deadline is None:
+        deadline = float("inf")
     by_name = {c.name: c for c in candidates}
 
     # 1. warm-up and correctness, simplest first
@@ -133,7 +137,8 @@ def race(candidates: list[Candidate], check: Callable[[str, Any], str | None], *
         # median; expensive ones stop at the budget after a few.
         reps = min(round_no, max_reps - min(len(samples[n]) for n in survivors))
         estimate = reps * sum(median(n) for n in survivors)
-        if round_no > 1 and clock() - rounds_start + estimate > budget_s:
+        now = clock()
+        if round_no > 1 and (now - rounds_start + estimate > budget_s or now + estimate > deadline):
             break
         for _ in range(reps):
             for n in survivors:
@@ -148,9 +153,9 @@ def race(candidates: list[Candidate], check: Callable[[str, Any], str | None], *
         a, b = sorted(survivors, key=median)[:2]
         short = min(len(samples[a]), len(samples[b])) < max_reps  # the budget ended the race
         if short and median(b) <= median(a) * (1.0 + close_band):
-            duel_start = clock()
+            duel_end = min(clock() + budget_s, deadline)
             for _ in range(duel_reps):
-                if clock() - duel_start + median(a) + median(b) > budget_s:
+                if clock() + median(a) + median(b) > duel_end:
                     break
                 for n in (a, b):
                     t0 = clock()

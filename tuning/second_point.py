@@ -13,6 +13,10 @@ So when the key's N is at least 1.5x the timed N, the race's finalists run a sec
 at a larger N, and each finalist's time at the key's N is read off the straight line through its
 two points (cost = a + b*N: fixed per-call work plus per-row work). The choice is the fastest
 prediction, ties within ``TIE_BAND`` going to the simpler candidate as in the race.
+
+Under the tuner's deadline (tuner.DEADLINE_S) the second N shrinks to what the time left affords
+(``fit_n``) rather than losing a finalist: the finalist that is slowest at the first N is the one
+that may win at the key's N.
 """
 from __future__ import annotations
 
@@ -43,6 +47,19 @@ def second_n(n1: int, target: int) -> int | None:
     if n2 < target and n2 >= N_TILE:
         n2 -= n2 % N_TILE  # full batch tiles, as at the large N it stands for
     return n2 if n2 > n1 else None
+
+
+def fit_n(n1: int, n2: int, finalist_s: float, seconds: float, runs: int = 2) -> int | None:
+    """The largest second N up to ``n2`` at which ``runs`` calls of every finalist (``finalist_s``:
+    their summed time per call at ``n1``, scaled linearly in N: an upper bound, as per-call work
+    does not grow with N) fit in ``seconds``; full batch tiles as in ``second_n``. None when that
+    N is below ``MIN_TARGET_RATIO * n1``: two points that close give no usable slope."""
+    if finalist_s <= 0:
+        return n2
+    n = min(n2, int(seconds / (runs * finalist_s) * n1))
+    if n < n2 and n >= N_TILE:
+        n -= n % N_TILE
+    return n if n >= MIN_TARGET_RATIO * n1 and n > n1 else None
 
 
 def finalists(medians: dict[str, float], rank: Callable[[str], tuple],

@@ -13,10 +13,14 @@ An entry (what the cache stores per key) records the choice and enough to explai
     second_medians, predicted_s and first_choice (what the first race alone would have chosen).
 
 Cost bound: every candidate runs once (warm-up + correctness; on a large layer on its check part
-only), then timed rounds stop at the time budget (BUDGET_S); the problem's N is capped
-(problem.py) so the slowest candidates stay cheap, and they are cut after one or two runs. On an
-idle machine one key of the reference shapes takes a few hundred ms; on a busy one the warm-ups
-stretch (and the entry records the load).
+only) and once more in the race's first round; what follows (more rounds, the close-finish duel,
+the second point) stops at the time budget (BUDGET_S) and at the key's deadline (DEADLINE_S from
+the start of tune, set-up included). Of the deadline, the share SECOND_POINT_RESERVE is kept for
+the second point, whose N shrinks to what the time left affords (second_point.fit_n) or which is
+skipped (the entry says so in second_point_skipped). The problem's N is capped (problem.py) so the
+slowest candidates stay cheap, and they are cut after one or two runs. Only the warm-ups and the
+first round are not bounded: on the largest standard layers (4096 x 4096) they take ~0.5 s on the
+reference machine, and on a busy machine they stretch (the entry records the load).
 """
 from __future__ import annotations
 
@@ -30,6 +34,13 @@ from .keys import N_CAP
 from .race import DUEL_REPS, Candidate, NoValidCandidate, race
 
 BUDGET_S = 0.4
+# One key's tuning, set-up included, stops optional work at this many seconds (see above): the
+# issue's "well under a second" per key. Overridden by SPARSELAB_TUNING_DEADLINE_S.
+DEADLINE_S = 0.8
+ENV_DEADLINE = "SPARSELAB_TUNING_DEADLINE_S"
+# Share of the deadline the first race leaves for the second point: on a 4096 x 4096 dW the first
+# race alone chose a kernel 4-5x slower at N=2048.
+SECOND_POINT_RESERVE = 0.35
 # Bumped whenever the way a choice is made changes; part of the cache fingerprint, so entries
 # chosen by an older method are re-tuned. 2: the second point for capped batches. 3: check and
 # screen on the check part of a large layer; finalists of the second point by form.
@@ -89,6 +100,25 @@ def _check_part_fields(screened, problem, part, infos, reference: str) -> dict:
     return fields
 
 
+def deadline_s() -> float:
+    """DEADLINE_S, or the positive number of seconds in $SPARSELAB_TUNING_DEADLINE_S."""
+    raw = os.environ.get(ENV_DEADLINE, "").strip()
+    if not raw:
+        return DEADLINE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:  # also rejects nan
+        import warnings
+
+        # A typo in an env var must not crash a training script: say so, keep the default.
+        warnings.warn(f"{ENV_DEADLINE}={raw!r} is not a positive number of seconds; using {DEADLINE_S}",
+                      stacklevel=2)
+        return DEADLINE_S
+    return value
+
+
 def _load() -> float | None:
     try:
         return round(os.getloadavg()[0], 2)
@@ -96,22 +126,29 @@ def _load() -> float | None:
         return None
 
 
-def _second_race(key, problem, racers, first, n2: int, target: int, budget_s: float, clock,
-                 family=str) -> dict:
-    """Race the first race's finalists at batch ``n2``; choose by the time predicted at ``target``
-    (second_point.py). Returns the entry's second-point fields plus ``winner`` / ``runner_up``, or
-    {} when there is nothing to decide (one finalist) or every finalist failed at ``n2``."""
+def _second_race(key, problem, racers, first, n2: int, target: int, budget_s: float, deadline: float,
+                 clock, family=str) -> dict:
+    """Race the first race's finalists at batch ``n2`` (smaller if the time left to ``deadline``
+    does not afford it); choose by the time predicted at ``target`` (second_point.py). Returns the
+    entry's second-point fields plus ``winner`` / ``runner_up``; only ``second_point_skipped``
+    when the deadline left no usable second N; {} when there is nothing to decide (one finalist)
+    or every finalist failed at the second N."""
     rank = {r.name: r.rank for r in racers}.__getitem__
     names = second_point.finalists(first.medians, rank, family)
     if len(names) < 2:
         return {}
+    left = deadline - clock()
+    fitted = second_point.fit_n(problem.n, n2, sum(first.medians[n] for n in names), left)
+    if fitted is None:
+        return {"second_point_skipped": f"deadline: {max(left, 0.0):.3f} s left for {len(names)} finalists at N={n2}"}
+    n2 = fitted
     p2 = problem.at_n(n2)
     racers2 = [Candidate(r.name, r.rank, p2.runner(r.name), r.kind) for r in racers if r.name in names]
     try:
         with _torch_threads(key.threads):
             # Outputs were checked at the first N; here only the times count.
             r2 = race(racers2, lambda name, out: None, budget_s=budget_s * second_point.BUDGET_FRACTION,
-                      clock=clock)
+                      deadline=deadline, clock=clock)
     except NoValidCandidate:
         return {}
     kept = [n for n in r2.medians if n not in r2.cut]
@@ -126,11 +163,14 @@ def _second_race(key, problem, racers, first, n2: int, target: int, budget_s: fl
 
 
 def tune(key, *, shape: tuple | None = None, variants=None, problem=None, reference: str | None = None,
-         budget_s: float = BUDGET_S, clock=time.perf_counter) -> dict:
+         budget_s: float = BUDGET_S, deadline: float | None = None, clock=time.perf_counter) -> dict:
     """Measure and return the cache entry for ``key``, timed at ``shape`` = (out_features,
     in_features, n, density) if given (the call that missed), else at the key's representative
-    shape. The other parameters are for tests."""
+    shape. ``deadline``: seconds for this key (default ``deadline_s()``). The other parameters
+    are for tests."""
     started = time.perf_counter()
+    deadline_total = deadline_s() if deadline is None else deadline
+    deadline_at = clock() + deadline_total
     if reference is None:
         from sparselab import kernels
 
@@ -172,8 +212,9 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
     target = min(shape[2] if shape else key.n, N_CAP)
     n2 = second_point.second_n(problem.n, target)
     first_budget = budget_s * (second_point.BUDGET_FRACTION if n2 is not None else 1.0)
+    first_deadline = deadline_at - (SECOND_POINT_RESERVE * deadline_total if n2 is not None else 0.0)
     with _torch_threads(key.threads):  # dense candidates run on torch's pool
-        result = race(racers, check, budget_s=first_budget, clock=clock,
+        result = race(racers, check, budget_s=first_budget, deadline=first_deadline, clock=clock,
                       duel_reps=0 if n2 is not None else DUEL_REPS)
 
     phases["race"] = time.perf_counter() - started - sum(phases.values())
@@ -181,10 +222,10 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
     winner, runner_up = result.winner, result.runner_up
     second = {}
     if n2 is not None:
-        second = _second_race(key, problem, racers, result, n2, target, budget_s, clock,
+        second = _second_race(key, problem, racers, result, n2, target, budget_s, deadline_at, clock,
                               family=lambda name: getattr(infos[name], "form", name))
         phases["second_point"] = time.perf_counter() - started - sum(phases.values())
-        if second:
+        if "winner" in second:
             winner, runner_up = second.pop("winner"), second.pop("runner_up") or runner_up
 
     dense = sorted((n for n in med if cand.is_dense(infos[n])), key=lambda n: med[n])
@@ -214,6 +255,7 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
         **second,
         "race_s": round(result.elapsed_s, 4),
         "tuning_s": round(time.perf_counter() - started, 4),  # set-up included
+        "deadline_s": deadline_total,
         "phases_s": {k: round(v, 4) for k, v in phases.items()},  # where tuning_s went
         "load": _load(),  # a busy machine makes the choice noisy: keep the evidence
         "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
