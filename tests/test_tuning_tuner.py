@@ -326,13 +326,23 @@ class FakePartedProblem(FakeProblem):
     """A large fake layer of 1000 rows whose check part is its first 100 rows (a tenth of the
     cost); ``wrong_on_part`` candidates are wrong there (and so never race)."""
 
-    def __init__(self, clock, costs, wrong_on_part=(), rows=1000):
+    def __init__(self, clock, costs, wrong_on_part=(), rows=1000, part_costs=None):
         super().__init__(clock, costs)
         self.W = types.SimpleNamespace(out_features=rows)
         self.wrong_on_part, self.parts = set(wrong_on_part), []
+        self.part_costs = part_costs or {n: c / 10 for n, c in costs.items()}
+        self.calls = {}
+
+    def runner(self, name):
+        run = super().runner(name)
+
+        def counted():
+            self.calls[name] = self.calls.get(name, 0) + 1
+            return run()
+        return counted
 
     def check_part(self):
-        part = FakeProblem(self.clock, {n: c / 10 for n, c in self.costs.items()}, wrong=self.wrong_on_part)
+        part = FakeProblem(self.clock, self.part_costs, wrong=self.wrong_on_part)
         part.W = types.SimpleNamespace(out_features=self.W.out_features // 10)
         self.parts.append(part)
         return part
@@ -359,6 +369,23 @@ def test_tuner_checks_and_screens_on_the_check_part_of_a_large_layer():
     assert e["dense"] == "dense_torch" and e["dense_s"] == pytest.approx(6e-3)
     assert e["dense_scaled_from_check_part"] == "dense_torch"
     assert set(e["phases_s"]) >= {"setup", "check_part", "race"}
+
+
+def test_after_a_screen_the_whole_layer_warm_up_cuts_at_the_screen_ratio():
+    # avx2_plain is 3.5x the best on the part (kept by the screen) and 5x on the whole layer:
+    # its warm-up there is its only run (the race's first cut alone, 8x, would keep it a round).
+    costs = {"scalar": 8e-3, "avx2_plain": 5e-3, "avx2_tile64": 1e-3, "avx2_tile128": 1.2e-3,
+             "dense_torch": 20e-3}
+    part_costs = {"scalar": 0.8e-3, "avx2_plain": 0.35e-3, "avx2_tile64": 0.1e-3, "avx2_tile128": 0.12e-3,
+                  "dense_torch": 0.2e-3}
+    clock = FakeClock()
+    problem = FakePartedProblem(clock, costs, part_costs=part_costs)
+    e = tuner.tune(make_key("spmm_fwd", 1024, 512, 32, 0.1, 2), variants=FAKE_VARIANTS,
+                   problem=problem, reference="scalar", clock=clock)
+    assert e["screened_out"] == ["scalar"]
+    assert problem.calls["avx2_plain"] == 1 and problem.calls["dense_torch"] == 1
+    assert problem.calls["avx2_tile64"] > 2 and e["variant"] == "avx2_tile64"
+    assert "scalar" not in problem.calls
 
 
 @needs_c
