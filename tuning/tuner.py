@@ -10,23 +10,27 @@ An entry (what the cache stores per key) records the choice and enough to explai
     the part) and screened_out (valid, but too slow there to race).
   - When the key's N is at least 1.5x n_timed, the finalists were re-timed at n_second and the
     choice is the fastest predicted time at target_n (second_point.py); the entry then also holds
-    second_medians, predicted_s and first_choice (what the first race alone would have chosen).
+    second_medians, predicted_s and first_choice (what the first race alone would have chosen),
+    or second_point_skipped (why not: the deadline). deadline_s is the deadline it was tuned under.
 
-Cost bound: every candidate runs once (warm-up + correctness; on a large layer on its check part
-only) and once more in the race's first round; what follows (more rounds, the close-finish duel,
-the second point) stops at the time budget (BUDGET_S) and at the key's deadline (DEADLINE_S from
-the start of tune, set-up included). Of the deadline, the share SECOND_POINT_RESERVE is kept for
-the second point, whose N shrinks to what the time left affords (second_point.fit_n) or which is
-skipped (the entry says so in second_point_skipped). The problem's N is capped (problem.py) so the
-slowest candidates stay cheap, and they are cut after one or two runs. Only the warm-ups and the
-first round are not bounded: on the largest standard layers (4096 x 4096) they take ~0.5 s on the
-reference machine, and on a busy machine they stretch (the entry records the load).
+Cost bound. Mandatory: every candidate runs once to be checked (on a large layer on its check
+part, and then once on the whole layer as its warm-up) and, unless far behind already, once in
+the race's first round.
+Optional, stopped by the time budget (BUDGET_S) and by the key's deadline (DEADLINE_S, counted
+from the start of tune, set-up included): more rounds, the close-finish duel and the second point.
+A key with a second point keeps SECOND_POINT_RESERVE of the deadline for it; its N shrinks to what
+the time left affords (second_point.fit_n), or it is skipped (the entry says so in
+second_point_skipped). The problem's N is capped (problem.py) so the slowest candidates stay
+cheap, and they are cut after one or two runs. The mandatory part takes 0.5-0.8 s on the largest
+standard layers (4096 x 4096) on the reference machine; on a busy machine it stretches (the entry
+records the load).
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import time
+import warnings
 
 from . import candidates as cand
 from . import screen, second_point
@@ -110,8 +114,6 @@ def deadline_s() -> float:
     except ValueError:
         value = float("nan")
     if not value > 0:  # also rejects nan
-        import warnings
-
         # A typo in an env var must not crash a training script: say so, keep the default.
         warnings.warn(f"{ENV_DEADLINE}={raw!r} is not a positive number of seconds; using {DEADLINE_S}",
                       stacklevel=2)
