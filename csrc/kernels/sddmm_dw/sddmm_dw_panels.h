@@ -111,9 +111,10 @@ inline void dw_slot_run(const typename V::reg* d, const float* X, const C* col, 
       a2 = V::fmadd(d[q], V::load(x2 + q * V::W), a2);
       a3 = V::fmadd(d[q], V::load(x3 + q * V::W), a3);
     }
-    float s[4];
-    V::hsum4(a0, a1, a2, a3, s);
-    dw_store_sums<4>(dst + k, s, first);
+    // One 4-float store (or load, add, store): 3-6% of the whole call over four scalar ones
+    // (sddmm_dw avx2_bm64_cb128, five layer shapes, N=256 and 1024).
+    if (first) V::hsum4(a0, a1, a2, a3, dst + k);
+    else V::hsum4_add(a0, a1, a2, a3, dst + k);
   }
   // A ragged tail of 2 or 3 slots shares one hsum4 instead of one reduction each.
   const int64_t rem = e - k;

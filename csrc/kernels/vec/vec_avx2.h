@@ -35,12 +35,21 @@ struct VecAvx2 {
     return _mm_cvtss_f32(s);
   }
 
-  // out[m] = sum of the lanes of a[m], m = 0..3 (a transpose-add tree).
-  static void hsum4(reg a0, reg a1, reg a2, reg a3, float* out) {
+  // The lane sums of a0..a3 as one 4-float vector (a transpose-add tree).
+  static __m128 sums4(reg a0, reg a1, reg a2, reg a3) {
     const __m256 h01 = _mm256_hadd_ps(a0, a1);
     const __m256 h23 = _mm256_hadd_ps(a2, a3);
     const __m256 h = _mm256_hadd_ps(h01, h23);
-    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  }
+
+  // out[m] = sum of the lanes of a[m], m = 0..3.
+  static void hsum4(reg a0, reg a1, reg a2, reg a3, float* out) { _mm_storeu_ps(out, sums4(a0, a1, a2, a3)); }
+
+  // out[m] += sum of the lanes of a[m], m = 0..3: one 4-float load, add and store (GCC
+  // left four scalar read-modify-writes for the loop over a float[4]).
+  static void hsum4_add(reg a0, reg a1, reg a2, reg a3, float* out) {
+    _mm_storeu_ps(out, _mm_add_ps(_mm_loadu_ps(out), sums4(a0, a1, a2, a3)));
   }
 };
 

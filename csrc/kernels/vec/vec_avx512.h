@@ -28,7 +28,8 @@ struct VecAvx512 {
 
   static float hsum(reg v) { return _mm512_reduce_add_ps(v); }
 
-  static void hsum4(reg a0, reg a1, reg a2, reg a3, float* out) {
+  // The lane sums of a0..a3 as one 4-float vector (a transpose-add tree).
+  static __m128 sums4(reg a0, reg a1, reg a2, reg a3) {
     // Fold 512 -> 256 bits, then the AVX2 tree.
     auto fold = [](reg v) {
       return _mm256_add_ps(_mm512_castps512_ps256(v),
@@ -37,7 +38,16 @@ struct VecAvx512 {
     const __m256 h01 = _mm256_hadd_ps(fold(a0), fold(a1));
     const __m256 h23 = _mm256_hadd_ps(fold(a2), fold(a3));
     const __m256 h = _mm256_hadd_ps(h01, h23);
-    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  }
+
+  // out[m] = sum of the lanes of a[m], m = 0..3.
+  static void hsum4(reg a0, reg a1, reg a2, reg a3, float* out) { _mm_storeu_ps(out, sums4(a0, a1, a2, a3)); }
+
+  // out[m] += sum of the lanes of a[m], m = 0..3: one 4-float load, add and store (GCC
+  // left four scalar read-modify-writes for the loop over a float[4]).
+  static void hsum4_add(reg a0, reg a1, reg a2, reg a3, float* out) {
+    _mm_storeu_ps(out, _mm_add_ps(_mm_loadu_ps(out), sums4(a0, a1, a2, a3)));
   }
 };
 
