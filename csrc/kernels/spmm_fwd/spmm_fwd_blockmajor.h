@@ -77,9 +77,14 @@ void fwd_blockmajor(const FwdArgs<Idx>& a) {
           if (!m) continue;
           reg acc[R];
           for (int q = 0; q < R; ++q) acc[q] = V::load(buf[r] + q * V::W);
+          // The next slot's panel-row pointer is computed one slot ahead (its index load
+          // leaves the path to this slot's loads): 5-8% faster at 30% density (runs of ~38
+          // slots), unchanged at 10% (avx2_bm64_cb128, 40M shapes, N=256 and 1024, side by side).
+          const float* p_next = Pb + int64_t(col[0]) * T;
           for (int k = 0; k < m; ++k) {
             const reg wv = V::bcast(v + k);
-            const float* p = Pb + int64_t(col[k]) * T;
+            const float* p = p_next;
+            p_next = Pb + int64_t(col[k + 1 < m ? k + 1 : k]) * T;
             for (int q = 0; q < R; ++q) acc[q] = V::fmadd(wv, V::load(p + q * V::W), acc[q]);
           }
           for (int q = 0; q < R; ++q) V::store(buf[r] + q * V::W, acc[q]);
