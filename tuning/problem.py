@@ -98,17 +98,26 @@ def random_weight(out_f: int, in_f: int, density: float, seed: int):
 
 
 @functools.lru_cache(maxsize=1)
-def _data(out_f: int, in_f: int, n: int, density: float, seed: int):
-    # The three ops of one layer and batch share the data: a model's layer is tuned as
-    # fwd, dx, dw in a row by sparselab-tune.
-    W = random_weight(out_f, in_f, density, seed)
+def _weight(out_f: int, in_f: int, density: float, seed: int):
+    # One W per layer, whatever the batch: the three ops of a layer (sparselab-tune tunes fwd, dx,
+    # dw in a row) and a key's second point (another N) share it and its transposed index.
+    return random_weight(out_f, in_f, density, seed)
+
+
+@functools.lru_cache(maxsize=2)  # the first N and the second point's
+def _activations(out_f: int, in_f: int, n: int, seed: int):
     g = torch.Generator().manual_seed(seed + 1)
-    return W, torch.randn(n, in_f, generator=g), torch.randn(n, out_f, generator=g), torch.randn(out_f, generator=g)
+    return torch.randn(n, in_f, generator=g), torch.randn(n, out_f, generator=g), torch.randn(out_f, generator=g)
+
+
+def _data(out_f: int, in_f: int, n: int, density: float, seed: int):
+    return (_weight(out_f, in_f, density, seed),) + _activations(out_f, in_f, n, seed)
 
 
 def release_data() -> None:
     """Drop the shared tuning data (it can be tens of MB for a large layer)."""
-    _data.cache_clear()
+    _weight.cache_clear()
+    _activations.cache_clear()
 
 
 class Problem:
