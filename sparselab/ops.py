@@ -19,13 +19,13 @@ import torch
 
 from . import _C, kernels
 from .format import PaddedCSR
-from .validation import check_dense_operand, check_weight_layout
+from .validation import check_dense_operand
 
 
 def _check_weight(W) -> None:
     if not isinstance(W, PaddedCSR):
         raise TypeError(f"W must be a sparselab.PaddedCSR, got {type(W).__name__}")
-    check_weight_layout(W)
+    W.check()
 
 
 def _check_variant_arg(op: str, variant) -> None:
