@@ -40,17 +40,18 @@ def live_count(row_nnz: torch.Tensor) -> int:
     """``int(row_nnz.sum())``, cached until ``row_nnz`` is modified in place."""
     key = id(row_nnz)
     hit = _LIVE_COUNTS.get(key)
-    if hit is not None and hit[0]() is row_nnz and hit[1] == row_nnz._version:
+    state = (row_nnz._version, row_nnz.data_ptr())  # storage swapped by .data does not bump _version
+    if hit is not None and hit[0]() is row_nnz and hit[1] == state:
         return hit[2]
     n = int(row_nnz.sum())
     ref = weakref.ref(row_nnz, lambda _r, key=key: _LIVE_COUNTS.pop(key, None))
-    _LIVE_COUNTS[key] = (ref, row_nnz._version, n)
+    _LIVE_COUNTS[key] = (ref, state, n)
     return n
 
 
 def _index_versions(w) -> tuple:
     """Identity and in-place version of W's index tensors: what a derived index depends on."""
-    return tuple((id(t), t._version) for t in (w.cols, w.row_start, w.row_nnz))
+    return tuple((id(t), t._version, t.data_ptr(), t.numel()) for t in (w.cols, w.row_start, w.row_nnz))
 
 
 def _bits(dtype: torch.dtype) -> int:

@@ -115,8 +115,14 @@ def _topology_key(w) -> tuple:
     return (id(w.cols), id(w.row_start), id(w.row_nnz), w.values.numel(), w.shape)
 
 
+def _state(t: torch.Tensor) -> tuple:
+    """What changes when a tensor's contents may have: its in-place version counter, and its
+    storage and size (``Tensor.data = ...`` swaps storage without bumping the counter)."""
+    return (t._version, t.data_ptr(), t.numel())
+
+
 def _versions(w) -> tuple:
-    return (w.cols._version, w.row_start._version, w.row_nnz._version)
+    return (_state(w.cols), _state(w.row_start), _state(w.row_nnz))
 
 
 def _is_remembered(key: tuple, tensors: tuple, versions: tuple) -> bool:
@@ -155,7 +161,7 @@ def check_transposed(w, t) -> None:
     Cached like :func:`check_topology` (over both indices)."""
     tensors = (t.cols, t.row_start, t.row_nnz, t.perm, w.cols, w.row_start, w.row_nnz)
     key = ("T",) + tuple(id(x) for x in tensors) + (w.shape,)
-    versions = tuple(x._version for x in tensors)
+    versions = tuple(_state(x) for x in tensors)
     if _is_remembered(key, tensors, versions):
         return
     out_f, in_f = w.shape
