@@ -64,8 +64,14 @@ def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
         state = optimizer.state.get(p)
         if not state:
             continue
-        for key, v in state.items():
-            if isinstance(v, Tensor) and v.dim() >= 1 and v.numel() != 1 and v.shape != p.shape:
+        for key, v in list(state.items()):
+            if not isinstance(v, Tensor) or v.dim() == 0 or v.numel() == 1 or v.shape == p.shape:
+                continue
+            if v.numel() and bool((v == v.reshape(-1)[0]).all()):
+                # Constant state (Adagrad's initial accumulator, made before the layer was
+                # resized) means the same at every slot: resizing it loses nothing.
+                state[key] = torch.full_like(p, v.reshape(-1)[0].item(), dtype=v.dtype)
+            else:
                 raise RuntimeError(
                     f"{type(optimizer).__name__} holds state {key!r} of shape {tuple(v.shape)} for the values of "
                     f"{getattr(p, _MARK)}, which now has {p.numel()} slots: the state belongs to another "

@@ -133,6 +133,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from .. import optimizer_tracking
 from ..nn import SparseLinear
 from . import distribution as _distribution
 from .capture import GradientCapture
@@ -645,10 +646,12 @@ class SparsityAlgorithm:
         t = self._step
         changed = False
         if self.is_update_step(t):
-            if not self._optimizers and not self._warned_no_opt:
+            if (not self._optimizers and not self._warned_no_opt
+                    and not any(optimizer_tracking.holders(L.module.weight_values) for L in self._layers)):
                 self._warned_no_opt = True
-                warnings.warn(f"{type(self).__name__}: no optimizer attached (algo.attach_optimizer(opt)); "
-                              f"optimizer state of changed slots is not moved or reset", stacklevel=2)
+                warnings.warn(f"{type(self).__name__}: no optimizer has stepped these layers yet and none was "
+                              f"attached (algo.attach_optimizer(opt)); there is no optimizer state to move",
+                              stacklevel=2)
             with torch.no_grad():
                 changed = self._update(t)
         self._disarm()
@@ -711,14 +714,30 @@ class SparsityAlgorithm:
             diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
             raise ValueError(f"checkpoint was made by a differently configured algorithm; differing: "
                              + ", ".join(f"{k}: saved {theirs.get(k)!r} vs {mine.get(k)!r}" for k in diff))
-        saved_layers = state.get("layers", [])
-        if self._layers and saved_layers and [tuple(s["shape"]) for s in saved_layers] != \
-                [L.shape for L in self._layers]:
-            raise ValueError(f"checkpoint has layers {[tuple(s['shape']) for s in saved_layers]}, this algorithm "
+        try:
+            saved_shapes = [tuple(int(d) for d in s["shape"]) for s in state.get("layers", [])]
+        except (TypeError, KeyError, ValueError):
+            raise ValueError("checkpoint 'layers' must be a list of {'shape': [out, in], ...}") from None
+        if self._layers and saved_shapes and saved_shapes != [L.shape for L in self._layers]:
+            raise ValueError(f"checkpoint has layers {saved_shapes}, this algorithm "
                              f"is attached to {[L.shape for L in self._layers]}")
-        self._step = check_step(state["step"], "step")
-        self.generator.set_state(state["rng_state"])
-        self.load_extra_state(state.get("extra", {}))
+        step = check_step(state["step"], "step")
+        rng = state["rng_state"]
+        if not isinstance(rng, Tensor) or rng.dtype != torch.uint8 or rng.dim() != 1:
+            raise ValueError("rng_state must be a 1-D uint8 tensor (torch.Generator.get_state())")
+        extra = state.get("extra", {})
+        if not isinstance(extra, dict):
+            raise ValueError(f"extra must be a dict, got {type(extra).__name__}")
+        # Nothing above mutated; the rest is undone if any part refuses its input.
+        saved = (self._step, self.generator.get_state(), self.extra_state())
+        try:
+            self.generator.set_state(rng)
+            self.load_extra_state(extra)
+        except Exception:
+            self.generator.set_state(saved[1])
+            self.load_extra_state(saved[2])
+            raise
+        self._step = step
         self._fresh = False
         self._disarm()
         self._arm_if_update_next()
