@@ -312,10 +312,10 @@ class PaddedCSR:
 
     def transposed(self) -> TransposedIndex:
         """W's transposed index, rebuilt only when the topology changed."""
+        self.check()
         t = self._transposed
         if t is not None and t.source is None:
-            self.check()  # an index handed in from outside: checked against W, never trusted
-            check_transposed(self, t)
+            check_transposed(self, t)  # an index handed in from outside: checked against W, never trusted
             return t
         if t is None or t.version != self.topology_version or t.source != _index_versions(self):
             self._transposed = t = TransposedIndex(self)  # also after an unannounced in-place edit
@@ -345,9 +345,14 @@ class PaddedCSR:
 
     # ---- invariants ----
 
-    def validate(self) -> None:
-        """Check every invariant; raise ``ValueError`` naming the one that broke and where."""
-        validate_padded_csr(self)
+    def validate(self, *, values: bool = True) -> None:
+        """Check every invariant; raise ``ValueError`` naming the one that broke and where.
+        ``values=False`` checks the layout and indices only (not that live values are finite)."""
+        if values:
+            validate_padded_csr(self)
+        else:
+            check_weight_layout(self)
+            check_topology(self)
 
     def check(self) -> None:
         """What every method that hands W to the extension runs: the constant-time layout
