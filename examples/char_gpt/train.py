@@ -351,7 +351,7 @@ def main(argv=None) -> dict:
     tr = Trainer(args)
     state = None
     if args.resume:
-        state = torch.load(args.checkpoint, weights_only=False)
+        state = torch.load(args.checkpoint, weights_only=True)  # tensors and plain data only: no code runs
         saved = {k: v for k, v in state["args"].items() if k not in ("stop_at", "resume", "no_progress", "out",
                                                                        "eval_every", "ckpt_every", "threads")}
         diff = {k: (v, getattr(args, k, None)) for k, v in saved.items() if getattr(args, k, None) != v}
