@@ -105,7 +105,7 @@ def case_state(case: dict) -> dict:
     for m in case["mutations"]:
         if m["op"] == "delete":
             sd.pop(m["key"], None)
-        else:
+        elif m["key"] in sd:
             sd[m["key"]] = _mutate(sd[m["key"]], m)
     before = _layer_snapshot(layer)
     y_before = layer(_x()).detach()
