@@ -564,7 +564,8 @@ class SparseLinear(nn.Module):
             raise ValueError("unpickled SparseLinear has no weight_values Parameter")
         PaddedCSR(values, self.weight_cols, self.weight_row_start, self.weight_row_nnz, (out_f, in_f), check=True)
         bias = self._parameters.get("bias")
-        if bias is not None and (bias.shape != (out_f,) or bias.dtype != values.dtype):
+        if bias is not None and (not isinstance(bias, Tensor) or bias.shape != (out_f,)
+                                 or bias.dtype != values.dtype):
             raise ValueError(f"unpickled SparseLinear: bias must be {values.dtype} of shape ({out_f},)")
         self._topology_version = 0
         self._t_version = -1

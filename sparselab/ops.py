@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _C, kernels
+from . import _C, kernels, planner
 from .format import PaddedCSR
 from .validation import check_dense_operand
 
@@ -52,10 +52,8 @@ def _threads(threads: int | None) -> int:
 
 def _resolve(op: str, W: PaddedCSR, n: int, variant: str | None, threads: int) -> kernels.VariantInfo:
     if variant is None:
-        from . import dispatch
-
-        variant = dispatch.choose(op, W.shape[0], W.shape[1], n, W.density, threads)
-    elif not isinstance(variant, str):
+        return planner.plan(op, W.shape[0], W.shape[1], n, W.density, threads).variant
+    if not isinstance(variant, str):
         raise TypeError(f"variant must be a str or None, got {type(variant).__name__}")
     return kernels.require_available(op, variant)
 
