@@ -34,9 +34,9 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from . import optimizer_tracking
-from .autograd import _csr, build_transposed, no_transposed, sparse_linear
-from .format import VALUE_DTYPES, PaddedCSR
+from . import ops, optimizer_tracking, planner
+from .autograd import _csr, _row_major, build_transposed, no_transposed, sparse_linear
+from .format import VALUE_DTYPES, PaddedCSR, TransposedIndex, _bits
 from .storage import replace_storage
 from .tuning.preference import get_prefer
 
@@ -185,6 +185,7 @@ class SparseLinear(nn.Module):
         for name, t in zip(_TRANSPOSED, self._build_transposed()):
             self.register_buffer(name, t, persistent=False)
         self._t_version = self._topology_version
+        self._derive()
 
     def _mark_values(self) -> None:
         optimizer_tracking.mark_sparse_values(
@@ -305,6 +306,28 @@ class SparseLinear(nn.Module):
             PaddedCSR(self.weight_values, self.weight_cols, self.weight_row_start, self.weight_row_nnz,
                       (self.out_features, self.in_features), check=True)
         self._refresh_transposed()
+        self._derive()
+
+    # ---- what a call reuses: plans and the raw view, valid while the storage state holds ----
+
+    def _storage_state(self) -> tuple:
+        """What the derived data depends on: the index tensors' in-place versions and storage,
+        the values' storage, and the planner's epoch. Reading it costs well under a microsecond."""
+        v, c, rs, rn = self.weight_values, self.weight_cols, self.weight_row_start, self.weight_row_nnz
+        return (c._version, c.data_ptr(), rs._version, rs.data_ptr(), rn._version, rn.data_ptr(), v.data_ptr(),
+                v.numel(), v.dtype, planner.epoch)
+
+    def _derive(self) -> None:
+        """Recompute what calls reuse, after the topology (already checked) changed."""
+        self._plans: dict[tuple, planner.Plan] = {}
+        self._density = int(self.weight_row_nnz.sum()) / (self.out_features * self.in_features)
+        c = self.weight_cols
+        self._w_args = (self.weight_values.data_ptr(), c.data_ptr(), _bits(c.dtype), self.weight_row_start.data_ptr(),
+                        self.weight_row_nnz.data_ptr(), self.out_features, self.in_features)
+        t = TransposedIndex.__new__(TransposedIndex)
+        t.cols, t.row_start, t.row_nnz, t.perm = self._transposed_tensors()
+        self._t_index = t
+        self._fresh = self._storage_state()
 
     def _build_transposed(self, out: tuple[Tensor, ...] | None = None):
         # Under the memory preference (SPARSELAB_PREFER=memory) spmm_dx runs scatter kernels on
@@ -330,13 +353,22 @@ class SparseLinear(nn.Module):
         self._t_version = self._topology_version
 
     def _ensure_fresh(self) -> None:
+        state = self._storage_state()
         c = self._csr
+        if state == self._fresh and (c is None or c.topology_version == self._topology_version):
+            return
         if c is not None and c.topology_version != self._topology_version:
             # Someone bumped the view's version through PaddedCSR's own method.
             self._topology_version = max(self._topology_version, c.topology_version)
             c.topology_version = self._topology_version
-        if self._t_version != self._topology_version or self._t_built != (get_prefer() != "memory"):
-            self._refresh_transposed()
+            self.topology_changed(validate=True)
+        elif state[:9] != self._fresh[:9]:
+            # Edited in place or replaced without topology_changed(): checked before any use.
+            self.topology_changed(validate=True)
+        else:  # only the planner's epoch moved: plans, and the index if the preference changed
+            if self._t_built != (get_prefer() != "memory"):
+                self._refresh_transposed()
+            self._derive()
 
     def _transposed_tensors(self) -> tuple:
         return tuple(getattr(self, n) for n in _TRANSPOSED)
@@ -378,11 +410,50 @@ class SparseLinear(nn.Module):
                 raise self._dtype_error(x)
         elif w_dtype is torch.float32 and torch.is_autocast_enabled("cpu"):
             out_dtype = torch.get_autocast_dtype("cpu")
-        if not torch.compiler.is_compiling():
+        if torch.compiler.is_compiling():  # the custom op: traced as an opaque node with a fake kernel
+            y = sparse_linear(x, self.weight_values, self.weight_cols, self.weight_row_start, self.weight_row_nnz,
+                              self._transposed_tensors(), self.bias, self.out_features, self.in_features)
+        else:
             self._ensure_fresh()
-        y = sparse_linear(x, self.weight_values, self.weight_cols, self.weight_row_start, self.weight_row_nnz,
-                          self._transposed_tensors(), self.bias, self.out_features, self.in_features)
+            lead = x.shape[:-1]
+            x2 = _row_major(x.reshape(-1, self.in_features))
+            b = self.bias
+            if torch.is_grad_enabled() and (x.requires_grad or self.weight_values.requires_grad
+                                            or (b is not None and b.requires_grad)):
+                y = _PlannedLinear.apply(x2, self.weight_values, b, self)
+            else:
+                y = self._run_fwd(x2, b)
+            y = y.reshape(*lead, self.out_features)
         return y if out_dtype is None or out_dtype is torch.float32 else y.to(out_dtype)
+
+    def _plan(self, op: str, n: int):
+        """(variant, threads) for this op at batch ``n``: the layer's own plan, else the planner's."""
+        threads = torch.get_num_threads()
+        if n == 0 or self.weight_values.dtype is torch.float64:
+            return None, threads  # no kernel choice: empty batch, or the scalar float64 path
+        key = (op, n, threads)
+        p = self._plans.get(key)
+        if p is None:
+            p = planner.plan(op, self.out_features, self.in_features, n, self._density, threads)
+            if len(self._plans) >= 64:  # batch sizes vary (the last batch of an epoch, eval)
+                self._plans.clear()
+            self._plans[key] = p
+        return p.variant, threads
+
+    def _run_fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
+        v, threads = self._plan("spmm_fwd", x.shape[0])
+        return ops.run_spmm_fwd(v, self.weight, self._w_args, x, bias, threads)
+
+    def _run_dx(self, dy: Tensor) -> Tensor:
+        v, threads = self._plan("spmm_dx", dy.shape[0])
+        t = self._t_index if v is not None and v.dx_layout == "transposed" else None
+        if t is not None and not self._t_built:  # a transposed-layout kernel under the memory preference
+            t = self.weight.transposed()
+        return ops.run_spmm_dx(v, self.weight, self._w_args, t, dy, threads)
+
+    def _run_dw(self, dy: Tensor, x: Tensor) -> Tensor:
+        v, threads = self._plan("sddmm_dw", dy.shape[0])
+        return ops.run_sddmm_dw(v, self.weight, self._w_args, dy, x, threads)
 
     # ---- introspection ----
 
@@ -545,6 +616,8 @@ class SparseLinear(nn.Module):
     def __getstate__(self):
         state = dict(super().__getstate__())
         state["_csr"] = None  # a weakref view; rebuilt on demand
+        for name in ("_plans", "_w_args", "_t_index", "_fresh"):  # derived, rebuilt on load
+            state.pop(name, None)
         return state
 
     def __setstate__(self, state):
@@ -573,4 +646,43 @@ class SparseLinear(nn.Module):
         for name, t in zip(_TRANSPOSED, self._build_transposed()):
             self._buffers[name] = t
         self._t_version = self._topology_version
+        self._derive()
         self._mark_values()
+
+
+class _PlannedLinear(torch.autograd.Function):
+    """Eager ``y = x W^T + b`` through the layer's plans: no custom-op dispatch, no re-validation
+    of tensors the layer owns. (``torch.compile`` traces the custom ops of
+    :mod:`sparselab.autograd` instead.)"""
+
+    @staticmethod
+    def forward(ctx, x, values, bias, layer):
+        ctx.layer = layer
+        ctx.topology = layer._fresh[:9]
+        ctx.save_for_backward(x if values.requires_grad else None, values)
+        return layer._run_fwd(x, bias)
+
+    @staticmethod
+    def backward(ctx, dy):
+        layer = ctx.layer
+        x, values = ctx.saved_tensors
+        if layer._storage_state()[:9] != ctx.topology:
+            raise RuntimeError("SparseLinear: the topology changed between this forward and its backward; "
+                               "change it after backward (e.g. algo.step() after opt.step())")
+        dy = dy.contiguous()
+        dx = dw = db = None
+        if torch.is_grad_enabled():  # double backward: the differentiable custom ops
+            args = (values, layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz)
+            if ctx.needs_input_grad[0]:
+                dx = torch.ops.sparselab.spmm_dx(dy, *args, *layer._transposed_tensors(), layer.out_features,
+                                                 layer.in_features)
+            if ctx.needs_input_grad[1]:
+                dw = torch.ops.sparselab.sddmm_dw(dy, x, *args, layer.out_features, layer.in_features)
+        else:
+            if ctx.needs_input_grad[0]:
+                dx = layer._run_dx(dy)
+            if ctx.needs_input_grad[1]:
+                dw = layer._run_dw(dy, x)
+        if ctx.needs_input_grad[2]:
+            db = dy.sum(0)
+        return dx, dw, db, None
