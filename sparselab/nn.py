@@ -313,9 +313,13 @@ class SparseLinear(nn.Module):
     def _storage_state(self) -> tuple:
         """What the derived data depends on: the index tensors' in-place versions and storage,
         the values' storage, and the planner's epoch. Reading it costs well under a microsecond."""
-        v, c, rs, rn = self.weight_values, self.weight_cols, self.weight_row_start, self.weight_row_nnz
-        return (c._version, c.data_ptr(), rs._version, rs.data_ptr(), rn._version, rn.data_ptr(), v.data_ptr(),
-                v.numel(), v.dtype, planner.epoch)
+        d = self.__dict__  # nn.Module.__getattr__ costs a microsecond a name on this path
+        v, b = d["_parameters"]["weight_values"], d["_buffers"]
+        c, rs, rn = b["weight_cols"], b["weight_row_start"], b["weight_row_nnz"]
+        # ids are safe to compare: _derive keeps the tensors alive while their ids are recorded
+        # (replace_storage, the library's own storage swap, bumps the version counters).
+        return (id(c), c._version, id(rs), rs._version, id(rn), rn._version, v.data_ptr(), v.numel(), v.dtype,
+                planner.epoch)
 
     def _derive(self) -> None:
         """Recompute what calls reuse, after the topology (already checked) changed."""
@@ -327,6 +331,8 @@ class SparseLinear(nn.Module):
         t = TransposedIndex.__new__(TransposedIndex)
         t.cols, t.row_start, t.row_nnz, t.perm = self._transposed_tensors()
         self._t_index = t
+        self._view = self.weight
+        self._held = (self.weight_cols, self.weight_row_start, self.weight_row_nnz)  # keeps the recorded ids valid
         self._fresh = self._storage_state()
 
     def _build_transposed(self, out: tuple[Tensor, ...] | None = None):
@@ -381,7 +387,7 @@ class SparseLinear(nn.Module):
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise ValueError(f"SparseLinear(in_features={self.in_features}) expects input of shape "
                              f"(*, {self.in_features}), got {tuple(x.shape)}")
-        if x.device.type != "cpu":
+        if not x.is_cpu:
             raise ValueError(f"SparseLinear runs on the CPU only; got an input on {x.device}")
 
     def _dtype_error(self, x: Tensor) -> TypeError:
@@ -415,21 +421,22 @@ class SparseLinear(nn.Module):
                               self._transposed_tensors(), self.bias, self.out_features, self.in_features)
         else:
             self._ensure_fresh()
-            lead = x.shape[:-1]
-            x2 = _row_major(x.reshape(-1, self.in_features))
-            b = self.bias
-            if torch.is_grad_enabled() and (x.requires_grad or self.weight_values.requires_grad
+            x2 = _row_major(x if x.dim() == 2 else x.reshape(-1, self.in_features))
+            params = self.__dict__["_parameters"]
+            values, b = params["weight_values"], params["bias"]
+            if torch.is_grad_enabled() and (x.requires_grad or values.requires_grad
                                             or (b is not None and b.requires_grad)):
-                y = _PlannedLinear.apply(x2, self.weight_values, b, self)
+                y = _PlannedLinear.apply(x2, values, b, self)
             else:
                 y = self._run_fwd(x2, b)
-            y = y.reshape(*lead, self.out_features)
+            if x.dim() != 2:
+                y = y.reshape(*x.shape[:-1], self.out_features)
         return y if out_dtype is None or out_dtype is torch.float32 else y.to(out_dtype)
 
     def _plan(self, op: str, n: int):
         """(variant, threads) for this op at batch ``n``: the layer's own plan, else the planner's."""
         threads = torch.get_num_threads()
-        if n == 0 or self.weight_values.dtype is torch.float64:
+        if n == 0 or self._fresh[8] is torch.float64:
             return None, threads  # no kernel choice: empty batch, or the scalar float64 path
         key = (op, n, threads)
         p = self._plans.get(key)
@@ -442,18 +449,18 @@ class SparseLinear(nn.Module):
 
     def _run_fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
         v, threads = self._plan("spmm_fwd", x.shape[0])
-        return ops.run_spmm_fwd(v, self.weight, self._w_args, x, bias, threads)
+        return ops.run_spmm_fwd(v, self._view, self._w_args, x, bias, threads)
 
     def _run_dx(self, dy: Tensor) -> Tensor:
         v, threads = self._plan("spmm_dx", dy.shape[0])
         t = self._t_index if v is not None and v.dx_layout == "transposed" else None
         if t is not None and not self._t_built:  # a transposed-layout kernel under the memory preference
             t = self.weight.transposed()
-        return ops.run_spmm_dx(v, self.weight, self._w_args, t, dy, threads)
+        return ops.run_spmm_dx(v, self._view, self._w_args, t, dy, threads)
 
     def _run_dw(self, dy: Tensor, x: Tensor) -> Tensor:
         v, threads = self._plan("sddmm_dw", dy.shape[0])
-        return ops.run_sddmm_dw(v, self.weight, self._w_args, dy, x, threads)
+        return ops.run_sddmm_dw(v, self._view, self._w_args, dy, x, threads)
 
     # ---- introspection ----
 
@@ -616,7 +623,7 @@ class SparseLinear(nn.Module):
     def __getstate__(self):
         state = dict(super().__getstate__())
         state["_csr"] = None  # a weakref view; rebuilt on demand
-        for name in ("_plans", "_w_args", "_t_index", "_fresh"):  # derived, rebuilt on load
+        for name in ("_plans", "_w_args", "_t_index", "_fresh", "_view", "_held"):  # derived, rebuilt on load
             state.pop(name, None)
         return state
 

@@ -116,10 +116,10 @@ def sddmm_dw(W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor, *, variant: str | 
 
 def run_spmm_fwd(v, W: PaddedCSR, w_args: tuple, X: torch.Tensor, bias: torch.Tensor | None,
                  nthreads: int) -> torch.Tensor:
-    n, out_f = X.shape[0], W.shape[0]
+    n, out_f = X.shape[0], w_args[5]
     if v is not None and v.is_dense:
         return _dense_fwd(v.name, W, X, bias)
-    Y = torch.empty(n, out_f, dtype=W.values.dtype)
+    Y = torch.empty(n, out_f, dtype=X.dtype)  # X has W's dtype (checked by the caller)
     if n == 0:
         return Y
     bias_ptr = bias.data_ptr() if bias is not None else 0
