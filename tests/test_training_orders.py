@@ -192,7 +192,7 @@ def test_torch_compile_of_the_model_trains_like_eager():
     model = _model()
     opt = OPTIMIZERS["sgd"](model.parameters())  # before apply, never attached
     algo = sparselab.SET(sparsity=0.7, update_freq=2, drop_fraction=0.3, seed=3)
-    model.apply(algo)
+    algo.attach(model)  # sets up now; model.apply(algo) would set up at the first (compiled) forward
     compiled = torch.compile(model)
     _train(compiled, opt, algo, steps=5)
     ref = _model()

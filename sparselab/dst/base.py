@@ -125,7 +125,6 @@ with gradient-based growth::
 from __future__ import annotations
 
 import math
-import sys
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -203,16 +202,6 @@ class UpdateInfo:
     repacked: bool
     resized: bool
     grown_slots: Tensor
-
-
-def _apply_frames(module) -> tuple[bool, bool]:
-    """(called from nn.Module.apply, called for the root of that apply) for __call__."""
-    apply_code = nn.Module.apply.__code__
-    f = sys._getframe(2)
-    if f is None or f.f_code is not apply_code or f.f_locals.get("self") is not module:
-        return False, True
-    parent = f.f_back
-    return True, not (parent is not None and parent.f_code is apply_code)
 
 
 class SparsityAlgorithm:
@@ -295,22 +284,35 @@ class SparsityAlgorithm:
         self._density_cache: dict[float, list[float]] = {}
         self._warned_no_opt = False
         self.last_update: list[UpdateInfo] = []
+        self._pending: dict[int, object] = {}  # layers attached by model.apply, not yet set up
+        self._apply_root: weakref.ref | None = None
+        self._set_up = False
 
     # ------------------------------------------------------------------ attaching
 
     def __call__(self, module: nn.Module) -> nn.Module:
-        """Attach to every SparseLinear in ``module``: ``model.apply(algo)`` or ``algo(layer)``.
-
-        Under ``model.apply`` the non-sparse submodules are skipped; a module
-        (or model) with no SparseLinear at all raises ``TypeError``."""
+        """``model.apply(algo)``: torch calls this for every submodule, children first. Each
+        SparseLinear is attached; the budgets, spare slots and hooks are set up once all of
+        them are known, at the layers' next forward or the algorithm's next use.
+        ``algo.attach(model)`` is the documented form: it sets up at once, names the layers
+        by their module names, and raises ``TypeError`` for a model without SparseLinear."""
         if not isinstance(module, nn.Module):
             raise TypeError(f"{type(self).__name__} attaches to nn.Module objects, got {type(module).__name__}")
-        in_apply, is_root = _apply_frames(module)
+        if isinstance(module, SparseLinear):
+            self._attach(module, "")
+            if id(module) not in self._pending:
+                self._pending[id(module)] = module.register_forward_pre_hook(self._finish_on_forward)
+        elif self._pending and any(isinstance(m, SparseLinear) and id(m) in self._pending for m in module.modules()):
+            # apply visits parents after children: the last such container is the model, whose
+            # module names name the layers.
+            self._apply_root = weakref.ref(module)
+        return module
+
+    def attach(self, module: nn.Module) -> nn.Module:
+        """Attach to every SparseLinear in ``module`` (a model or one layer) and set them up now."""
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"{type(self).__name__} attaches to nn.Module objects, got {type(module).__name__}")
         sparse = [m for m in module.modules() if isinstance(m, SparseLinear)]
-        if in_apply and not is_root:
-            if isinstance(module, SparseLinear):
-                self._attach(module, "")
-            return module
         if not sparse:
             raise TypeError(f"{type(self).__name__} attaches to sparselab.SparseLinear layers, but "
                             f"{type(module).__name__} is not one and contains none; convert dense layers first "
@@ -318,19 +320,32 @@ class SparsityAlgorithm:
         names = {id(m): n for n, m in module.named_modules()}
         for m in sparse:
             self._attach(m, names.get(id(m), ""))
-        # Keep module order (model.apply visits children before parents).
-        order = {id(m): i for i, m in enumerate(sparse)}
-        self._layers.sort(key=lambda L: order.get(id(L.module), -1))
-        for i, L in enumerate(self._layers):
-            L.index = i
-            if not L.name:
-                L.name = names.get(id(L.module)) or f"layer{i}"
-        self._setup()
+            L = next(L for L in self._layers if L.module is m)
+            L.name = L.name or names.get(id(m), "")
+        self._finish_attach()
         return module
 
-    def attach(self, module: nn.Module) -> nn.Module:
-        """Same as ``algo(module)``."""
-        return self(module)
+    def _finish_on_forward(self, module, args) -> None:
+        if torch.compiler.is_compiling():
+            raise RuntimeError(f"{type(self).__name__} was attached with model.apply and is set up at the first "
+                               f"eager forward; call algo.attach(model) before torch.compile(model)")
+        self._finish_attach()
+
+    def _finish_attach(self) -> None:
+        """Set up the layers attached since the last setup (budgets, spare slots, hooks)."""
+        if not self._pending and self._set_up:
+            return
+        for handle in self._pending.values():
+            handle.remove()
+        self._pending.clear()
+        root = self._apply_root() if self._apply_root is not None else None
+        names = {id(m): n for n, m in root.named_modules()} if root is not None else {}
+        self._apply_root = None
+        for i, L in enumerate(self._layers):
+            L.index = i
+            L.name = L.name or names.get(id(L.module)) or f"layer{i}"
+        self._set_up = True
+        self._setup()
 
     def _attach(self, module: SparseLinear, name: str) -> None:
         if any(L.module is module for L in self._layers):
@@ -348,6 +363,9 @@ class SparsityAlgorithm:
 
     def detach(self) -> None:
         """Remove hooks and forget the layers (they keep their current topology)."""
+        for handle in self._pending.values():
+            handle.remove()
+        self._pending.clear()
         self._disarm()
         for L in self._layers:
             if _OWNER.get(L.module) is not None and _OWNER[L.module]() is self:
@@ -360,10 +378,12 @@ class SparsityAlgorithm:
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
         if all(o is not optimizer for o in self._optimizers):
             self._optimizers.append(optimizer)
+        self._finish_attach()
         return optimizer
 
     @property
     def layers(self) -> list[LayerState]:
+        self._finish_attach()
         return list(self._layers)
 
     @property
@@ -371,6 +391,7 @@ class SparsityAlgorithm:
         return self._step
 
     def _require_layers(self) -> None:
+        self._finish_attach()
         if not self._layers:
             raise RuntimeError(f"{type(self).__name__} has no SparseLinear attached: call model.apply(algo) "
                                f"(or algo(layer)) first")
@@ -379,6 +400,7 @@ class SparsityAlgorithm:
 
     def densities(self, t: int | None = None) -> list[float]:
         """Per-layer target densities at step ``t`` (default: now)."""
+        self._finish_attach()
         s = self.sparsity_schedule(self._step if t is None else t)
         d = self._density_cache.get(s)
         if d is None:
@@ -699,6 +721,7 @@ class SparsityAlgorithm:
         pass
 
     def state_dict(self) -> dict:
+        self._finish_attach()
         return {"version": 1, "config": self.config(), "step": self._step,
                 "rng_state": self.generator.get_state(),
                 "layers": [{"name": L.name, "shape": list(L.shape), "nnz": L.nnz} for L in self._layers],
@@ -739,6 +762,7 @@ class SparsityAlgorithm:
             raise
         self._step = step
         self._fresh = False
+        self._finish_attach()  # layers attached by model.apply: set up without re-budgeting
         self._disarm()
         self._arm_if_update_next()
 
