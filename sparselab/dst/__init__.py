@@ -16,7 +16,8 @@ from .set import SET
 from .snfs import SNFS
 from .srigl import SRigL
 from .static import Static
+from .topkast import TopKAST, TopKASTLinear
 
 __all__ = ["SparsityAlgorithm", "LayerState", "UpdateInfo", "Static", "SET", "RigL", "SRigL", "GMP", "GraNet",
-           "SNFS", "UpdateSchedule", "DropSchedule", "ConstantDrop", "CosineDrop", "SparsitySchedule",
+           "SNFS", "TopKAST", "TopKASTLinear", "UpdateSchedule", "DropSchedule", "ConstantDrop", "CosineDrop", "SparsitySchedule",
            "ConstantSparsity", "CubicSparsity", "distribution", "schedules"]
