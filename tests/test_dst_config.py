@@ -13,6 +13,15 @@ from sparselab.dst import (GMP, SET, CosineSparsity, CubicSparsity, PolynomialSp
                            SparsityGroups, SparsityOptimizer, configure)
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Small layers: one thread avoids OpenMP contention on a shared machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 class Block(nn.Module):
     def __init__(self, d=24, f=48):
         super().__init__()

@@ -9,6 +9,15 @@ from sparselab import SparseLinear
 from sparselab.dst import TopKAST, TopKASTLinear
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Small layers: one thread avoids OpenMP contention on a shared machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _layer(out_f=12, in_f=20, sparsity=0.5, dtype=torch.float64, seed=0):
     torch.manual_seed(seed)
     return SparseLinear(in_f, out_f, sparsity=sparsity, dtype=dtype, padding=0.25)

@@ -237,8 +237,10 @@ class SparsityGroups:
         except TypeError as e:
             raise TypeError(f"{g.label}: {cls.__name__}(...) rejected its options: {e}") from e
 
-    def attach(self, model: nn.Module) -> nn.Module:
-        """Sparsify the matched ``nn.Linear`` layers, make the algorithms and attach them; returns the model."""
+    def attach(self, model: nn.Module, state: dict | None = None) -> nn.Module:
+        """Sparsify the matched ``nn.Linear`` layers, make the algorithms and attach them; returns the model.
+        ``state``: a :meth:`state_dict` to resume from, loaded into each algorithm before it is
+        attached (a resumed algorithm never re-budgets the layers it finds)."""
         if self.algorithms:
             raise RuntimeError("this configuration is already attached to a model")
         if not isinstance(model, nn.Module):
@@ -309,7 +311,18 @@ class SparsityGroups:
             model = sparsify(model, lambda name, m: to_sparsify.get(name), include=lambda n, m: n in to_sparsify,
                              method=self.sparsify_method, reinit=self.reinit, padding=self.padding)
             mods = dict(model.named_modules()) if isinstance(model, nn.Module) else {"": model}
-        for algo, gs, names, _ in built:
+        saved = None
+        if state is not None:
+            saved = state.get("groups") if isinstance(state, dict) else None
+            if not isinstance(saved, list) or len(saved) != len(built):
+                raise ValueError(f"state holds {len(saved) if isinstance(saved, list) else 'no'} algorithm groups, "
+                                 f"this configuration makes {len(built)}")
+        for i, (algo, gs, names, _) in enumerate(built):
+            if saved is not None:
+                if saved[i].get("layers") != names:
+                    raise ValueError(f"state group {i} holds layers {saved[i].get('layers')}, this configuration "
+                                     f"gives {names}")
+                algo.load_state_dict(saved[i]["state"])
             for n in names:
                 if not isinstance(mods.get(n), SparseLinear):
                     label = next(g.label for g in gs if n in g.names)
@@ -376,12 +389,13 @@ class SparsityGroups:
         return f"SparsityGroups({inner or 'not attached'}{', dense: ' + ', '.join(self.dense) if self.dense else ''})"
 
 
-def configure(model: nn.Module, groups, **kwargs) -> SparsityGroups:
+def configure(model: nn.Module, groups, *, state: dict | None = None, **kwargs) -> SparsityGroups:
     """Apply a per-layer configuration to ``model`` (see the module docstring); returns
     the :class:`SparsityGroups` to step. The model is changed in place (matched
-    ``nn.Linear`` layers become ``SparseLinear``)."""
+    ``nn.Linear`` layers become ``SparseLinear``). Resume: load the model, then
+    ``configure(model, groups, state=saved_groups_state, ...)``, then make the optimizer."""
     cfg = SparsityGroups(groups, **kwargs)
-    out = cfg.attach(model)
+    out = cfg.attach(model, state=state)
     if out is not model:
         raise ValueError("configure: the model itself is a linear layer; use SparsityGroups(...).attach(model), "
                          "which returns the new SparseLinear")
