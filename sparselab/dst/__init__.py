@@ -23,7 +23,7 @@ from .config import ALGORITHMS, Group, SparsityGroups, configure
 from .wrapper import SparsityOptimizer
 
 __all__ = ["SparsityAlgorithm", "LayerState", "UpdateInfo", "Static", "SET", "RigL", "SRigL", "GMP", "GraNet",
-           "SNFS", "TopKAST", "TopKASTLinear", "UpdateSchedule", "DropSchedule", "ConstantDrop", "CosineDrop", "SparsitySchedule",
-           "ConstantSparsity", "CubicSparsity", "PolynomialSparsity", "CosineSparsity", "TieBreaker", "LowestIndex",
-           "RandomTies", "configure", "Group", "SparsityGroups", "SparsityOptimizer", "ALGORITHMS", "distribution",
-           "schedules"]
+           "SNFS", "TopKAST", "TopKASTLinear", "UpdateSchedule", "DropSchedule", "ConstantDrop", "CosineDrop",
+           "SparsitySchedule", "ConstantSparsity", "CubicSparsity", "PolynomialSparsity", "CosineSparsity",
+           "TieBreaker", "LowestIndex", "RandomTies", "configure", "Group", "SparsityGroups", "SparsityOptimizer",
+           "ALGORITHMS", "distribution", "schedules"]

@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["UpdateSchedule", "DropSchedule", "ConstantDrop", "CosineDrop", "SparsitySchedule",
-           "ConstantSparsity", "PolynomialSparsity", "CubicSparsity", "CosineSparsity", "check_sparsity", "check_fraction", "check_step"]
+__all__ = ["UpdateSchedule", "DropSchedule", "ConstantDrop", "CosineDrop", "SparsitySchedule", "ConstantSparsity",
+           "PolynomialSparsity", "CubicSparsity", "CosineSparsity", "check_sparsity", "check_fraction", "check_step"]
 
 
 # ---- argument checks (shared with the algorithms) ----
