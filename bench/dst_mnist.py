@@ -179,7 +179,8 @@ def run(method: str, data, args) -> dict:
               f"({time.perf_counter() - t0:.0f}s)", flush=True)
     elapsed = time.perf_counter() - t0
     hidden = [m for m in model.modules() if isinstance(m, SparseLinear)]
-    res = {"method": method, "seed": args.seed, "test_acc": curve[-1], "best_acc": max(curve), "curve": curve, "train_loss": losses,
+    res = {"method": method, "seed": args.seed, "test_acc": curve[-1], "best_acc": max(curve), "curve": curve,
+           "train_loss": losses,
            "seconds": elapsed, "updates": updates, "update_seconds": update_time}
     if hidden:
         res["hidden_sparsity"] = [round(m.sparsity, 4) for m in hidden]
@@ -309,6 +310,14 @@ def write_report(results: list[dict], args, out: Path, cmd: str) -> None:
     if tk is not None:
         lines += [f"Top-KAST stores its backward set (nnz {tk['hidden_nnz']}) and runs the forward and dX "
                   f"on the forward set (nnz {tk['forward_nnz']}); dW is computed on the backward set.", ""]
+    run_cmds = sorted({r["command"] for r in results if r.get("command")})
+    if run_cmds and run_cmds[0] != cmd:
+        lines += ["Each (method, seed) ran as its own process, two at a time under `nice`, with a command "
+                  "of the form", "", "    " + run_cmds[0], "",
+                  f"({len(run_cmds)} distinct commands: only `--methods` and `--seeds` change); the run files are "
+                  f"in `runs/`.", ""]
+    lines += ["Earlier single-seed probes of the learning rate and the layer-wise distribution: "
+              "[lr_probes.md](lr_probes.md).", ""]
     lines += [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs shared with other jobs, torch "
               f"{torch.__version__}, {torch.get_num_threads()} torch thread per run, runs niced; times are "
               f"not comparable between methods.", ""]
