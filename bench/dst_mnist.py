@@ -253,7 +253,8 @@ def write_report(results: list[dict], args, out: Path, cmd: str) -> None:
         ax.fill_between(ep, [m - s for m, s in zip(mu, sd)], [m + s for m, s in zip(mu, sd)],
                         color=line.get_color(), alpha=0.15, lw=0)
     lo = min(min(m for m, _ in row["curve"][max(0, len(row["curve"]) // 4):]) for row in rows)
-    ax.set_ylim(max(90.0, math.floor(lo * 2) / 2 - 0.25), 100.0 if lo < 97 else 99.0)
+    hi = max(m + sd for row in rows for m, sd in row["curve"])
+    ax.set_ylim(max(90.0, math.floor(lo * 2) / 2 - 0.25), min(100.0, math.ceil((hi + 0.1) * 4) / 4))
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy (%), mean over seeds (band: +-1 std)")
@@ -306,6 +307,9 @@ def write_report(results: list[dict], args, out: Path, cmd: str) -> None:
         lines.append(f"| {NAMES[row['method']]} | " + " | ".join(
             f"{by_seed[s]:.2f}" if s in by_seed else "-" for s in meta["seeds"]) + " |")
     lines.append("")
+    if any(r["method"] == "snfs" for r in results):
+        lines += ["SNFS moves density between the layers (momentum-based redistribution): its sparsity column is "
+                  "the first seed's final split; the two layers together stay at the target.", ""]
     tk = next((r for r in results if r["method"] == "topkast"), None)
     if tk is not None:
         lines += [f"Top-KAST stores its backward set (nnz {tk['hidden_nnz']}) and runs the forward and dX "

@@ -62,9 +62,14 @@ What the base does for you
   is False), limited by the free positions. A dropped position may be regrown
   in the same update (as in RigL's reference code); it then restarts at zero.
 - **Deterministic tie-breaking**: among equal scores the lowest slot / flat
-  position wins (:mod:`sparselab.dst.select`), and all randomness comes from
-  one ``torch.Generator`` seeded with ``seed``: the same seed gives the same
+  position wins (:mod:`sparselab.dst.select`; ``tie_breaker='random'`` orders
+  them at random instead), and all randomness comes from one
+  ``torch.Generator`` seeded with ``seed``: the same seed gives the same
   topology sequence.
+- **Score shaping** without a subclass: ``drop_shaper`` / ``grow_shaper``
+  callables reshape the scores every update selects on
+  (:mod:`sparselab.dst.scores`; :meth:`shaped_drop_scores` is what
+  ``update_layer`` implementations should select drops on).
 - **Topology mutation** (:func:`sparselab.dst.topology.rewrite_layer`): each
   row's live prefix rewritten in place with sorted columns, grown weights
   start at **zero**; when a row lacks spare slots its block of rows is
