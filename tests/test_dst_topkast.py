@@ -127,3 +127,34 @@ def test_checks_and_checkpoint_config():
     with pytest.raises(ValueError, match="differently configured"):
         b.load_state_dict(a.state_dict())
     assert isinstance(sparselab.TopKAST(0.9), TopKAST)
+
+
+def test_incremental_forward_selection_is_exact(monkeypatch):
+    """The band search around the previous threshold picks exactly what a full top-K does."""
+    import sparselab.dst.topkast as topkast_module
+    from sparselab.dst.select import topk_indices
+    paths = {"band": 0, "full": 0}
+
+    def counting(scores, k, eligible=None, **kw):
+        paths["full" if eligible is not None else "band"] += 1
+        return topk_indices(scores, k, eligible, **kw)
+
+    monkeypatch.setattr(topkast_module, "topk_indices", counting)
+    layer = _layer(out_f=40, in_f=50, sparsity=0.6, dtype=torch.float32)
+    TopKAST(0.85, backward_sparsity=0.6)(layer)
+    g = torch.Generator().manual_seed(0)
+    live = layer.weight_cols >= 0
+    for trial in range(30):
+        with torch.no_grad():
+            v = layer.weight_values
+            scale = [1e-4, 1e-2, 0.5][trial % 3]  # small moves use the band, large ones fall back
+            v.add_(torch.randn(v.shape, generator=g) * scale * v.abs().mean()).mul_(live)
+            if trial % 5 == 0:  # exact ties at the threshold
+                v[live] = v[live].abs().round(decimals=2)
+            if trial % 7 == 6:  # the threshold moves out of every band: full selection
+                v.mul_(3.0)
+        layer.select_forward_set()
+        want = topk_indices(layer.weight_values.detach().abs(), layer.forward_nnz, live)
+        assert torch.equal(layer.fwd_slots.long(), want), trial
+        assert int(layer.fwd_row_nnz.sum()) == layer.forward_nnz
+    assert paths["band"] > 15 and paths["full"] >= 1 + 4  # both paths ran (the first selection is full)

@@ -103,6 +103,7 @@ class TopKASTLinear(SparseLinear):
             for name in _FORWARD:
                 layer.register_buffer(name, torch.empty(0, dtype=torch.int64), persistent=False)
             layer._fwd_key = None
+            layer._fwd_threshold = None
             layer._forward_nnz = 0
             layer._refresh_transposed()  # drops B's transposed index: dX runs on A's
         layer.forward_nnz = forward_nnz
@@ -129,14 +130,16 @@ class TopKASTLinear(SparseLinear):
     def select_forward_set(self) -> None:
         """Re-select the forward set: the ``forward_nnz`` live slots of largest ``|w|``
         (ties: lowest slot), as a compact padded CSR over the same slots."""
-        w = self.weight
         live = self.weight_cols >= 0
         k = self.forward_nnz
-        if k >= int(live.sum()):
+        if k >= self.nnz:
             slots = live.nonzero().reshape(-1)
+            self._fwd_threshold = None
         else:
-            slots = topk_indices(self.weight_values.detach().abs(), k, live)
-        rows = w.slot_rows()[slots]
+            mag = self.weight_values.detach().abs()
+            slots = self._top_slots(mag, live, k)
+            self._fwd_threshold = float(mag[slots].min()) if slots.numel() else None
+        rows = torch.searchsorted(self.weight_row_start, slots, right=True) - 1
         a_nnz = torch.bincount(rows, minlength=self.out_features)
         a_rs = torch.zeros(self.out_features + 1, dtype=torch.int64)
         torch.cumsum(a_nnz, 0, out=a_rs[1:])
@@ -146,6 +149,31 @@ class TopKASTLinear(SparseLinear):
         for name, v in zip(_FORWARD, (a_cols, a_rs, a_nnz, slots.to(torch.int32), *t)):
             setattr(self, name, v)
         self._fwd_key = self._forward_key()
+
+    #: Relative widths of the bands tried around the previous threshold before a full selection.
+    _BANDS = (1 / 64, 1 / 8, 1 / 2)
+
+    def _top_slots(self, mag: Tensor, live: Tensor, k: int) -> Tensor:
+        """Ascending slots of the ``k`` largest ``mag`` among ``live`` (ties: lowest slot).
+
+        Magnitudes move little between refreshes, so the ``k``-th largest is searched in a band
+        ``[lo, hi]`` around the previous one first: everything above ``hi`` is in, and the
+        rest comes from the band (exact whenever the band holds the k-th value, which the
+        counts prove); otherwise the full selection over all slots runs."""
+        tau = self._fwd_threshold
+        if tau is not None and tau > 0:
+            for eps in self._BANDS:
+                lo, hi = tau * (1 - eps), tau * (1 + eps)
+                above = (mag > hi) & live
+                a = int(above.sum())
+                if a > k:
+                    continue
+                band = ((mag >= lo) & live & ~above).nonzero().reshape(-1)
+                if a + band.numel() < k:
+                    continue
+                above[band[topk_indices(mag[band], k - a)]] = True
+                return above.nonzero().reshape(-1)
+        return topk_indices(mag, k, live)
 
     def _forward_key(self):
         return (self.topology_version, id(self.weight_values), self._forward_nnz)
