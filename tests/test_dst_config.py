@@ -132,6 +132,10 @@ def test_model_with_sparse_layers_and_algorithm_objects():
     after = _topology(model)
     for n in before:  # already at budget: attaching changed nothing
         assert torch.equal(before[n][0], after[n][0]) and torch.equal(before[n][2], after[n][2]), n
+    shared = SET(0.8, update_freq=2)
+    two = configure(_net(), [{"modules": "blocks.0.*", "algorithm": shared},
+                             {"modules": "blocks.1.*", "algorithm": shared}])
+    assert two.algorithms == [shared] and len(shared.layers) == 8  # attached (and stepped) once
     with pytest.raises(ValueError, match="give 'sparsity' to the algorithm object"):
         configure(_net(), [{"modules": "head", "sparsity": 0.5, "algorithm": RigL(0.5)}])
 

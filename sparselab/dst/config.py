@@ -247,8 +247,8 @@ class SparsityGroups:
             raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
         resolved = self._match(model)
         mods = dict(model.named_modules())
-        plan = []  # (algorithm object or None for dense, [group])
-        merged: dict = {}
+        plan = []  # [algorithm class or object, [groups it serves]]
+        merged: dict = {}  # groups sharing one algorithm object
         for g in resolved:
             cls = self._algorithm_class(g)
             s = g.sparsity
@@ -262,7 +262,10 @@ class SparsityGroups:
             if isinstance(cls, SparsityAlgorithm):
                 if s is not _UNSET:
                     raise ValueError(f"{g.label}: give 'sparsity' to the algorithm object, not to the group")
-                plan.append((cls, [g]))
+                if id(cls) not in merged:  # one object named by several groups is attached once
+                    merged[id(cls)] = [cls, []]
+                    plan.append(merged[id(cls)])
+                merged[id(cls)][1].append(g)
                 continue
             if s is _UNSET:
                 raise ValueError(f"{g.label}: 'sparsity' is missing (a float, a SparsitySchedule, or None for dense)")
@@ -286,7 +289,7 @@ class SparsityGroups:
             shapes = [(mods[n].out_features, mods[n].in_features) for n in names]
             if isinstance(cls, SparsityAlgorithm):
                 algo = cls
-            elif len(gs) > 1 or issubclass(cls, _MERGEABLE) and not isinstance(gs[0].sparsity, SparsitySchedule):
+            elif issubclass(cls, _MERGEABLE) and not isinstance(gs[0].sparsity, SparsitySchedule):
                 by_name = {}
                 for g in gs:
                     gshapes = [(mods[n].out_features, mods[n].in_features) for n in g.names]
