@@ -298,6 +298,17 @@ def write_report(results: list[dict], args, out: Path, cmd: str) -> None:
         sp = ", ".join(f"{s:.3f}" for s in row["runs"][0].get("hidden_sparsity", [])) or "0 (dense)"
         lines.append(f"| {NAMES[row['method']]} | {len(row['seeds'])} | {row['acc']:.2f} +- {row['acc_sd']:.2f} | "
                      f"{row['best']:.2f} +- {row['best_sd']:.2f} | {delta} | {sp} | {row['seconds']:.0f} |")
+    if dense is not None:
+        close = [f"{NAMES[r['method']]} ({r['acc'] - dense['acc']:+.2f})" for r in rows
+                 if r is not dense and abs(r["acc"] - dense["acc"]) <= 0.3]
+        far = [f"{NAMES[r['method']]} ({r['acc'] - dense['acc']:+.2f})" for r in rows
+               if r is not dense and abs(r["acc"] - dense["acc"]) > 0.3]
+        lines += ["", f"Within 0.3 pp of dense (mean final accuracy): {', '.join(close) or 'none'}; further: "
+                      f"{', '.join(far) or 'none'}. Dense's own seed-to-seed std is {dense['acc_sd']:.2f} pp, so "
+                      f"differences of 0.1-0.2 pp between methods are within the noise of 3 seeds. Not the same "
+                      f"training cost: GMP and GraNet hold more weights until the ramp ends, and Top-KAST trains "
+                      f"its {1 - args.topkast_backward_sparsity:.0%}-dense backward set (its sparsity column is the "
+                      f"forward set's, what inference uses)."]
     lines += ["", "![test accuracy over epochs, mean of the seeds](accuracy.png)", "",
               "Per seed (final test accuracy, %):", "",
               "| method | " + " | ".join(f"seed {s}" for s in meta["seeds"]) + " |",
