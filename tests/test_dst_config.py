@@ -140,6 +140,21 @@ def test_model_with_sparse_layers_and_algorithm_objects():
         configure(_net(), [{"modules": "head", "sparsity": 0.5, "algorithm": RigL(0.5)}])
 
 
+def test_mapping_form_and_weight_name_globs():
+    """The Cerebras-style mapping {glob: algorithm}; 'fc1.*' style globs match the layer's weight name."""
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("fc1", nn.Linear(20, 30))
+    model.add_module("fc2", nn.Linear(30, 10))
+    rigl = RigL(0.8, update_freq=2)
+    groups = configure(model, {"fc1.*": rigl, "fc2.*": {"sparsity": 0.5, "algorithm": "set"}})
+    assert [L.name for L in rigl.layers] == ["fc1"] and model.fc1.nnz == round(0.2 * 600)
+    assert isinstance(model.fc2, SparseLinear) and model.fc2.nnz == 150
+    assert len(groups.algorithms) == 2
+    with pytest.raises(TypeError, match="non-empty list"):
+        SparsityGroups("fc1")
+
+
 def test_merged_groups_equal_one_algorithm_with_per_layer_densities():
     """Two groups of one algorithm == that algorithm over all layers with a hand-written
     per-layer distribution (what examples/char_gpt did before): same topology step by step."""

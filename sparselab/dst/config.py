@@ -11,13 +11,17 @@ Usage::
     opt = sparselab.dst.SparsityOptimizer(opt, sparsity)   # opt.step() also steps the algorithms
     # or: sparsity.attach_optimizer(opt) and sparsity.step() after every opt.step()
 
+``groups`` is a list of group dicts, or a mapping ``{glob: value}`` where the
+value is an algorithm object, a sparsity, or a group dict without ``modules``
+(``{"fc1.*": RigL(0.9, update_freq=50), "fc2.*": SET(0.5), "head": None}``).
 A group is a dict (or :func:`Group`) with:
 
-- ``modules``: a glob (``fnmatch``, on qualified module names as in
-  ``model.named_modules()``) or a list of globs, matched against the model's
-  linear layers (``nn.Linear`` and ``SparseLinear``). A glob that matches no
-  linear layer, or a layer matched by two groups, raises ``ValueError`` naming
-  the glob(s).
+- ``modules``: a glob (``fnmatch``) or a list of globs, matched against the
+  qualified names (as in ``model.named_modules()``) of the model's linear
+  layers (``nn.Linear`` and ``SparseLinear``) and against their weights' names
+  (``'<layer>.weight'``, so the parameter globs of the Cerebras library, e.g.
+  ``'fc1.*'``, work too). A glob that matches no linear layer, or a layer
+  matched by two groups, raises ``ValueError`` naming the glob(s).
 - ``sparsity``: a float in ``[0, 1)``, a :class:`SparsitySchedule` (e.g.
   :class:`PolynomialSparsity`, :class:`CosineSparsity`), or ``None``: the
   group stays dense (its layers must be ``nn.Linear``). Omit it when
@@ -82,6 +86,15 @@ def Group(modules, sparsity=_UNSET, algorithm=None, distribution="uniform", **op
     if sparsity is not _UNSET:
         g["sparsity"] = sparsity
     return g
+
+
+def _group_of(glob, value) -> dict:
+    """One entry of the mapping form as a group dict."""
+    if isinstance(value, SparsityAlgorithm):
+        return {"modules": glob, "algorithm": value}
+    if isinstance(value, Mapping):
+        return {"modules": glob, **value}
+    return {"modules": glob, "sparsity": value}
 
 
 class FixedDensities:
@@ -162,9 +175,11 @@ class SparsityGroups:
 
     def __init__(self, groups, *, algorithm="static", sparsify_method: str = "magnitude", reinit: bool = False,
                  padding: float | int = 0.0, seed: int = 0, **defaults):
-        if isinstance(groups, Mapping) or not isinstance(groups, Sequence) or not groups:
+        if isinstance(groups, Mapping):  # {glob: algorithm object, sparsity or group dict}
+            groups = [_group_of(glob, v) for glob, v in groups.items()]
+        if not isinstance(groups, Sequence) or isinstance(groups, str) or not groups:
             raise TypeError("groups must be a non-empty list of group dicts ({'modules': glob, 'sparsity': ..., "
-                            "'algorithm': ...})")
+                            "'algorithm': ...}) or a dict {glob: algorithm, sparsity or group dict}")
         distribution = defaults.pop("distribution", "uniform")  # the default within-group split
         self.specs = []
         for i, g in enumerate(groups):
@@ -196,7 +211,7 @@ class SparsityGroups:
         for i, (globs, spec) in enumerate(self.specs):
             names: set[str] = set()
             for glob in globs:
-                hit = [n for n in linear if fnmatch.fnmatchcase(n, glob)]
+                hit = [n for n in linear if fnmatch.fnmatchcase(n, glob) or fnmatch.fnmatchcase(f"{n}.weight", glob)]
                 if not hit:
                     shown = ", ".join(repr(n) for n in linear[:8]) + (", ..." if len(linear) > 8 else "")
                     raise ValueError(f"group {i}: {glob!r} matches no linear layer of the model "
