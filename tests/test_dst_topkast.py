@@ -113,6 +113,11 @@ def test_storage_is_sparse_and_training_keeps_the_sets_nested():
             for t in list(m.parameters()) + list(m.buffers()):
                 assert t.numel() < dense_numel // 2  # nothing dense-sized is held
     assert updates == 3
+    rep = sparselab.memory_report(model, opt)
+    fwd_bytes = sum(t.numel() * t.element_size() for m in layers for t in m.extra_index_tensors())
+    assert fwd_bytes > 0 and sum(m.cache for m in rep.layers) >= fwd_bytes
+    assert sum(m.weight + m.grad + m.optimizer for m in rep.layers) < 0.5 * sum(
+        m.dense_weight + m.dense_grad + m.dense_optimizer for m in rep.layers)
 
 
 def test_checks_and_checkpoint_config():

@@ -188,6 +188,10 @@ class TopKASTLinear(SparseLinear):
             self.select_forward_set()
         return tuple(getattr(self, n) for n in _FORWARD)
 
+    def extra_index_tensors(self) -> tuple:
+        """The forward set's index tensors (counted as cache by :func:`sparselab.memory_report`)."""
+        return tuple(getattr(self, n) for n in _FORWARD)
+
     @property
     def forward_weight(self):
         """The forward set as a PaddedCSR (a copy of its values)."""
