@@ -392,3 +392,16 @@ def test_score_shapers():
         SET(0.8, grow_shaper=3)
     with pytest.raises(ValueError, match="tie_breaker"):
         SET(0.8, tie_breaker="first")
+
+
+def test_topkast_group_stores_the_backward_set():
+    from sparselab.dst import Group, TopKASTLinear
+    torch.manual_seed(0)
+    model = _net()
+    groups = configure(model, [Group("blocks.*.mlp.*", 0.9, "topkast", backward_sparsity=0.8, update_freq=2),
+                               Group("blocks.*.attn.*", None)])
+    fc1 = model.blocks[0].mlp.fc1
+    assert isinstance(fc1, TopKASTLinear) and isinstance(model.blocks[0].attn.qkv, nn.Linear)
+    assert fc1.nnz == round(0.2 * fc1.in_features * fc1.out_features)
+    assert fc1.forward_nnz == round(0.1 * fc1.in_features * fc1.out_features)
+    assert groups.dense == ["blocks.0.attn.qkv", "blocks.0.attn.proj", "blocks.1.attn.qkv", "blocks.1.attn.proj"]

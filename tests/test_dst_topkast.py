@@ -163,3 +163,19 @@ def test_incremental_forward_selection_is_exact(monkeypatch):
         assert torch.equal(layer.fwd_slots.long(), want), trial
         assert int(layer.fwd_row_nnz.sum()) == layer.forward_nnz
     assert paths["band"] > 15 and paths["full"] >= 1 + 4  # both paths ran (the first selection is full)
+
+
+def test_exploration_penalty_matches_dense_formula():
+    layer = _layer()
+    algo = TopKAST(0.75, backward_sparsity=0.5)
+    algo(layer)
+    mask_a = _forward_mask(layer)
+    dense_b = layer.weight.to_dense()
+    d = layer.forward_nnz / (layer.in_features * layer.out_features)
+    want = (dense_b * mask_a).pow(2).sum() + (dense_b * ~mask_a).pow(2).sum() / d
+    got = algo.exploration_penalty()
+    torch.testing.assert_close(got, want)
+    got.backward()
+    live = layer.weight.live_mask()
+    g = layer.weight_values.grad
+    assert bool((g[~live] == 0).all()) and bool((g[live] != 0).any())

@@ -32,7 +32,8 @@ itself is updated on the base class's schedule instead: every ``update_freq``
 steps it drops its smallest-magnitude weights and regrows as many at random
 free positions (``grow='random'``, zero-initialized) or where the dense
 gradient is largest (``grow='gradient'``). The paper's exploration penalty is
-not applied (use the optimizer's weight decay).
+:meth:`TopKAST.exploration_penalty` (add it to the loss yourself; not applied
+by default).
 
 Usage::
 
@@ -260,6 +261,24 @@ class TopKAST(SparsityAlgorithm):
         self._k = [self.forward_nnz(L) for L in self._layers]
         for L, k in zip(self._layers, self._k):
             TopKASTLinear.convert(L.module, k)
+
+    def exploration_penalty(self) -> Tensor:
+        """The paper's exploration regularizer, to add (times a coefficient) to the loss:
+        ``sum ||w_A||^2 + ||w_{B \\ A}||^2 / D`` over the layers, ``D`` the layer's forward
+        density, so weights outside the forward set must earn their place. Differentiable in the
+        stored values; O(nnz)."""
+        self._require_layers()
+        total = None
+        for L in self._layers:
+            m = L.module
+            v = m.weight_values
+            a_slots = m._forward_index()[3].long()
+            sq_all = (v * v).sum()  # padding slots hold 0
+            sq_a = (v[a_slots] * v[a_slots]).sum()
+            d = max(m.forward_nnz, 1) / L.numel
+            term = sq_a + (sq_all - sq_a) / d
+            total = term if total is None else total + term
+        return total
 
     def grow_scores(self, layer: LayerState, rows: slice) -> Tensor:
         if self.grow == "gradient":
