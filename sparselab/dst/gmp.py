@@ -22,7 +22,10 @@ __all__ = ["GMP"]
 
 
 class GMP(SparsityAlgorithm):
-    """``GMP(sparsity=0.9, initial_sparsity=0.5, start=0, end=..., update_freq=100)``."""
+    """``GMP(sparsity=0.9, initial_sparsity=0.5, start=0, end=..., update_freq=100)``.
+
+    ``sparsity`` may also be a :class:`SparsitySchedule` (e.g. ``PolynomialSparsity`` or
+    ``CosineSparsity``), which replaces the cubic ramp (``initial_sparsity`` is then unused)."""
 
     regrow = False
     compact = True

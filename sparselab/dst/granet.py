@@ -25,7 +25,9 @@ __all__ = ["GraNet"]
 
 
 class GraNet(SparsityAlgorithm):
-    """``GraNet(sparsity=0.9, initial_sparsity=0.5, end=..., drop_fraction=0.5, update_freq=100)``."""
+    """``GraNet(sparsity=0.9, initial_sparsity=0.5, end=..., drop_fraction=0.5, update_freq=100)``.
+
+    ``sparsity`` may also be a :class:`SparsitySchedule`, which replaces the cubic ramp."""
 
     needs_gradient = True
     compact = True
