@@ -14,10 +14,10 @@ from .memory import memory_report
 from .nn import SparseLinear
 from .sparsify import sparsify
 from . import dst  # noqa: E402
-from .dst import GMP, SET, SNFS, GraNet, RigL, SparsityAlgorithm, SRigL, Static  # noqa: E402
+from .dst import GMP, SET, SNFS, GraNet, RigL, SparsityAlgorithm, SRigL, Static, TopKAST  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = ["PaddedCSR", "SparseLinear", "autograd", "kernels", "memory_report", "ops", "optim_state",
            "sparsify", "__version__", "dst", "SparsityAlgorithm", "Static", "SET", "RigL", "SRigL", "GMP", "GraNet",
-           "SNFS"]
+           "SNFS", "TopKAST"]

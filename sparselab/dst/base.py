@@ -62,9 +62,14 @@ What the base does for you
   is False), limited by the free positions. A dropped position may be regrown
   in the same update (as in RigL's reference code); it then restarts at zero.
 - **Deterministic tie-breaking**: among equal scores the lowest slot / flat
-  position wins (:mod:`sparselab.dst.select`), and all randomness comes from
-  one ``torch.Generator`` seeded with ``seed``: the same seed gives the same
+  position wins (:mod:`sparselab.dst.select`; ``tie_breaker='random'`` orders
+  them at random instead), and all randomness comes from one
+  ``torch.Generator`` seeded with ``seed``: the same seed gives the same
   topology sequence.
+- **Score shaping** without a subclass: ``drop_shaper`` / ``grow_shaper``
+  callables reshape the scores every update selects on
+  (:mod:`sparselab.dst.scores`; :meth:`shaped_drop_scores` is what
+  ``update_layer`` implementations should select drops on).
 - **Topology mutation** (:func:`sparselab.dst.topology.rewrite_layer`): each
   row's live prefix rewritten in place with sorted columns, grown weights
   start at **zero**; when a row lacks spare slots its block of rows is
@@ -135,6 +140,7 @@ from torch import Tensor, nn
 from .. import optimizer_tracking
 from ..nn import SparseLinear
 from . import distribution as _distribution
+from . import scores as _scores
 from .capture import GradientCapture
 from .schedules import (ConstantDrop, ConstantSparsity, CosineDrop, DropSchedule, SparsitySchedule, UpdateSchedule,
                         check_fraction, check_sparsity, check_step)
@@ -228,6 +234,9 @@ class SparsityAlgorithm:
         check: run the full O(capacity) invariant check (``PaddedCSR.validate``)
             after every topology change (off by default: it costs time and
             capacity-sized temporaries; the transposed index is rebuilt either way).
+        drop_shaper, grow_shaper, tie_breaker: reshape the drop / growth
+            scores and choose how ties are broken (:mod:`sparselab.dst.scores`;
+            defaults: unchanged scores, lowest index wins).
     """
 
     needs_gradient: bool = False
@@ -238,8 +247,12 @@ class SparsityAlgorithm:
 
     def __init__(self, sparsity=0.9, *, update_freq=100, drop_fraction=0.3, drop_schedule: str | None = None,
                  start: int = 0, end: int | None = None, distribution="uniform", seed: int = 0,
-                 padding: float | None = None, chunk_fraction: float = 1 / 16, check: bool = False):
+                 padding: float | None = None, chunk_fraction: float = 1 / 16, check: bool = False,
+                 drop_shaper=None, grow_shaper=None, tie_breaker=None):
         self.check = bool(check)
+        self.drop_shaper = _scores.check_shaper(drop_shaper, "drop_shaper")
+        self.grow_shaper = _scores.check_shaper(grow_shaper, "grow_shaper")
+        self.tie_breaker = _scores.resolve_tie_breaker(tie_breaker)
         if isinstance(sparsity, SparsitySchedule):
             self.sparsity_schedule = sparsity
         else:
@@ -473,6 +486,15 @@ class SparsityAlgorithm:
         n = len(range(*rows.indices(layer.shape[0])))
         return torch.rand(n, layer.shape[1], generator=self.generator)
 
+    def shaped_drop_scores(self, layer: LayerState) -> Tensor:
+        """:meth:`drop_scores` after ``drop_shaper`` and ``tie_breaker`` (what updates select on)."""
+        s = self.drop_scores(layer)
+        if self.drop_shaper is not None:
+            s = self.drop_shaper(s, layer)
+        if self.tie_breaker is not None:
+            s = self.tie_breaker(s, self.generator)
+        return s
+
     def layer_counts(self, layer: LayerState, t: int) -> tuple[int, int]:
         """``(n_drop, n_grow)`` for ``layer`` at update step ``t``."""
         nnz = layer.nnz
@@ -490,7 +512,7 @@ class SparsityAlgorithm:
         ``n_grow`` highest ``grow_scores`` among positions not live after the drop."""
         if n_drop <= 0 and n_grow <= 0:
             return None
-        drop = self.select_drop(layer, self.drop_scores(layer), n_drop)
+        drop = self.select_drop(layer, self.shaped_drop_scores(layer), n_drop)
         rows, cols = self.select_grow(layer, lambda r: self.grow_scores(layer, r), n_grow, dropped=drop)
         return self.rewrite(layer, drop, rows, cols)
 
@@ -537,7 +559,13 @@ class SparsityAlgorithm:
 
     def _block_scores(self, layer: LayerState, score_fn, r0: int, r1: int, dropped: Tensor | None) -> Tensor:
         """``score_fn(slice(r0, r1))`` flattened, with positions live after the drop set to -inf."""
-        flat = score_fn(slice(r0, r1)).reshape(-1)
+        rows = slice(r0, r1)
+        block = score_fn(rows)
+        if self.grow_shaper is not None:
+            block = self.grow_shaper(block, layer, rows)
+        if self.tie_breaker is not None:
+            block = self.tie_breaker(block, self.generator)
+        flat = block.reshape(-1)
         if flat.dtype == torch.float32:
             flat = flat.contiguous()
             mask_live_positions(flat, layer.module, r0, r1, dropped)
@@ -708,10 +736,16 @@ class SparsityAlgorithm:
 
     def config(self) -> dict:
         """What must match for a checkpoint to resume (subclasses add their knobs)."""
-        return {"algorithm": type(self).__name__, "sparsity": self.sparsity_schedule.config(),
-                "update": self.update_schedule.config(), "drop": self.drop_schedule.config(),
-                "distribution": str(self._distribution_name), "seed": self.seed, "padding": self.padding,
-                "chunk_fraction": self.chunk_fraction}
+        cfg = {"algorithm": type(self).__name__, "sparsity": self.sparsity_schedule.config(),
+               "update": self.update_schedule.config(), "drop": self.drop_schedule.config(),
+               "distribution": str(self._distribution_name), "seed": self.seed, "padding": self.padding,
+               "chunk_fraction": self.chunk_fraction}
+        for key, v in (("drop_shaper", _scores.shaper_name(self.drop_shaper)),
+                       ("grow_shaper", _scores.shaper_name(self.grow_shaper)),
+                       ("tie_breaker", getattr(self.tie_breaker, "name", None))):
+            if v is not None:  # only when set: default checkpoints keep their configuration
+                cfg[key] = v
+        return cfg
 
     def extra_state(self) -> dict:
         """Algorithm-specific state to checkpoint (default: none)."""
