@@ -25,10 +25,14 @@ using namespace sparselab;
 
 #if defined(SPARSELAB_X86)
 namespace sparselab {
-float fma_probe_avx2(int64_t iters);
-int fma_probe_avx2_lanes();
-float fma_probe_avx512(int64_t iters);
-int fma_probe_avx512_lanes();
+namespace isa_avx2 {
+float fma_probe(int64_t iters);
+int fma_probe_lanes();
+}  // namespace isa_avx2
+namespace isa_avx512 {
+float fma_probe(int64_t iters);
+int fma_probe_lanes();
+}  // namespace isa_avx512
 }  // namespace sparselab
 #endif
 
@@ -46,12 +50,12 @@ py::dict probe_fma(int threads, double seconds) {
     py::gil_scoped_release nogil;
     const auto t0 = std::chrono::steady_clock::now();
     parallel_for(threads, threads, [&](int64_t, int) {
-      volatile float sink = z ? fma_probe_avx512(iters) : fma_probe_avx2(iters);
+      volatile float sink = z ? isa_avx512::fma_probe(iters) : isa_avx2::fma_probe(iters);
       (void)sink;
     });
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  const int lanes = z ? fma_probe_avx512_lanes() : fma_probe_avx2_lanes();
+  const int lanes = z ? isa_avx512::fma_probe_lanes() : isa_avx2::fma_probe_lanes();
   int64_t iters = 1 << 16;
   double t = run(iters);
   while (t < seconds / 4 && iters < (int64_t(1) << 40)) {

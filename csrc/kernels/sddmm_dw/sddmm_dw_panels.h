@@ -8,11 +8,13 @@
 // Each row belongs to one task and tiles are summed in order, so results do
 // not depend on the thread count.
 #pragma once
+#include "../isa_namespace.h"
 #include "../../common/parallel.h"
 #include "../kernel_api.h"
 #include "../panels.h"
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 template <int T>
@@ -185,5 +187,31 @@ void dw_tiled(const DwArgs<Idx>& a) {
   });
 }
 
+// The forms instantiated from dw_tiled (see csrc/variants.def); plain and unrolled are in sddmm_dw_slots.h.
+namespace forms {
+namespace sddmm_dw {
+
+template <class V, int T>
+struct tiled {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T";
+  template <typename Idx>
+  static void run(const DwArgs<Idx>& a) { dw_tiled<V, T, 0>(a); }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return dw_panels_scratch<T>(n, in, out, nnz, threads); }
+};
+
+template <class V, int T, int CB>
+struct blocked {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T,CB";
+  template <typename Idx>
+  static void run(const DwArgs<Idx>& a) { dw_tiled<V, T, CB>(a); }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return dw_panels_scratch<T>(n, in, out, nnz, threads); }
+};
+
+}  // namespace sddmm_dw
+}  // namespace forms
+
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

@@ -5,11 +5,13 @@
 // nonzeros so short tiles still have enough independent FMA chains.
 // Results are written back row-major through 8x8 transposes.
 #pragma once
+#include "../isa_namespace.h"
 #include "../../common/parallel.h"
 #include "../kernel_api.h"
 #include "../panels.h"
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 template <int T>
@@ -93,5 +95,22 @@ void fwd_tiled(const FwdArgs<Idx>& a) {
   });
 }
 
+// The form instantiated from this header (see csrc/variants.def).
+namespace forms {
+namespace spmm_fwd {
+
+template <class V, int T, int acc_sets>
+struct tiled {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T,acc_sets";
+  template <typename Idx>
+  static void run(const FwdArgs<Idx>& a) { fwd_tiled<V, T, acc_sets>(a); }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return fwd_tiled_scratch<T>(n, in, out, nnz, threads); }
+};
+
+}  // namespace spmm_fwd
+}  // namespace forms
+
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

@@ -2,9 +2,11 @@
 // panels and to write tile results back row-major. Needs AVX (every ISA file
 // that includes it is compiled with at least -mavx2).
 #pragma once
+#include "../isa_namespace.h"
 #include <immintrin.h>
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 inline void transpose8x8(__m256& r0, __m256& r1, __m256& r2, __m256& r3, __m256& r4, __m256& r5,
@@ -45,4 +47,5 @@ inline void transpose_block8(const float* src, int64_t lds, float* dst, int64_t 
 }
 
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab
