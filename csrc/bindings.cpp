@@ -113,7 +113,15 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "SparseLab kernels (raw-pointer interface; use the sparselab package, not this module).";
 
   m.def("variant_table", &variant_table, "Every compiled variant with its availability on this CPU.");
-  m.def("isa_unavailable_reason", &isa_unavailable_reason);
+  m.def("isa_unavailable_reason", [](const std::string& isa) { return isa_unavailable_reason(isa); });
+  m.def("_isa_unavailable_reason_for", [](const std::string& isa, const py::dict& features) {
+    CpuFeatures f;
+    auto flag = [&](const char* k) { return features.contains(k) && features[k].cast<bool>(); };
+    f.avx2 = flag("avx2"); f.fma = flag("fma"); f.avx512f = flag("avx512f"); f.avx512bw = flag("avx512bw");
+    f.avx512vl = flag("avx512vl"); f.avx512dq = flag("avx512dq"); f.os_avx = flag("os_avx");
+    f.os_avx512 = flag("os_avx512"); f.neon = flag("neon");
+    return isa_unavailable_reason(isa, f);
+  }, "The run-time gate of an ISA for a given feature dict (as cpu_features() returns), for tests.");
   m.def("cpu_features", [] {
     const CpuFeatures& f = cpu_features();
     py::dict d;
