@@ -209,12 +209,15 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("build_transpose", [](uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz,
                               int64_t rows, int64_t ncols, uintptr_t t_cols, int t_idx_bits,
-                              uintptr_t t_row_start, uintptr_t t_row_nnz, uintptr_t perm) {
+                              uintptr_t t_row_start, uintptr_t t_row_nnz, uintptr_t perm, int64_t t_capacity) {
     const RawCsr w = raw(0, cols, idx_bits, row_start, row_nnz, rows, ncols);
     const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
     py::gil_scoped_release nogil;
-    build_transpose(w, wt, perm);
-  });
+    build_transpose(w, wt, perm, t_capacity);
+  }, py::arg("cols"), py::arg("idx_bits"), py::arg("row_start"), py::arg("row_nnz"), py::arg("rows"),
+     py::arg("ncols"), py::arg("t_cols"), py::arg("t_idx_bits"), py::arg("t_row_start"), py::arg("t_row_nnz"),
+     py::arg("perm"), py::arg("t_capacity") = -1,
+     "t_capacity: the slots t_cols and perm hold (-1: unchecked); more live slots raise.");
   m.def("probe_fma", &probe_fma, py::arg("threads"), py::arg("seconds") = 0.5,
         "Peak FP32 FMA GFLOP/s of the widest x86 ISA here: {'gflops', 'isa', 'method'}.");
   m.def("probe_fma_gflops", [](int threads, double seconds) {

@@ -98,12 +98,22 @@ void block_major_build(const BlockMajor<CB, G>& bm, const CsrView<Idx>& w, int t
     uint16_t* c = bm.count + g * bm.nblocks * G;
     for (int64_t k = 0; k < bm.nblocks * G; ++k) c[k] = 0;
     const int64_t i0 = g * G;
+    // Columns are range-checked as they are read (a build pass, so nearly free): a
+    // column another thread rewrites meanwhile gives a wrong sum, never an index
+    // outside the count array or a panel block.
     for (int r = 0; r < int(min64(G, bm.rows - i0)); ++r) {
       const Idx* col = w.cols + w.row_start[i0 + r];
-      for (int32_t k = 0; k < w.row_nnz[i0 + r]; ++k) c[(int64_t(col[k]) / CB) * G + r]++;
+      for (int32_t k = 0; k < w.row_nnz[i0 + r]; ++k) {
+        const int64_t j = int64_t(col[k]);
+        c[(uint64_t(j) < uint64_t(w.ncols) ? j / CB : 0) * G + r]++;
+      }
     }
     block_major_runs(bm, w, g, [&](int64_t b, int, int64_t src, int64_t dst, int32_t m) {
-      for (int32_t k = 0; k < m; ++k) bm.cols[dst + k] = uint16_t(int64_t(w.cols[src + k]) - b * CB);
+      const int64_t width = min64(CB, w.ncols - b * CB);
+      for (int32_t k = 0; k < m; ++k) {
+        const int64_t j = int64_t(w.cols[src + k]) - b * CB;
+        bm.cols[dst + k] = uint16_t(uint64_t(j) < uint64_t(width) ? j : 0);
+      }
       if (bm.values)
         for (int32_t k = 0; k < m; ++k) bm.values[dst + k] = w.values[src + k];
     });
