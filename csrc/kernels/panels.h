@@ -1,7 +1,7 @@
 // Batch panels: rows [0, n) of a row-major [n, cols] matrix repacked as
 // P[t][j][q] = src[t*T + q][j] (zero for rows >= n), so one column of a tile
 // of T batch rows is T contiguous floats. The tiled kernels read a panel row
-// per nonzero. Included only by ISA files (needs AVX, see transpose8x8.h).
+// per nonzero. Included only by ISA files (AVX or NEON transposes).
 #pragma once
 #include "isa_namespace.h"
 #include <cstddef>
@@ -9,7 +9,11 @@
 
 #include "../common/parallel.h"
 #include "index_math.h"
+#if defined(__aarch64__)
+#include "vec/transpose8x8_neon.h"
+#else
 #include "vec/transpose8x8.h"
+#endif
 
 namespace sparselab {
 namespace SPARSELAB_ISA_NS {

@@ -9,6 +9,8 @@
 //   spmm_dx   dX = dY W   (SL_DX_T: a forward kernel on W's transposed index,
 //                          built here like csrc/ops/run_ops.cpp does; SL_DX_S: scatter)
 //   sddmm_dw  dW[k] = sum_b dY[b, i] X[b, cols[k]] at live slots, 0 at padding
+// and every form (plain, unrolled, tiled, blocked, block-major, scatter) must
+// have a NEON variant.
 // Tolerance per output: 2 (len + 2) u sum|terms| with u = 2^-24 and len the
 // dot length (the classic bound for a length-len float dot).
 // Also checked: padding values are NaN and padding columns of every leading
@@ -624,6 +626,20 @@ int main(int argc, char** argv) {
       count += std::strcmp(v.op, op) == 0 && std::strcmp(v.isa, "neon") == 0;
     record(count > 0, std::string("registry has a neon variant of ") + op,
            "none listed in csrc/variants.def for neon");
+  }
+
+  // Every form exists for NEON too (csrc/kernels/vec/vec_neon.h runs the generic ones).
+  const char* forms[][2] = {{"spmm_fwd", "plain"},       {"spmm_fwd", "unrolled"},     {"spmm_fwd", "tiled"},
+                            {"spmm_fwd", "blocked"},     {"spmm_fwd", "block_major"},  {"spmm_dx", "tiled"},
+                            {"spmm_dx", "blocked"},      {"spmm_dx", "block_major"},   {"spmm_dx", "scatter_block_major"},
+                            {"sddmm_dw", "plain"},       {"sddmm_dw", "unrolled"},     {"sddmm_dw", "tiled"},
+                            {"sddmm_dw", "blocked"},     {"sddmm_dw", "block_major"}};
+  for (const auto& f : forms) {
+    bool found = false;
+    for (const sparselab::Variant& v : variants())
+      found |= v.isa == "neon" && std::strcmp(op_name(v.op), f[0]) == 0 && v.form == f[1];
+    record(found, std::string("registry has a neon ") + f[0] + " variant of form " + f[1],
+           "no such line in csrc/variants.def");
   }
 
   const auto all = cases();

@@ -43,6 +43,7 @@ template <class V, int T, int CB, int G, typename Idx>
 void dw_blockmajor(const DwArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
+  if (a.n == 0) return dw_zero_all(a);
   const int64_t in = a.w.ncols, out = a.w.rows;
   int64_t nnz = 0;
   for (int64_t i = 0; i < out; ++i) nnz += a.w.row_nnz[i];

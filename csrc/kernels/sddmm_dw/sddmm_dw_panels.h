@@ -38,6 +38,13 @@ void dw_zero_padding(const DwArgs<Idx>& a, int64_t i) {
   for (int64_t k = a.w.row_nnz[i]; k < cap; ++k) a.dw[start + k] = 0.0f;
 }
 
+// An empty batch: every slot's sum is 0 (the tile loops below never run).
+template <typename Idx>
+void dw_zero_all(const DwArgs<Idx>& a) {
+  for (int64_t i = 0; i < a.w.rows; ++i)
+    for (int64_t k = a.w.row_start[i]; k < a.w.row_start[i + 1]; ++k) a.dw[k] = 0.0f;
+}
+
 template <class V, int T, int SLOTS, typename Idx>
 void dw_slots_tiles_inner(const DwArgs<Idx>& a) {
   using reg = typename V::reg;
@@ -151,6 +158,7 @@ void dw_tiled(const DwArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
   constexpr int G = 64;  // rows of W per group (cursors on the stack)
+  if (a.n == 0) return dw_zero_all(a);
   const float *px, *pd;
   dw_pack<T>(a, &px, &pd);
   const int64_t ntiles = ceil_div(a.n, T), in = a.w.ncols, out = a.w.rows;
