@@ -19,7 +19,11 @@ start=$(date +%s)
 # --no-deps: everything else comes from the system site-packages of the normal install.
 # Editable (-e): its import hook in the venv takes precedence over any sparselab the
 # system site-packages hold, editable installs included. Unstripped: reports name functions.
-SPARSELAB_SANITIZE=ON "$WORK/venv/bin/python" -m pip install --quiet --no-build-isolation --no-deps \
+# The build backend comes from the system site-packages when the normal install left it
+# there, else pip fetches it into an isolated build environment (as the normal install did).
+isolation=(--no-build-isolation)
+"$WORK/venv/bin/python" -c "import scikit_build_core, pybind11" 2>/dev/null || isolation=()
+SPARSELAB_SANITIZE=ON "$WORK/venv/bin/python" -m pip install --quiet "${isolation[@]}" --no-deps \
   -C build-dir="$WORK/build" -C install.strip=false -e "$ROOT"
 echo "sanitize: built in $(( $(date +%s) - start ))s"
 
