@@ -39,7 +39,16 @@ size_t dw_blockmajor_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, in
          block_major_floats<CB, G>(out, in, nnz, false);
 }
 
-template <class V, int T, int CB, int G, typename Idx>
+// The default way to sum one row's run of slots against one tile (dw_slot_run).
+struct DwSlotRun4 {
+  template <class V, int T, typename C>
+  static void run(const typename V::reg* d, const float* X, const C* col, int64_t m, float* dst, bool first) {
+    dw_slot_run<V, T>(d, X, col, 0, m, dst, first);
+  }
+};
+
+// Run: how a row's run of slots in one block is summed against one tile.
+template <class V, int T, int CB, int G, class Run = DwSlotRun4, typename Idx>
 void dw_blockmajor(const DwArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
@@ -103,7 +112,7 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
             if (!m) continue;
             reg d[R];
             for (int q = 0; q < R; ++q) d[q] = V::load(D + (i0 + r) * T + q * V::W);
-            dw_slot_run<V, T>(d, Xb, col, 0, m, dst, first);
+            Run::template run<V, T>(d, Xb, col, m, dst, first);
             col += m;
             dst += m;
           }
