@@ -3,8 +3,8 @@
     python bench/side_by_side.py --op sddmm_dw --shapes 2560x640,640x2560,4096x4096 --n 2048 \
         --variants avx2_bm64_cb128,avx512_rowreg128_cb1024 [--rounds 7] [--threads 2]
 
-Every round calls every implementation once (after one warm call each), so a shared machine's
-slow phases hit all of them alike; the table shows medians of the rounds as GFLOP/s on live
+Every round calls every implementation once (each right after an untimed call of itself, in an
+order rotated each round), so a shared machine's slow phases hit all of them alike; the table shows medians of the rounds as GFLOP/s on live
 weights (2 * nnz * N per call, the dense baseline counted the same way) and each one's ratio to
 the first variant named (and the best round's GFLOP/s, for a machine shared with others). ``--variants all-x86`` times every registered variant of the op that
 this CPU can run. Shapes are OUTxIN (W is out x in).
@@ -73,8 +73,14 @@ def main() -> None:
         for f in calls.values():
             f()
         clock = time.process_time if a.clock == "cpu" else time.perf_counter
-        for _ in range(a.rounds):
-            for k, f in calls.items():
+        order = list(calls)
+        for rnd in range(a.rounds):
+            # Rotated each round, and each timed call right after an untimed one of the same
+            # implementation: otherwise whichever ran after the dense baseline (which sweeps
+            # the caches) was timed cold, up to 1.9x slower at N=1.
+            for k in order[rnd % len(order):] + order[:rnd % len(order)]:
+                f = calls[k]
+                f()
                 t0 = clock()
                 f()
                 times[k].append(clock() - t0)

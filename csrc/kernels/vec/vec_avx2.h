@@ -72,6 +72,14 @@ struct VecAvx2 {
   }
   static reg load_first(const float* p, int n) { return _mm256_maskload_ps(p, first_mask(n)); }
   static void store_first(float* p, reg v, int n) { _mm256_maskstore_ps(p, first_mask(n), v); }
+  // x[idx[m]] for the first n (0..8) indices; lanes >= n are 0 and read nothing.
+  template <typename I>
+  static reg gather_first(const float* x, const I* idx, int n) {
+    alignas(32) int32_t i32[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int m = 0; m < n; ++m) i32[m] = int32_t(idx[m]);
+    return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), x, _mm256_load_si256(reinterpret_cast<const __m256i*>(i32)),
+                                    _mm256_castsi256_ps(first_mask(n)), 4);
+  }
 };
 
 }  // namespace

@@ -71,6 +71,16 @@ struct VecAvx512 {
   static __mmask16 first_mask(int n) { return __mmask16((1u << n) - 1u); }
   static reg load_first(const float* p, int n) { return _mm512_maskz_loadu_ps(first_mask(n), p); }
   static void store_first(float* p, reg v, int n) { _mm512_mask_storeu_ps(p, first_mask(n), v); }
+  // x[idx[m]] for the first n (0..16) indices; lanes >= n are 0 and read nothing.
+  static reg gather_first(const float* x, const int32_t* idx, int n) {
+    const __mmask16 k = first_mask(n);
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, _mm512_maskz_loadu_epi32(k, idx), x, 4);
+  }
+  static reg gather_first(const float* x, const int16_t* idx, int n) {
+    const __mmask16 k = first_mask(n);
+    const __m512i i32 = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, idx));
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, i32, x, 4);
+  }
 };
 
 }  // namespace
