@@ -452,8 +452,10 @@ def test_timed_n_is_the_call_n_near_the_cap_and_whole_tiles_far_above_it():
     assert cap == 99
     assert timing_n(key, (3000, 1500, 100, 0.6)) == 100       # within 1.5x: timed as it is
     assert timing_n(key, (3000, 1500, 148, 0.6)) == 148
-    assert timing_n(key, (3000, 1500, 400, 0.6)) == 64         # whole tiles ...
-    assert second_point.second_n(64, 400) == 256               # ... and a second point
+    assert timing_n(key, (3000, 1500, 400, 0.6)) == 128        # at least one whole 128-row tile ...
+    assert second_point.second_n(128, 400) == 400              # ... and a second point
+    assert timing_n(key, (3000, 1500, 2048, 0.6)) == 128
+    assert timing_n(key, (640, 640, 2048, 0.1)) == MAX_N_TIME
     assert timing_n(key, (300, 100, 700, 0.1)) == 700           # small layer: up to 1.5x MAX_N_TIME
     assert timing_n(key, (300, 100, 2048, 0.1)) == MAX_N_TIME
     # Every N above what is timed as it is gets a second point.
@@ -543,11 +545,11 @@ def test_second_race_failing_everywhere_keeps_the_first_choice():
 
 
 def test_fit_n_shrinks_the_second_n_to_the_time_left():
-    # three finalists costing 30 ms together at N=64: two runs each at N=256 need 0.24 s
-    assert second_point.fit_n(64, 256, 0.03, 1.0) == 256
-    assert second_point.fit_n(64, 256, 0.03, 0.2) == 192   # 213 rounded down to whole tiles
-    assert second_point.fit_n(64, 256, 0.03, 0.13) == 128
-    assert second_point.fit_n(64, 256, 0.03, 0.1) is None  # 106 -> 64: no second point
+    # three finalists costing 30 ms together at N=128: two runs each at N=512 need 0.24 s
+    assert second_point.fit_n(128, 512, 0.03, 1.0) == 512
+    assert second_point.fit_n(128, 512, 0.03, 0.2) == 384   # 426 rounded down to whole tiles
+    assert second_point.fit_n(128, 512, 0.03, 0.13) == 256
+    assert second_point.fit_n(128, 512, 0.03, 0.1) is None  # 213 -> 128: no second point
     assert second_point.fit_n(20, 80, 0.01, 0.0) is None
     assert second_point.fit_n(20, 80, 0.01, 0.031) == 31    # below one tile: no rounding
     assert second_point.fit_n(20, 80, 0.0, 0.0) == 80

@@ -4,9 +4,10 @@ The problem is the shape and density of the call that triggered the tuning (on a
 or the key's representative shape and density (see keys.py; ``sparselab-tune``), with N capped so
 one call of the slowest candidates (scalar, plain, dense) stays cheap:
 ``cap = min(MAX_N_TIME, max(MIN_N_TIME, TIMING_MACS // nnz))``; an N within 1.5x of the cap is
-timed as it is. A capped N is rounded down to a multiple of 64 so that kernels tiled over N are
+timed as it is. A capped N is at least, and is rounded down to a multiple of, N_TILE, the
+largest batch tile of any variant (128: the AVX-512 tiles), so that kernels tiled over N are
 timed on full tiles, as they run at the large N the cap stands for (an N of 19 made tile-64
-kernels look bad on 4096 x 4096 layers). Data is seeded, so every tuning of a key sees the same problem.
+kernels look bad on 4096 x 4096 layers; N=64 or 192 timed the T=128 tiles half-empty). Data is seeded, so every tuning of a key sees the same problem.
 
 TIMING_MACS is 2**28: at 2**26 a 4096 x 4096 layer at 90% sparsity was timed at N=64, one or two
 batch tiles, where the kernels that pack activations per tile rank differently than at the
@@ -26,12 +27,12 @@ import math
 
 import torch
 
+N_TILE = 128             # the largest batch tile (T) of any registered variant
 MAX_N_TIME = 512
-MIN_N_TIME = 64
+MIN_N_TIME = N_TILE
 TIMING_MACS = 2 ** 28    # multiply-adds in one call at the capped N
 CHECK_MACS = 2 ** 25     # multiply-adds above which correctness is checked on a part
 CHECK_MIN_ROWS = 64
-N_TILE = 64
 TOL_FACTOR = 32           # rtol = TOL_FACTOR * eps(float32) * sqrt(dot length)
 EPS32 = float(torch.finfo(torch.float32).eps)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .problem import N_TILE  # full batch tiles of the largest tile, as problem.py times
 from .race import TIE_BAND
 
 # Finalists: every valid candidate within this factor of the best time at the first N (a
@@ -36,7 +37,6 @@ BUDGET_FRACTION = 0.5
 # The second N is at most this multiple of the first: far enough apart that the slope is
 # measured, near enough that one call stays cheap.
 SECOND_N_FACTOR = 4
-N_TILE = 64
 
 
 def second_n(n1: int, target: int) -> int | None:

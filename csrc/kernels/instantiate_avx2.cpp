@@ -5,6 +5,7 @@
 
 #include "vec/vec_avx2.h"
 #include "spmm_fwd/spmm_fwd_rowdot.h"
+#include "spmm_fwd/spmm_fwd_rows_inflight.h"
 #include "spmm_fwd/spmm_fwd_tiled.h"
 #include "spmm_fwd/spmm_fwd_tiled_blocked.h"
 #include "spmm_fwd/spmm_fwd_blockmajor.h"
@@ -12,6 +13,7 @@
 #include "sddmm_dw/sddmm_dw_slots.h"
 #include "sddmm_dw/sddmm_dw_panels.h"
 #include "sddmm_dw/sddmm_dw_blockmajor.h"
+#include "sddmm_dw/sddmm_dw_rowreg.h"
 
 namespace sparselab {
 namespace isa_avx2 {

@@ -6,6 +6,7 @@
 
 #include "vec/vec_neon.h"
 #include "spmm_fwd/spmm_fwd_neon_rowdot.h"
+#include "spmm_fwd/spmm_fwd_rows_inflight.h"
 #include "spmm_fwd/spmm_fwd_tiled.h"
 #include "spmm_fwd/spmm_fwd_tiled_blocked.h"
 #include "spmm_fwd/spmm_fwd_blockmajor.h"
@@ -13,6 +14,7 @@
 #include "sddmm_dw/sddmm_dw_neon_slots.h"
 #include "sddmm_dw/sddmm_dw_panels.h"
 #include "sddmm_dw/sddmm_dw_blockmajor.h"
+#include "sddmm_dw/sddmm_dw_rowreg.h"
 
 namespace sparselab {
 namespace isa_neon {

@@ -633,7 +633,8 @@ int main(int argc, char** argv) {
                             {"spmm_fwd", "blocked"},     {"spmm_fwd", "block_major"},  {"spmm_dx", "tiled"},
                             {"spmm_dx", "blocked"},      {"spmm_dx", "block_major"},   {"spmm_dx", "scatter_block_major"},
                             {"sddmm_dw", "plain"},       {"sddmm_dw", "unrolled"},     {"sddmm_dw", "tiled"},
-                            {"sddmm_dw", "blocked"},     {"sddmm_dw", "block_major"}};
+                            {"sddmm_dw", "blocked"},     {"sddmm_dw", "block_major"},  {"spmm_fwd", "inflight"},
+                            {"spmm_dx", "inflight"},     {"sddmm_dw", "rowreg"}};
   for (const auto& f : forms) {
     bool found = false;
     for (const sparselab::Variant& v : variants())

@@ -25,21 +25,31 @@ namespace {
 // the shared operand each task re-reads, and dY the one each task owns a slice of.
 inline bool dw_split_rows(int64_t out, int64_t in) { return out >= in; }
 
-// Floats of the packed operands: all tiles of the shared one, one tile of the owned one.
+// Floats of the packed operands: all tiles of the shared one, one tile of the owned one
+// (per thread when tasks split columns: then row parts may each pack the same columns).
 template <int T>
-size_t dw_fused_panel_floats(int64_t n, int64_t in, int64_t out) {
+size_t dw_fused_panel_floats(int64_t n, int64_t in, int64_t out, int threads) {
   const bool split_rows = dw_split_rows(out, in);
   const int64_t shared = split_rows ? in : out, owned = split_rows ? out : in;
-  return panel_floats<T>(n, shared) + size_t(owned) * T;
+  return panel_floats<T>(n, shared) + size_t(owned) * T * size_t(split_rows ? 1 : threads);
 }
 
 template <int T, int CB, int G>
 size_t dw_blockmajor_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
-  return dw_fused_panel_floats<T>(n, in, out) + 16 + size_t(nnz) + 16 +
+  return dw_fused_panel_floats<T>(n, in, out, threads) + 16 + size_t(nnz) + 16 +
          block_major_floats<CB, G>(out, in, nnz, false);
 }
 
-template <class V, int T, int CB, int G, typename Idx>
+// The default way to sum one row's run of slots against one tile (dw_slot_run).
+struct DwSlotRun4 {
+  template <class V, int T, typename C>
+  static void run(const typename V::reg* d, const float* X, const C* col, int64_t m, float* dst, bool first) {
+    dw_slot_run<V, T>(d, X, col, 0, m, dst, first);
+  }
+};
+
+// Run: how a row's run of slots in one block is summed against one tile.
+template <class V, int T, int CB, int G, class Run = DwSlotRun4, typename Idx>
 void dw_blockmajor(const DwArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
@@ -53,7 +63,7 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
   float* owned = a.scratch + panel_floats<T>(a.n, split_rows ? in : out);
   if (split_rows) pack_panels<T>(a.x, a.ldx, a.n, in, a.scratch, a.threads);
   else pack_panels<T>(a.dy, a.lddy, a.n, out, a.scratch, a.threads);
-  float* sums = a.scratch + dw_fused_panel_floats<T>(a.n, in, out) + 16;
+  float* sums = a.scratch + dw_fused_panel_floats<T>(a.n, in, out, a.threads) + 16;
   const BlockMajor<CB, G> bm = block_major_carve<CB, G>(sums + nnz + 16, out, in, nnz, false);
   block_major_build(bm, a.w, a.threads);
 
@@ -63,8 +73,13 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
   // Tasks are rectangles of (row groups) x (column blocks); every slot lies in
   // one. Each task sweeps all batch tiles, so the shared operand is read once
   // per task.
+  // Splitting columns into fewer blocks than wanted tasks, or a number the threads do
+  // not divide (3 blocks of 1024 of a 2560-wide X on 2 threads), would leave threads
+  // idle: then rows are split too, one part per thread, each part packing its own copy
+  // of the X columns it needs.
   const int64_t want = 4 * int64_t(a.threads);
-  const int64_t row_parts = split_rows ? min64(bm.ngroups, want) : 1;
+  const bool few_blocks = !split_rows && (nb < want && nb % a.threads != 0);
+  const int64_t row_parts = split_rows ? min64(bm.ngroups, want) : few_blocks ? min64(bm.ngroups, a.threads) : 1;
   const int64_t col_parts = split_rows ? 1 : min64(nb, want);
   const int64_t total = bm.group_start[bm.ngroups];
   auto first_group = [&](int64_t s) {  // first group of row part s, balanced by live slots
@@ -87,8 +102,9 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
         X = shared + t * in * T;
         D = owned;
       } else {
-        pack_tile_cols<T>(a.x, a.ldx, a.n, t, b_lo * CB, min64(in, b_hi * CB), owned);
-        X = owned;
+        float* mine = owned + size_t(rp) * size_t(in) * T;
+        pack_tile_cols<T>(a.x, a.ldx, a.n, t, b_lo * CB, min64(in, b_hi * CB), mine);
+        X = mine;
         D = shared + t * out * T;
       }
       const bool first = (t == 0);
@@ -106,7 +122,7 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
             if (!m) continue;
             reg d[R];
             for (int q = 0; q < R; ++q) d[q] = V::load(D + (i0 + r) * T + q * V::W);
-            dw_slot_run<V, T>(d, Xb, col, 0, m, dst, first);
+            Run::template run<V, T>(d, Xb, col, m, dst, first);
             col += m;
             dst += m;
           }

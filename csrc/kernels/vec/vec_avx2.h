@@ -20,6 +20,7 @@ struct VecAvx2 {
   static reg bcast(const float* p) { return _mm256_broadcast_ss(p); }
   static reg fmadd(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
 
   // x[idx[0..8)] for int32 or int16 column indices.
   static reg gather(const float* x, const int32_t* idx) {
@@ -52,6 +53,34 @@ struct VecAvx2 {
   // left four scalar read-modify-writes for the loop over a float[4]).
   static void hsum4_add(reg a0, reg a1, reg a2, reg a3, float* out) {
     _mm_storeu_ps(out, _mm_add_ps(_mm_loadu_ps(out), sums4(a0, a1, a2, a3)));
+  }
+  // Lane m of the result = sum of the lanes of a[m], m = 0..7: a transpose-add tree of 14
+  // shuffles and 7 adds. Tree input p is accumulator 4 * (p % 2) + p / 2, the order in
+  // which the tree's last two levels interleave their inputs.
+  static reg lane_sums(const reg (&a)[8]) {
+    reg b[4], c[2];
+    for (int k = 0; k < 4; ++k) {  // 8 -> 4: 128-bit halves of a pair added
+      const reg x = a[4 * ((2 * k) % 2) + (2 * k) / 2], y = a[4 * ((2 * k + 1) % 2) + (2 * k + 1) / 2];
+      b[k] = _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
+    }
+    for (int k = 0; k < 2; ++k)  // 4 -> 2: within 128-bit lanes
+      c[k] = _mm256_add_ps(_mm256_unpacklo_ps(b[2 * k], b[2 * k + 1]), _mm256_unpackhi_ps(b[2 * k], b[2 * k + 1]));
+    return _mm256_add_ps(_mm256_shuffle_ps(c[0], c[1], 0x44), _mm256_shuffle_ps(c[0], c[1], 0xEE));
+  }
+
+  // The first n (0..8) floats at p; lanes >= n read nothing and are 0.
+  static __m256i first_mask(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static reg load_first(const float* p, int n) { return _mm256_maskload_ps(p, first_mask(n)); }
+  static void store_first(float* p, reg v, int n) { _mm256_maskstore_ps(p, first_mask(n), v); }
+  // x[idx[m]] for the first n (0..8) indices; lanes >= n are 0 and read nothing.
+  template <typename I>
+  static reg gather_first(const float* x, const I* idx, int n) {
+    alignas(32) int32_t i32[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int m = 0; m < n; ++m) i32[m] = int32_t(idx[m]);
+    return _mm256_mask_i32gather_ps(_mm256_setzero_ps(), x, _mm256_load_si256(reinterpret_cast<const __m256i*>(i32)),
+                                    _mm256_castsi256_ps(first_mask(n)), 4);
   }
 };
 

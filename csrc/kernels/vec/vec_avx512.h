@@ -19,6 +19,7 @@ struct VecAvx512 {
   static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
   static reg fmadd(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
   static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+  static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
 
   static reg gather(const float* x, const int32_t* idx) {
     return _mm512_i32gather_ps(_mm512_loadu_si512(idx), x, 4);
@@ -50,6 +51,37 @@ struct VecAvx512 {
   // left four scalar read-modify-writes for the loop over a float[4]).
   static void hsum4_add(reg a0, reg a1, reg a2, reg a3, float* out) {
     _mm_storeu_ps(out, _mm_add_ps(_mm_loadu_ps(out), sums4(a0, a1, a2, a3)));
+  }
+  // Lane m of the result = sum of the lanes of a[m], m = 0..15: a transpose-add tree of
+  // 30 shuffles and 15 adds. Tree input p is accumulator 4 * (p % 4) + p / 4, the order in
+  // which the tree's last two levels interleave their inputs.
+  static reg lane_sums(const reg (&a)[16]) {
+    reg b[8], c[4], e[2];
+    for (int k = 0; k < 8; ++k) {  // 16 -> 8: 256-bit halves of a pair added
+      const reg x = a[4 * ((2 * k) % 4) + (2 * k) / 4], y = a[4 * ((2 * k + 1) % 4) + (2 * k + 1) / 4];
+      b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
+    }
+    for (int k = 0; k < 4; ++k)  // 8 -> 4: 128-bit quarters
+      c[k] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0x88),
+                           _mm512_shuffle_f32x4(b[2 * k], b[2 * k + 1], 0xDD));
+    for (int k = 0; k < 2; ++k)  // 4 -> 2: within 128-bit lanes
+      e[k] = _mm512_add_ps(_mm512_unpacklo_ps(c[2 * k], c[2 * k + 1]), _mm512_unpackhi_ps(c[2 * k], c[2 * k + 1]));
+    return _mm512_add_ps(_mm512_shuffle_ps(e[0], e[1], 0x44), _mm512_shuffle_ps(e[0], e[1], 0xEE));
+  }
+
+  // The first n (0..16) floats at p; lanes >= n read nothing and are 0.
+  static __mmask16 first_mask(int n) { return __mmask16((1u << n) - 1u); }
+  static reg load_first(const float* p, int n) { return _mm512_maskz_loadu_ps(first_mask(n), p); }
+  static void store_first(float* p, reg v, int n) { _mm512_mask_storeu_ps(p, first_mask(n), v); }
+  // x[idx[m]] for the first n (0..16) indices; lanes >= n are 0 and read nothing.
+  static reg gather_first(const float* x, const int32_t* idx, int n) {
+    const __mmask16 k = first_mask(n);
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, _mm512_maskz_loadu_epi32(k, idx), x, 4);
+  }
+  static reg gather_first(const float* x, const int16_t* idx, int n) {
+    const __mmask16 k = first_mask(n);
+    const __m512i i32 = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, idx));
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, i32, x, 4);
   }
 };
 

@@ -42,6 +42,27 @@ struct VecNeon {
   static void hsum4_add(reg a0, reg a1, reg a2, reg a3, float* out) {
     vst1q_f32(out, vaddq_f32(vld1q_f32(out), sums4(a0, a1, a2, a3)));
   }
+  static reg mul(reg a, reg b) { return vmulq_f32(a, b); }
+  // Lane m of the result = sum of the lanes of a[m].
+  static reg lane_sums(const reg (&a)[4]) { return sums4(a[0], a[1], a[2], a[3]); }
+  // The first n (0..4) floats at p; lanes >= n read nothing and are 0 (NEON has no masked load).
+  static reg load_first(const float* p, int n) {
+    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int m = 0; m < n; ++m) t[m] = p[m];
+    return vld1q_f32(t);
+  }
+  static void store_first(float* p, reg v, int n) {
+    float t[4];
+    vst1q_f32(t, v);
+    for (int m = 0; m < n; ++m) p[m] = t[m];
+  }
+  // x[idx[m]] for the first n (0..4) indices; lanes >= n are 0 and read nothing.
+  template <typename I>
+  static reg gather_first(const float* x, const I* idx, int n) {
+    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int m = 0; m < n; ++m) t[m] = x[idx[m]];
+    return vld1q_f32(t);
+  }
 };
 
 }  // namespace

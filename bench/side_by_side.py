@@ -1,0 +1,96 @@
+"""Named variants of one op timed side by side, interleaved round by round, with dense torch.
+
+    python bench/side_by_side.py --op sddmm_dw --shapes 2560x640,640x2560,4096x4096 --n 2048 \
+        --variants avx2_bm64_cb128,avx512_rowreg128_cb1024 [--rounds 7] [--threads 2]
+
+Every round calls every implementation once (each right after an untimed call of itself, in an
+order rotated each round), so a shared machine's slow phases hit all of them alike; the table shows medians of the rounds as GFLOP/s on live
+weights (2 * nnz * N per call, the dense baseline counted the same way) and each one's ratio to
+the first variant named (and the best round's GFLOP/s, for a machine shared with others). ``--variants all-x86`` times every registered variant of the op that
+this CPU can run. Shapes are OUTxIN (W is out x in).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from sparselab import PaddedCSR, kernels, ops
+
+
+def _calls(op: str, W: PaddedCSR, n: int, names: list[str], threads: int):
+    out_f, in_f = W.shape
+    g = torch.Generator().manual_seed(n + 1)
+    X = torch.randn(n, in_f, generator=g)
+    dY = torch.randn(n, out_f, generator=g)
+    Wd = W.to_dense()
+    calls = {}
+    for name in names:
+        if op == "spmm_fwd":
+            calls[name] = lambda v=name: ops.spmm_fwd(W, X, variant=v, threads=threads)
+        elif op == "spmm_dx":
+            calls[name] = lambda v=name: ops.spmm_dx(W, dY, variant=v, threads=threads)
+        else:
+            calls[name] = lambda v=name: ops.sddmm_dw(W, dY, X, variant=v, threads=threads)
+    if op == "spmm_fwd":
+        calls["dense_torch"] = lambda: torch.nn.functional.linear(X, Wd)
+    elif op == "spmm_dx":
+        calls["dense_torch"] = lambda: dY @ Wd
+    else:
+        calls["dense_torch"] = lambda: dY.t() @ X
+    return calls
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--op", required=True, choices=["spmm_fwd", "spmm_dx", "sddmm_dw"])
+    p.add_argument("--shapes", default="2560x640,640x2560,4096x4096")
+    p.add_argument("--n", type=int, default=2048)
+    p.add_argument("--sparsity", type=float, default=0.9)
+    p.add_argument("--variants", required=True)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="cpu: the process's CPU time (time.process_time), which a busy shared "
+                        "machine inflates far less than wall time; meaningful with --threads 1")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    if a.variants == "all-x86":
+        names = [v.name for v in kernels.variants(a.op)
+                 if not v.is_dense and v.available and v.isa in ("avx2", "avx512")]
+    else:
+        names = a.variants.split(",")
+    for shape in a.shapes.split(","):
+        out_f, in_f = (int(s) for s in shape.split("x"))
+        W = PaddedCSR.random(out_f, in_f, a.sparsity, seed=20240601)
+        nnz = int(W.row_nnz.sum())
+        gflop = 2 * nnz * a.n / 1e9
+        calls = _calls(a.op, W, a.n, names, a.threads)
+        times = {k: [] for k in calls}
+        for f in calls.values():
+            f()
+        clock = time.process_time if a.clock == "cpu" else time.perf_counter
+        order = list(calls)
+        for rnd in range(a.rounds):
+            # Rotated each round, and each timed call right after an untimed one of the same
+            # implementation: otherwise whichever ran after the dense baseline (which sweeps
+            # the caches) was timed cold, up to 1.9x slower at N=1.
+            for k in order[rnd % len(order):] + order[:rnd % len(order)]:
+                f = calls[k]
+                f()
+                t0 = clock()
+                f()
+                times[k].append(clock() - t0)
+        first = statistics.median(times[names[0]])
+        print(f"{a.op} {out_f}x{in_f} N={a.n} sparsity={a.sparsity} nnz={nnz} threads={a.threads} clock={a.clock}")
+        for k, ts in times.items():
+            med = statistics.median(ts)
+            print(f"  {k:34s} {med * 1e3:9.3f} ms {gflop / med:8.1f} GFLOP/s  x{first / med:5.2f}"
+                  f"   (best round {gflop / min(ts):6.1f} GFLOP/s)")
+
+
+if __name__ == "__main__":
+    main()
