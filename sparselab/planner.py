@@ -29,7 +29,8 @@ __all__ = ["Plan", "plan", "choose", "heuristic", "default_variant", "invalidate
 DENSE_DENSITY = 0.75
 
 # Most preferred first; names missing from this build or CPU are skipped. Block-major forms
-# from N = 64 (a whole tile), batch tiles below that, row-dot forms for tiny batches.
+# from N = 64 (a whole tile), batch tiles below that (one-register tiles below 32), row-dot
+# forms for tiny batches.
 _LARGE_N = {
     "spmm_fwd": ("avx512_bm128_cb64", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
     "spmm_dx": ("avx512_bm128_cb64", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
@@ -40,6 +41,11 @@ _MEDIUM_N = {
     "spmm_dx": ("avx512_tile64", "avx2_tile32", "neon_unrolled", "scalar"),
     "sddmm_dw": ("avx512_tile64", "avx2_tile32", "neon_unrolled", "scalar"),
 }
+_TILE16_N = {  # one-register batch tiles: the small-batch case of the tiled form
+    "spmm_fwd": ("avx512_tile16", "avx2_tile16", "neon_tile16", "scalar"),
+    "spmm_dx": ("avx512_tile16", "avx2_tile16", "neon_tile16", "scalar"),
+    "sddmm_dw": ("avx512_tile64", "avx2_tile32", "neon_tile32", "scalar"),
+}
 _SMALL_N = {
     "spmm_fwd": ("avx512_unrolled", "avx2_unrolled", "neon_unrolled", "scalar"),
     "spmm_dx": ("avx512_unrolled", "avx2_unrolled", "neon_unrolled", "scalar"),
@@ -47,7 +53,7 @@ _SMALL_N = {
 }
 # spmm_dx without a transposed index (the 'memory' preference).
 _SCATTER = ("avx512_scatter_bm128_cb64", "avx2_scatter_bm64_cb64", "scalar_scatter")
-SMALL_N, MEDIUM_N = 8, 64
+SMALL_N, TILE16_N, MEDIUM_N = 8, 32, 64
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,8 @@ def default_variant(op: str, n: int | None = None, *, scatter_dx: bool = False) 
         return _first_available(op, _SCATTER)
     if n is not None and n < SMALL_N:
         return _first_available(op, _SMALL_N[op])
+    if n is not None and n < TILE16_N:
+        return _first_available(op, _TILE16_N[op])
     if n is not None and n < MEDIUM_N:
         return _first_available(op, _MEDIUM_N[op])
     return _first_available(op, _LARGE_N[op])
