@@ -25,6 +25,9 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import Tensor, nn
 
+from . import _C
+from .nn import _TRANSPOSED, SparseLinear
+
 __all__ = ["LayerMemory", "MemoryReport", "layer_memory", "memory_report"]
 
 
@@ -81,8 +84,6 @@ class LayerMemory:
 
 def layer_memory(layer, optimizer: torch.optim.Optimizer | None = None, name: str = "") -> LayerMemory:
     """The :class:`LayerMemory` of one ``SparseLinear``."""
-    from .nn import _TRANSPOSED, SparseLinear
-
     if not isinstance(layer, SparseLinear):
         raise TypeError(f"layer must be a SparseLinear, got {type(layer).__name__}")
     v, b = layer.weight_values, layer.bias
@@ -185,9 +186,6 @@ def memory_report(model: nn.Module, optimizer: torch.optim.Optimizer | None = No
     """Bytes of weights, indices, caches, grads and optimizer state of ``model``
     (a module or a single ``SparseLinear``), sparse vs the dense equivalent.
     Pass the optimizer to count its state; grads are counted as allocated."""
-    from . import _C
-    from .nn import SparseLinear
-
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     rep = MemoryReport()

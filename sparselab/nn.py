@@ -489,14 +489,6 @@ class SparseLinear(nn.Module):
             s += f", dtype={self.weight_values.dtype}"
         return s
 
-    def memory_bytes(self, optimizer: torch.optim.Optimizer | None = None):
-        """Weight / index / cache / grad / optimizer-state bytes of this layer,
-        and those of the dense ``nn.Linear`` it stands for: a
-        :class:`sparselab.memory.LayerMemory`."""
-        from .memory import layer_memory
-
-        return layer_memory(self, optimizer)
-
     # ---- module plumbing ----
 
     def _apply(self, fn, recurse=True):

@@ -235,7 +235,7 @@ def test_memory_report_matches_hand_count():
     assert rep.sparse_layers_total == m.total + rep.scratch
     assert rep.total == rep.sparse_layers_total + o.total
     assert m.ratio < 1.0 and rep.scratch >= 0  # scratch: the calling thread's arena, process-wide
-    assert {**layer.memory_bytes(opt).as_dict(), "name": "0"} == m.as_dict()
+    assert {**sparselab.memory.layer_memory(layer, opt).as_dict(), "name": "0"} == m.as_dict()
     text = str(rep)
     assert "sparse layers" in text and "0" in text
     assert rep.as_dict()["layers"][0]["total"] == m.total
