@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from sparselab.benchmarking import machine
+from sparselab_bench import machine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -1,4 +1,4 @@
-"""Tests for sparselab.benchmarking: loading, report, compare, probes, CLI errors.
+"""Tests for sparselab_bench: loading, report, compare, probes, CLI errors.
 
 Input files are synthetic but shaped like pytest-benchmark 5.x --benchmark-json output.
 """
@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sparselab.benchmarking import probes
-from sparselab.benchmarking.cli import main
-from sparselab.benchmarking.machine import cpu_slug, machine_info, pytest_benchmark_machine_info_hook
-from sparselab.benchmarking.report import crossovers
-from sparselab.benchmarking.results import BenchDataError, load_results, read_bench_file
+from sparselab_bench import probes
+from sparselab_bench.cli import main
+from sparselab_bench.machine import cpu_slug, machine_info, pytest_benchmark_machine_info_hook
+from sparselab_bench.report import crossovers
+from sparselab_bench.results import BenchDataError, load_results, read_bench_file
 
 XEON = "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz"
 XEON_FLAGS = ["avx", "avx2", "avx512f", "avx512bw", "fma", "sse4_2"]
