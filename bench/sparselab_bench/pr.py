@@ -1,0 +1,199 @@
+"""`sparselab-bench pr BASE_REF`: performance evidence for a pull request.
+
+1. BASE_REF (and ``--head REF`` if given; else the SparseLab installed in this environment, i.e.
+   the checkout with its uncommitted changes) is built once per commit: a detached git worktree,
+   ``pip wheel``, the wheel unpacked into a site directory. Wheels and site directories are cached
+   by commit under ``<repo>/.benchmarks/builds/``; the worktree is removed after the build.
+2. The suite (head's bench/ files, run against each build) runs in alternating processes on this
+   machine: base, head, head, base, base, head... so slow drifts of the machine hit both sides.
+3. Per benchmark: each side's time is the median over processes of each process's median; the
+   ratio is head/base; its 95% interval comes from a two-level bootstrap (processes, then rounds
+   within a process), so the variation between processes, usually the larger part on a shared
+   machine, widens the interval.
+4. Verdict: ``faster`` / ``slower`` only when the ratio is beyond the threshold (default 5%)
+   AND the interval excludes 1; otherwise ``same``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .results import BenchDataError, read_bench_file
+from .suite import DEFAULT, QUICK, run_suite
+from .text import fmt_seconds, markdown_table
+
+BOOTSTRAP_RESAMPLES = 2000
+MAX_ROUNDS_RESAMPLED = 400
+
+
+@dataclass
+class Side:
+    label: str                 # the ref as given, or "installed"
+    commit: str | None         # full sha, None for the installed tree
+    site: Path | None          # build's site dir, None for the installed tree
+    runs: list[Path] = field(default_factory=list)
+
+
+def _git(root: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BenchDataError(f"git {' '.join(args)}: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout.strip()
+
+
+def resolve_ref(root: Path, ref: str) -> str:
+    return _git(root, "rev-parse", "--verify", f"{ref}^{{commit}}")
+
+
+def build(root: Path, commit: str, builds: Path, log=print) -> Path:
+    """Site directory holding SparseLab built from ``commit`` (cached by commit)."""
+    home = builds / commit
+    site, done = home / "site", home / "BUILT"
+    if done.is_file():
+        log(f"pr: using the cached build of {commit[:12]} ({site})")
+        return site
+    src, wheels = home / "src", home / "wheel"
+    for d in (src, wheels, site):
+        shutil.rmtree(d, ignore_errors=True)
+    subprocess.run(["git", "worktree", "prune"], cwd=root, capture_output=True)
+    home.mkdir(parents=True, exist_ok=True)
+    log(f"pr: building {commit[:12]} in a worktree at {src} (a few minutes)")
+    _git(root, "worktree", "add", "--detach", str(src), commit)
+    try:
+        # No build isolation: the build tools of this environment (scikit-build-core, pybind11),
+        # and no download of a torch wheel; the extension needs no torch headers.
+        step = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                               "-q", "-w", str(wheels), str(src)], capture_output=True, text=True)
+        if step.returncode != 0:
+            raise BenchDataError(f"building {commit[:12]} failed:\n{step.stderr[-3000:]}")
+        [wheel] = list(wheels.glob("*.whl"))
+        step = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
+                               str(wheel)], capture_output=True, text=True)
+        if step.returncode != 0:
+            raise BenchDataError(f"unpacking the wheel of {commit[:12]} failed:\n{step.stderr[-3000:]}")
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(src)], cwd=root, capture_output=True)
+    done.write_text(wheel.name + "\n")
+    return site
+
+
+def _medians_by_process(side: Side) -> dict[str, list[np.ndarray]]:
+    """fullname -> one array of round times per process."""
+    out: dict[str, list[np.ndarray]] = {}
+    for path in side.runs:
+        frame = read_bench_file(path).frame
+        for row in frame.itertuples():
+            data = row.data if isinstance(row.data, list) and row.data else [row.median]
+            out.setdefault(row.fullname, []).append(np.asarray(data, dtype=float))
+    return out
+
+
+def _side_estimates(processes: list[np.ndarray], rng: np.random.Generator) -> tuple[float, np.ndarray]:
+    """(median of process medians, its bootstrap distribution): processes resampled with
+    replacement, rounds resampled within each."""
+    point = float(np.median([np.median(p) for p in processes]))
+    boot = np.empty((len(processes), BOOTSTRAP_RESAMPLES))
+    for i, p in enumerate(processes):
+        size = min(len(p), MAX_ROUNDS_RESAMPLED)
+        boot[i] = np.median(rng.choice(p, size=(BOOTSTRAP_RESAMPLES, size)), axis=1)
+    pick = rng.integers(len(processes), size=(BOOTSTRAP_RESAMPLES, len(processes)))
+    chosen = boot[pick, np.arange(BOOTSTRAP_RESAMPLES)[:, None]]
+    return point, np.median(chosen, axis=1)
+
+
+def verdict(ratio: float, low: float, high: float, threshold: float) -> str:
+    if ratio > 1 + threshold and low > 1:
+        return "slower"
+    if ratio < 1 / (1 + threshold) and high < 1:
+        return "faster"
+    return "same"
+
+
+def compare_sides(base: Side, head: Side, threshold: float, seed: int = 0) -> tuple[list[dict], list[str]]:
+    """Rows with the keys name, base, head, ratio, ci_low, ci_high, verdict (seconds)."""
+    rng = np.random.default_rng(seed)
+    b, h = _medians_by_process(base), _medians_by_process(head)
+    rows = []
+    for name in sorted(set(b) & set(h)):
+        base_s, base_boot = _side_estimates(b[name], rng)
+        head_s, head_boot = _side_estimates(h[name], rng)
+        ratios = head_boot / base_boot
+        low, high = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
+        ratio = head_s / base_s
+        rows.append({"name": name, "base": base_s, "head": head_s, "ratio": ratio, "ci_low": low,
+                     "ci_high": high, "verdict": verdict(ratio, low, high, threshold)})
+    notes = []
+    if set(b) ^ set(h):
+        notes.append(f"{len(set(b) - set(h))} benchmark(s) only in base, {len(set(h) - set(b))} only in head: "
+                     f"not compared.")
+    return rows, notes
+
+
+def markdown(rows: list[dict], notes: list[str], base: Side, head: Side, threshold: float, processes: int,
+             suite: list[str], machine: dict) -> str:
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("faster", "slower", "same")}
+    title = (f"### Performance: `{head.label}` ({(head.commit or 'working tree')[:12]}) vs "
+             f"`{base.label}` ({base.commit[:12]})")
+    how = (f"{machine.get('brand', '?')} (`{machine.get('cpu_slug', '?')}`), torch threads "
+           f"{machine.get('torch_num_threads', '?')}; {processes} alternating processes per side; suite "
+           f"`{' '.join(suite)}`. Times: median over processes of each process's median. Verdict: beyond "
+           f"±{threshold:.0%} and the 95% interval of head/base excludes 1.")
+    summary = f"**{counts['faster']} faster, {counts['slower']} slower, {counts['same']} same**"
+    table = markdown_table(
+        ["benchmark", "base", "head", "head/base", "95% interval", "verdict"],
+        [[f"`{r['name'].split('::')[-1]}`", fmt_seconds(r["base"]), fmt_seconds(r["head"]), f"{r['ratio']:.3f}",
+          f"{r['ci_low']:.3f} – {r['ci_high']:.3f}", r["verdict"] if r["verdict"] == "same" else f"**{r['verdict']}**"]
+         for r in rows])
+    return "\n\n".join([title, how, *notes, summary, table]) + "\n"
+
+
+def run_pr(base_ref: str, head_ref: str | None, quick: bool, processes: int | None, threshold: float,
+           suite: list[str] | None, builds: Path | None, keep: Path | None, log=print,
+           threads: int | None = None) -> tuple[str, list[dict]]:
+    from .storage import repo_root
+
+    root = repo_root()
+    builds = builds or root / ".benchmarks" / "builds"
+    suite = suite or (QUICK if quick else DEFAULT)
+    processes = processes or (3 if quick else 5)
+    base_commit = resolve_ref(root, base_ref)
+    base = Side(base_ref, base_commit, build(root, base_commit, builds, log))
+    if head_ref is None:
+        head = Side("installed", None, None)
+    else:
+        head_commit = resolve_ref(root, head_ref)
+        head = Side(head_ref, head_commit, build(root, head_commit, builds, log))
+
+    work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="sparselab-pr-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        for i in range(processes):
+            order = (base, head) if i % 2 == 0 else (head, base)
+            for side in order:
+                name = "base" if side is base else "head"
+                path = work / f"{name}-{i}.json"
+                log(f"pr: process {i + 1}/{processes}, {name}")
+                # One tuning cache per side, kept across its processes: each side tunes once.
+                run_suite(root, suite, path, site=side.site, cache_dir=work / f"tuning-{name}",
+                          log=work / f"{name}-{i}.log", threads=threads)
+                side.runs.append(path)
+        machine = read_bench_file(head.runs[0]).machine
+        rows, notes = compare_sides(base, head, threshold)
+        if not rows:
+            raise BenchDataError("base and head have no benchmark in common")
+        return markdown(rows, notes, base, head, threshold, processes, suite, machine), rows
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def write_json(rows: list[dict], path: Path) -> None:
+    path.write_text(json.dumps(rows, indent=1) + "\n")
