@@ -274,8 +274,9 @@ def plot_roofline(df: pd.DataFrame, probes: dict | None, out_dir: Path) -> str:
     rows = rows[rows["bytes_moved"] > 0]
     intensity = rows["gflops"] * 1e9 / rows["bytes_moved"]
     family = rows["baseline"].fillna("sparselab")
-    n = pd.to_numeric(rows.get("n"), errors="coerce").fillna(1).astype(float)
-    sparsity = pd.to_numeric(rows.get("sparsity"), errors="coerce")
+    missing_column = pd.Series(np.nan, index=rows.index)
+    n = pd.to_numeric(rows["n"] if "n" in rows else missing_column, errors="coerce").fillna(1).astype(float)
+    sparsity = pd.to_numeric(rows["sparsity"] if "sparsity" in rows else missing_column, errors="coerce")
     fig = Figure(figsize=(9, 6))
     ax = fig.subplots()
     # Colour: sparsity; marker: implementation; size: batch N (log scale).
