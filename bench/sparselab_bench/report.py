@@ -317,6 +317,10 @@ def plot_roofline(df: pd.DataFrame, probes: dict | None, out_dir: Path) -> str:
     for n_value in batches[:: max(1, (len(batches) + 3) // 4)]:
         ax.scatter([], [], s=float(_marker_size(pd.Series([n_value])).iloc[0]), color="lightgray", edgecolors="black",
                    linewidths=0.3, label=f"N={n_value}")
+    # Explicit limits: log autoscaling with legend-only (empty) artists can fail on few points.
+    top = max(float(rows["gflop_s"].max()), probes["peak_gflops"] if probes else 0.0)
+    ax.set_xlim(float(intensity.min()) / 4, float(intensity.max()) * 4)
+    ax.set_ylim(float(rows["gflop_s"].min()) / 2, top * 2)
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (flop per byte moved, estimated)",
            ylabel="GFLOP/s (live weights)",
            title="Roofline: every benchmark row (colour: sparsity, size: batch N, marker: implementation)")
