@@ -8,7 +8,6 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytest.importorskip("pandas", reason="the [bench] extra (pandas, matplotlib) is not installed")

@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from .results import BenchDataError
@@ -112,9 +114,6 @@ def _run(args: argparse.Namespace) -> int:
     root, slug = storage.repo_root(), storage.this_cpu_slug()
     suite = args.suite or (QUICK if args.quick else DEFAULT)
     before = set(storage.runs(root, slug))
-    import subprocess
-    import tempfile
-
     command = [sys.executable, "-c", "import sys, pytest; sys.exit(pytest.main(sys.argv[1:]))",
                *suite_args(root, suite), "-p", "no:cacheprovider", "--benchmark-only", "--benchmark-autosave",
                "--benchmark-save-data", "--benchmark-disable-gc", "--benchmark-sort=fullname",
