@@ -76,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--fail-on-regression", action="store_true", help="exit 1 if anything got slower")
     pr.add_argument("--builds", type=Path, help="build cache (default: <repo>/.benchmarks/builds)")
     pr.add_argument("--keep", type=Path, help="keep every process's JSON and log in this directory")
+    pr.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="each process's time: its median round (default) or its fastest round (steadier on "
+                         "a machine shared with other jobs)")
+    pr.add_argument("--reuse", type=Path, metavar="KEEP_DIR",
+                    help="judge the processes kept by an earlier --keep run again; builds and runs nothing")
     pr.epilog = ("After --: the suite and pytest options (default: bench/bench_kernels.py --grid moderate "
                  "-k headline; --quick: bench/bench_kernels.py --quick).")
     return parser
@@ -158,7 +163,8 @@ def _pr(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         raise BenchDataError("--threads must be at least 1")
     text, rows = run_pr(args.base_ref, args.head_ref, args.quick, args.processes, args.threshold,
-                        args.suite, args.builds, args.keep, threads=args.threads,
+                        args.suite, args.builds, args.keep, threads=args.threads, stat=args.stat,
+                        reuse=args.reuse,
                         log=lambda m: print(m, file=sys.stderr))
     print(text)
     if args.json:

@@ -6,10 +6,12 @@
    by commit under ``<repo>/.benchmarks/builds/``; the worktree is removed after the build.
 2. The suite (head's bench/ files, run against each build) runs in alternating processes on this
    machine: base, head, head, base, base, head... so slow drifts of the machine hit both sides.
-3. Per benchmark: each side's time is the median over processes of each process's median; the
-   ratio is head/base; its 95% interval comes from a two-level bootstrap (processes, then rounds
-   within a process), so the variation between processes, usually the larger part on a shared
-   machine, widens the interval.
+3. Per benchmark: each side's time is the median over processes of each process's median (or,
+   with ``--stat min``, of each process's fastest round: on a machine shared with other jobs,
+   rounds are the kernel's time plus whole scheduler slices lost to other processes, and the
+   fastest round is the one that lost none); the ratio is head/base; its 95% interval comes from
+   a two-level bootstrap (processes, then rounds within a process), so the variation between
+   processes, usually the larger part on a shared machine, widens the interval.
 4. Verdict: ``faster`` / ``slower`` only when the ratio is beyond the threshold (default 5%)
    AND the interval excludes 1; otherwise ``same``.
 """
@@ -32,6 +34,7 @@ from .text import fmt_seconds, markdown_table
 
 BOOTSTRAP_RESAMPLES = 2000
 MAX_ROUNDS_RESAMPLED = 400
+STATISTICS = {"median": np.median, "min": np.min}
 
 
 @dataclass
@@ -96,14 +99,16 @@ def _medians_by_process(side: Side) -> dict[str, list[np.ndarray]]:
     return out
 
 
-def _side_estimates(processes: list[np.ndarray], rng: np.random.Generator) -> tuple[float, np.ndarray]:
-    """(median of process medians, its bootstrap distribution): processes resampled with
-    replacement, rounds resampled within each."""
-    point = float(np.median([np.median(p) for p in processes]))
+def _side_estimates(processes: list[np.ndarray], rng: np.random.Generator,
+                    stat: str = "median") -> tuple[float, np.ndarray]:
+    """(median over processes of each process's ``stat``, its bootstrap distribution):
+    processes resampled with replacement, rounds resampled within each."""
+    of_rounds = STATISTICS[stat]
+    point = float(np.median([of_rounds(p) for p in processes]))
     boot = np.empty((len(processes), BOOTSTRAP_RESAMPLES))
     for i, p in enumerate(processes):
         size = min(len(p), MAX_ROUNDS_RESAMPLED)
-        boot[i] = np.median(rng.choice(p, size=(BOOTSTRAP_RESAMPLES, size)), axis=1)
+        boot[i] = of_rounds(rng.choice(p, size=(BOOTSTRAP_RESAMPLES, size)), axis=1)
     pick = rng.integers(len(processes), size=(BOOTSTRAP_RESAMPLES, len(processes)))
     chosen = boot[pick, np.arange(BOOTSTRAP_RESAMPLES)[:, None]]
     return point, np.median(chosen, axis=1)
@@ -117,14 +122,15 @@ def verdict(ratio: float, low: float, high: float, threshold: float) -> str:
     return "same"
 
 
-def compare_sides(base: Side, head: Side, threshold: float, seed: int = 0) -> tuple[list[dict], list[str]]:
+def compare_sides(base: Side, head: Side, threshold: float, seed: int = 0,
+                  stat: str = "median") -> tuple[list[dict], list[str]]:
     """Rows with the keys name, base, head, ratio, ci_low, ci_high, verdict (seconds)."""
     rng = np.random.default_rng(seed)
     b, h = _medians_by_process(base), _medians_by_process(head)
     rows = []
     for name in sorted(set(b) & set(h)):
-        base_s, base_boot = _side_estimates(b[name], rng)
-        head_s, head_boot = _side_estimates(h[name], rng)
+        base_s, base_boot = _side_estimates(b[name], rng, stat)
+        head_s, head_boot = _side_estimates(h[name], rng, stat)
         ratios = head_boot / base_boot
         low, high = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
         ratio = head_s / base_s
@@ -138,13 +144,13 @@ def compare_sides(base: Side, head: Side, threshold: float, seed: int = 0) -> tu
 
 
 def markdown(rows: list[dict], notes: list[str], base: Side, head: Side, threshold: float, processes: int,
-             suite: list[str], machine: dict) -> str:
+             suite: list[str], machine: dict, stat: str = "median") -> str:
     counts = {v: sum(r["verdict"] == v for r in rows) for v in ("faster", "slower", "same")}
     title = (f"### Performance: `{head.label}` ({(head.commit or 'working tree')[:12]}) vs "
              f"`{base.label}` ({base.commit[:12]})")
     how = (f"{machine.get('brand', '?')} (`{machine.get('cpu_slug', '?')}`), torch threads "
            f"{machine.get('torch_num_threads', '?')}; {processes} alternating processes per side; suite "
-           f"`{' '.join(suite)}`. Times: median over processes of each process's median. Verdict: beyond "
+           f"`{' '.join(suite)}`. Times: median over processes of each process's {_STAT_WORDS[stat]}. Verdict: beyond "
            f"±{threshold:.0%} and the 95% interval of head/base excludes 1.")
     summary = f"**{counts['faster']} faster, {counts['slower']} slower, {counts['same']} same**"
     table = markdown_table(
@@ -155,9 +161,12 @@ def markdown(rows: list[dict], notes: list[str], base: Side, head: Side, thresho
     return "\n\n".join([title, how, *notes, summary, table]) + "\n"
 
 
+_STAT_WORDS = {"median": "median", "min": "fastest round"}
+
+
 def run_pr(base_ref: str, head_ref: str | None, quick: bool, processes: int | None, threshold: float,
            suite: list[str] | None, builds: Path | None, keep: Path | None, log=print,
-           threads: int | None = None) -> tuple[str, list[dict]]:
+           threads: int | None = None, stat: str = "median", reuse: Path | None = None) -> tuple[str, list[dict]]:
     from .storage import repo_root
 
     root = repo_root()
@@ -165,11 +174,22 @@ def run_pr(base_ref: str, head_ref: str | None, quick: bool, processes: int | No
     suite = suite or (QUICK if quick else DEFAULT)
     processes = processes or (3 if quick else 5)
     base_commit = resolve_ref(root, base_ref)
+    head_commit = resolve_ref(root, head_ref) if head_ref else None
+    if reuse is not None:
+        # Judge the kept processes of an earlier run again (e.g. with another --stat).
+        base = Side(base_ref, base_commit, None, sorted(Path(reuse).glob("base-*.json")))
+        head = Side(head_ref or "installed", head_commit, None, sorted(Path(reuse).glob("head-*.json")))
+        if not base.runs or not head.runs:
+            raise BenchDataError(f"{reuse} holds no base-*.json / head-*.json process files")
+        machine = read_bench_file(head.runs[0]).machine
+        rows, notes = compare_sides(base, head, threshold, stat=stat)
+        text = markdown(rows, notes, base, head, threshold, min(len(base.runs), len(head.runs)),
+                        suite, machine, stat)
+        return text, rows
     base = Side(base_ref, base_commit, build(root, base_commit, builds, log))
     if head_ref is None:
         head = Side("installed", None, None)
     else:
-        head_commit = resolve_ref(root, head_ref)
         head = Side(head_ref, head_commit, build(root, head_commit, builds, log))
 
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="sparselab-pr-"))
@@ -186,10 +206,10 @@ def run_pr(base_ref: str, head_ref: str | None, quick: bool, processes: int | No
                           log=work / f"{name}-{i}.log", threads=threads)
                 side.runs.append(path)
         machine = read_bench_file(head.runs[0]).machine
-        rows, notes = compare_sides(base, head, threshold)
+        rows, notes = compare_sides(base, head, threshold, stat=stat)
         if not rows:
             raise BenchDataError("base and head have no benchmark in common")
-        return markdown(rows, notes, base, head, threshold, processes, suite, machine), rows
+        return markdown(rows, notes, base, head, threshold, processes, suite, machine, stat), rows
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,49 @@
+"""How often does `sparselab-bench pr` call a change where there is none?
+
+Takes the kept process files of a base == head run (`sparselab-bench pr REF --head REF --keep DIR
+--processes P`, every process timing the same build) and re-splits them many times into two
+disjoint groups of K processes, each split judged like a real pr run. Prints, over the splits, the
+share of rows not called `same` and how often that share is at most 10%.
+
+    python bench/pr_noise.py DIR [--per-side 3] [--splits 200] [--threshold 0.05]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+
+import numpy as np
+
+from sparselab_bench.pr import Side, compare_sides
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("dir", type=Path, help="--keep directory of a base == head pr run")
+    p.add_argument("--per-side", type=int, default=3)
+    p.add_argument("--splits", type=int, default=200)
+    p.add_argument("--threshold", type=float, default=0.05)
+    a = p.parse_args()
+    files = sorted(a.dir.glob("base-*.json")) + sorted(a.dir.glob("head-*.json"))
+    if len(files) < 2 * a.per_side:
+        raise SystemExit(f"need at least {2 * a.per_side} process files, found {len(files)}")
+    rng = random.Random(0)
+    shares, counts = [], {"faster": 0, "slower": 0, "same": 0}
+    for i in range(a.splits):
+        picked = rng.sample(files, 2 * a.per_side)
+        base, head = Side("x", "0" * 40, None, picked[:a.per_side]), Side("x", "0" * 40, None, picked[a.per_side:])
+        rows, _ = compare_sides(base, head, a.threshold, seed=i)
+        for r in rows:
+            counts[r["verdict"]] += 1
+        shares.append(sum(r["verdict"] != "same" for r in rows) / len(rows))
+    shares = np.asarray(shares)
+    print(f"{len(files)} process files, {a.splits} splits of {a.per_side} vs {a.per_side}, {len(rows)} rows each")
+    print(f"rows not 'same': mean {shares.mean():.1%}, median {np.median(shares):.1%}, max {shares.max():.1%}; "
+          f"verdicts over all splits: {counts}")
+    print(f"splits with at most 10% of rows not 'same': {np.mean(shares <= 0.10):.1%}")
+
+
+if __name__ == "__main__":
+    main()
