@@ -5,7 +5,7 @@ Takes the kept process files of a base == head run (`sparselab-bench pr REF --he
 disjoint groups of K processes, each split judged like a real pr run. Prints, over the splits, the
 share of rows not called `same` and how often that share is at most 10%.
 
-    python bench/pr_noise.py DIR [--per-side 3] [--splits 200] [--threshold 0.05]
+    python bench/pr_noise.py DIR [--per-side 3] [--splits 200] [--threshold 0.05] [--stat median|min]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def main() -> None:
     p.add_argument("--per-side", type=int, default=3)
     p.add_argument("--splits", type=int, default=200)
     p.add_argument("--threshold", type=float, default=0.05)
+    p.add_argument("--stat", choices=("median", "min"), default="median")
     a = p.parse_args()
     files = sorted(a.dir.glob("base-*.json")) + sorted(a.dir.glob("head-*.json"))
     if len(files) < 2 * a.per_side:
@@ -34,12 +35,13 @@ def main() -> None:
     for i in range(a.splits):
         picked = rng.sample(files, 2 * a.per_side)
         base, head = Side("x", "0" * 40, None, picked[:a.per_side]), Side("x", "0" * 40, None, picked[a.per_side:])
-        rows, _ = compare_sides(base, head, a.threshold, seed=i)
+        rows, _ = compare_sides(base, head, a.threshold, seed=i, stat=a.stat)
         for r in rows:
             counts[r["verdict"]] += 1
         shares.append(sum(r["verdict"] != "same" for r in rows) / len(rows))
     shares = np.asarray(shares)
-    print(f"{len(files)} process files, {a.splits} splits of {a.per_side} vs {a.per_side}, {len(rows)} rows each")
+    print(f"{len(files)} process files, {a.splits} splits of {a.per_side} vs {a.per_side}, {len(rows)} rows each, "
+          f"stat {a.stat}")
     print(f"rows not 'same': mean {shares.mean():.1%}, median {np.median(shares):.1%}, max {shares.max():.1%}; "
           f"verdicts over all splits: {counts}")
     print(f"splits with at most 10% of rows not 'same': {np.mean(shares <= 0.10):.1%}")

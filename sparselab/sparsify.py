@@ -126,7 +126,9 @@ def _sparse_entries(layer: SparseLinear, prefix: str, weight: torch.Tensor, bias
     if not weight.is_floating_point():
         raise TypeError(f"{prefix}weight: expected floating-point values, got {weight.dtype}")
     out_f, in_f = layer.out_features, layer.in_features
-    dense = nn.Linear(in_f, out_f, bias=bias is not None, dtype=layer.weight_values.dtype)
+    # skip_init: no random init of a weight about to be overwritten. A half-precision checkpoint
+    # is converted to the layer's dtype by the copy.
+    dense = nn.utils.skip_init(nn.Linear, in_f, out_f, bias=bias is not None, dtype=layer.weight_values.dtype)
     with torch.no_grad():
         dense.weight.copy_(weight)
         if bias is not None:

@@ -85,3 +85,15 @@ def test_bad_arguments():
     integer["0.weight"] = torch.ones(30, 20, dtype=torch.int64)
     with pytest.raises(TypeError, match="floating"):
         load_dense_state_dict(model, integer)
+
+
+def test_half_precision_checkpoint_loads_into_float32_layers():
+    pretrained = _dense_model(0)
+    checkpoint = {k: v.to(torch.bfloat16) for k, v in pretrained.state_dict().items()}
+    model = sparsify(_dense_model(1), 0.75)
+    load_dense_state_dict(model, checkpoint)
+    layer = model[0]
+    assert layer.weight_values.dtype == torch.float32
+    assert _kept_top_magnitudes(layer, checkpoint["0.weight"].float())
+    live = layer.dense_weight() != 0
+    assert torch.equal(layer.dense_weight()[live], checkpoint["0.weight"].float()[live])
