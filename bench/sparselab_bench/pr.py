@@ -9,9 +9,10 @@
 3. Per benchmark: each side's time is the median over processes of each process's median (or,
    with ``--stat min``, of each process's fastest round: on a machine shared with other jobs,
    rounds are the kernel's time plus whole scheduler slices lost to other processes, and the
-   fastest round is the one that lost none); the ratio is head/base; its 95% interval comes from
-   a two-level bootstrap (processes, then rounds within a process), so the variation between
-   processes, usually the larger part on a shared machine, widens the interval.
+   fastest round is the one that lost none). The ratio head/base is the median over the pairs of
+   processes that ran back to back (base i, head i), so a drift of the machine's load over the
+   run cancels within each pair; its 95% interval comes from a two-level bootstrap (pairs, then
+   rounds within a process), so the variation between pairs widens it.
 4. Verdict: ``faster`` / ``slower`` only when the ratio is beyond the threshold (default 5%)
    AND the interval excludes 1; otherwise ``same``.
 """
@@ -88,30 +89,57 @@ def build(root: Path, commit: str, builds: Path, log=print) -> Path:
     return site
 
 
-def _medians_by_process(side: Side) -> dict[str, list[np.ndarray]]:
-    """fullname -> one array of round times per process."""
-    out: dict[str, list[np.ndarray]] = {}
-    for path in side.runs:
+def _rounds_by_process(side: Side) -> dict[str, dict[int, np.ndarray]]:
+    """fullname -> {process index: that process's round times}."""
+    out: dict[str, dict[int, np.ndarray]] = {}
+    for i, path in enumerate(side.runs):
         frame = read_bench_file(path).frame
         for row in frame.itertuples():
             data = row.data if isinstance(row.data, list) and row.data else [row.median]
-            out.setdefault(row.fullname, []).append(np.asarray(data, dtype=float))
+            out.setdefault(row.fullname, {})[i] = np.asarray(data, dtype=float)
     return out
 
 
-def _side_estimates(processes: list[np.ndarray], rng: np.random.Generator,
-                    stat: str = "median") -> tuple[float, np.ndarray]:
-    """(median over processes of each process's ``stat``, its bootstrap distribution):
-    processes resampled with replacement, rounds resampled within each."""
+def _process_stats(processes: list[np.ndarray], rng: np.random.Generator,
+                   stat: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each process's ``stat`` over its rounds, and a (process, resample) matrix of the same
+    over resampled rounds."""
     of_rounds = STATISTICS[stat]
-    point = float(np.median([of_rounds(p) for p in processes]))
+    point = np.array([of_rounds(p) for p in processes])
     boot = np.empty((len(processes), BOOTSTRAP_RESAMPLES))
     for i, p in enumerate(processes):
         size = min(len(p), MAX_ROUNDS_RESAMPLED)
         boot[i] = of_rounds(rng.choice(p, size=(BOOTSTRAP_RESAMPLES, size)), axis=1)
-    pick = rng.integers(len(processes), size=(BOOTSTRAP_RESAMPLES, len(processes)))
-    chosen = boot[pick, np.arange(BOOTSTRAP_RESAMPLES)[:, None]]
-    return point, np.median(chosen, axis=1)
+    return point, boot
+
+
+def _resampled_medians(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Median over processes resampled with replacement, once per column of ``values``
+    (process x resample)."""
+    count = values.shape[0]
+    pick = rng.integers(count, size=(BOOTSTRAP_RESAMPLES, count))
+    return np.median(values[pick, np.arange(BOOTSTRAP_RESAMPLES)[:, None]], axis=1)
+
+
+def _ratio_and_interval(b: dict[int, np.ndarray], h: dict[int, np.ndarray], rng: np.random.Generator,
+                        stat: str) -> tuple[float, float, float, float, float]:
+    """(base, head, ratio, ci_low, ci_high). Processes i of base and head ran back to back, so
+    when both sides have them the ratio is the median of the per-pair ratios (a slow drift of the
+    machine's load cancels within a pair); otherwise the ratio of the sides' medians."""
+    base_point, base_boot = _process_stats(list(b.values()), rng, stat)
+    head_point, head_boot = _process_stats(list(h.values()), rng, stat)
+    base_s, head_s = float(np.median(base_point)), float(np.median(head_point))
+    pairs = sorted(set(b) & set(h))
+    if len(pairs) >= 2:
+        bi = [list(b).index(i) for i in pairs]
+        hi = [list(h).index(i) for i in pairs]
+        ratio = float(np.median(head_point[hi] / base_point[bi]))
+        boot = _resampled_medians(head_boot[hi] / base_boot[bi], rng)
+    else:
+        ratio = head_s / base_s
+        boot = _resampled_medians(head_boot, rng) / _resampled_medians(base_boot, rng)
+    low, high = (float(x) for x in np.percentile(boot, [2.5, 97.5]))
+    return base_s, head_s, ratio, low, high
 
 
 def verdict(ratio: float, low: float, high: float, threshold: float) -> str:
@@ -126,14 +154,10 @@ def compare_sides(base: Side, head: Side, threshold: float, seed: int = 0,
                   stat: str = "median") -> tuple[list[dict], list[str]]:
     """Rows with the keys name, base, head, ratio, ci_low, ci_high, verdict (seconds)."""
     rng = np.random.default_rng(seed)
-    b, h = _medians_by_process(base), _medians_by_process(head)
+    b, h = _rounds_by_process(base), _rounds_by_process(head)
     rows = []
     for name in sorted(set(b) & set(h)):
-        base_s, base_boot = _side_estimates(b[name], rng, stat)
-        head_s, head_boot = _side_estimates(h[name], rng, stat)
-        ratios = head_boot / base_boot
-        low, high = (float(x) for x in np.percentile(ratios, [2.5, 97.5]))
-        ratio = head_s / base_s
+        base_s, head_s, ratio, low, high = _ratio_and_interval(b[name], h[name], rng, stat)
         rows.append({"name": name, "base": base_s, "head": head_s, "ratio": ratio, "ci_low": low,
                      "ci_high": high, "verdict": verdict(ratio, low, high, threshold)})
     notes = []
@@ -150,7 +174,8 @@ def markdown(rows: list[dict], notes: list[str], base: Side, head: Side, thresho
              f"`{base.label}` ({base.commit[:12]})")
     how = (f"{machine.get('brand', '?')} (`{machine.get('cpu_slug', '?')}`), torch threads "
            f"{machine.get('torch_num_threads', '?')}; {processes} alternating processes per side; suite "
-           f"`{' '.join(suite)}`. Times: median over processes of each process's {_STAT_WORDS[stat]}. Verdict: beyond "
+           f"`{' '.join(suite)}`. Times: median over processes of each process's {_STAT_WORDS[stat]}; head/base: "
+           f"median over back-to-back pairs of processes. Verdict: beyond "
            f"±{threshold:.0%} and the 95% interval of head/base excludes 1.")
     summary = f"**{counts['faster']} faster, {counts['slower']} slower, {counts['same']} same**"
     table = markdown_table(
@@ -159,6 +184,11 @@ def markdown(rows: list[dict], notes: list[str], base: Side, head: Side, thresho
           f"{r['ci_low']:.3f} – {r['ci_high']:.3f}", r["verdict"] if r["verdict"] == "same" else f"**{r['verdict']}**"]
          for r in rows])
     return "\n\n".join([title, how, *notes, summary, table]) + "\n"
+
+
+def _process_files(directory: Path, side: str) -> list[Path]:
+    """side-0.json, side-1.json, ... in process order (base i and head i ran back to back)."""
+    return sorted(directory.glob(f"{side}-*.json"), key=lambda p: int(p.stem.split("-")[-1]))
 
 
 _STAT_WORDS = {"median": "median", "min": "fastest round"}
@@ -177,8 +207,8 @@ def run_pr(base_ref: str, head_ref: str | None, quick: bool, processes: int | No
     head_commit = resolve_ref(root, head_ref) if head_ref else None
     if reuse is not None:
         # Judge the kept processes of an earlier run again (e.g. with another --stat).
-        base = Side(base_ref, base_commit, None, sorted(Path(reuse).glob("base-*.json")))
-        head = Side(head_ref or "installed", head_commit, None, sorted(Path(reuse).glob("head-*.json")))
+        base = Side(base_ref, base_commit, None, _process_files(Path(reuse), "base"))
+        head = Side(head_ref or "installed", head_commit, None, _process_files(Path(reuse), "head"))
         if not base.runs or not head.runs:
             raise BenchDataError(f"{reuse} holds no base-*.json / head-*.json process files")
         machine = read_bench_file(head.runs[0]).machine
