@@ -44,7 +44,7 @@ import time
 
 import torch
 
-from sparselab import dispatch, kernels, ops
+from sparselab import kernels, ops, planner
 from sparselab.tuning import modes, resolve
 from sparselab.tuning.problem import random_weight
 
@@ -60,17 +60,17 @@ def _fresh_cache_env():
 def test_dispatch_hit(benchmark):
     _fresh_cache_env()
     args = ("spmm_fwd", 64, 96, 8, 0.25)
-    dispatch.choose(*args)  # tunes once (tiny key), then memoised
+    planner.choose(*args)  # tunes once (tiny key), then memoised
     name = benchmark(dispatch.choose, *args)
-    assert name == dispatch.choose(*args)
+    assert name == planner.choose(*args)
 
 
 def test_dispatch_bucket_hit(benchmark):
     _fresh_cache_env()
-    dispatch.choose("spmm_fwd", 64, 96, 8, 0.25)
+    planner.choose("spmm_fwd", 64, 96, 8, 0.25)
     threads = torch.get_num_threads()
     densities = itertools.cycle([0.25 + i * 1e-6 for i in range(1000)])  # same bucket, new floats
-    benchmark(lambda: resolve.choose("spmm_fwd", 64, 96, 8, next(densities), threads))
+    benchmark(lambda: planner._from_wisdom("spmm_fwd", 64, 96, 8, next(densities), threads))
 
 
 def _tiny_problem():
@@ -90,7 +90,7 @@ def test_op_overhead_forced(benchmark):
     # of variant=None (W.density + dispatch.choose).
     _fresh_cache_env()
     W, X = _tiny_problem()
-    name = dispatch.choose("spmm_fwd", 32, 32, 1, W.density)
+    name = planner.choose("spmm_fwd", 32, 32, 1, W.density)
     benchmark(ops.spmm_fwd, W, X, variant=name)
 
 
@@ -186,7 +186,7 @@ def quality(count: int, json_path: str | None, stat_name: str = "median") -> int
     rows = []
     for i, (op, out_f, in_f, n, density) in enumerate(quality_grid(count)):
         t0 = time.perf_counter()
-        chosen = dispatch.choose(op, out_f, in_f, n, density)
+        chosen = planner.choose(op, out_f, in_f, n, density)
         tune_s = time.perf_counter() - t0
         times = time_all(op, out_f, in_f, n, density, stat=stat)
         best = min(times, key=times.get)

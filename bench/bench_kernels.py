@@ -27,7 +27,7 @@ picks the small grid, ``--grid moderate`` the one bench/make_report.sh runs; def
     ``torch.sparse.sampled_addmm(Wcsr, dY.T, X, beta=0)``, CSR tensors built once;
 - ``dispatch``: the op with ``variant=None`` (autotuned dispatch; the first call, which may tune
   the key, runs before timing). ``extra_info['tuned_variant']`` is
-  ``sparselab.dispatch.choose(op, out, in, n, density)``. Compare it with the fastest fixed
+  ``sparselab.planner.choose(op, out, in, n, density)``. Compare it with the fastest fixed
   variant of the same case (``python bench/summarize.py RESULTS.json``).
 
 extra_info of every row: op, variant, isa, out, in, n, sparsity (nominal), density (actual),
@@ -51,7 +51,7 @@ import pytest
 import torch
 
 import grid
-from sparselab import PaddedCSR, dispatch, kernels, ops
+from sparselab import PaddedCSR, kernels, ops, planner
 
 BASELINES = ("dense_torch", "dense_mkldnn", "torch_sparse_csr")
 MKLDNN_NOTE = "all operands converted to mkldnn outside the timed region (oneDNN best case)"
@@ -289,7 +289,7 @@ def test_kernel(benchmark, item, request):
     else:  # dispatch: what a user's call runs
         fn = _sparse_call(op, None, W, a.X, a.dY)
         fn()  # may tune this key (not timed)
-        chosen = dispatch.choose(op, case.out, case.inp, n, W.density)
+        chosen = planner.choose(op, case.out, case.inp, n, W.density)
         v = kernels.get(op, chosen)
         info.update(variant="dispatch", isa=v.isa, tuned_variant=chosen, baseline="dispatch",
                     bytes_moved=sparse_bytes(op, v, W, n))

@@ -33,7 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import sparselab
-from sparselab import SparseLinear, _C, dispatch, memory_report, tuning
+from sparselab import SparseLinear, _C, memory_report, planner, tuning
 
 SPARSITY = 0.9
 ROUNDS = int(os.environ.get("SPARSELAB_BENCH_ROUNDS", "5"))
@@ -98,7 +98,7 @@ class Problem:
         for i, m in enumerate(self.linears()):
             if isinstance(m, SparseLinear):
                 for op in ("spmm_fwd", "spmm_dx", "sddmm_dw"):
-                    out[f"{i}.{op}"] = dispatch.choose(op, m.out_features, m.in_features, self.n, m.weight.density)
+                    out[f"{i}.{op}"] = planner.choose(op, m.out_features, m.in_features, self.n, m.weight.density)
         return out
 
     def extra_info(self) -> dict:

@@ -143,7 +143,7 @@ def dispatch_section(df: pd.DataFrame) -> str:
 
 
 OVERHEAD = {
-    "test_dispatch_hit": "dispatch.choose, memoised call (every op call without variant=)",
+    "test_dispatch_hit": "planner.choose, memoised call (every op call without variant=)",
     "test_dispatch_bucket_hit": "new call signature, key already tuned (key + cache lookup)",
     "test_op_overhead_dispatched": "tiny spmm_fwd (32x32, N=1), variant=None",
     "test_op_overhead_forced": "tiny spmm_fwd (32x32, N=1), variant='scalar'",

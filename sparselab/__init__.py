@@ -14,12 +14,12 @@ from .memory import memory_report
 from .nn import SparseLinear
 from .sparsify import load_dense_state_dict, sparsify
 from . import dst  # noqa: E402
-from .dst import GMP, SET, SNFS, GraNet, RigL, SparsityAlgorithm, SRigL, Static  # noqa: E402
+from .dst import GMP, SET, SNFS, GraNet, RigL, SparsityAlgorithm, SRigL, Static, TopKAST  # noqa: E402
 
 __version__ = "0.1.0"
 
 env.check_scratch_keep_mb()
 
 __all__ = ["PaddedCSR", "SparseLinear", "autograd", "kernels", "memory_report", "ops", "optim_state",
-           "sparsify", "load_dense_state_dict", "__version__", "dst", "SparsityAlgorithm", "Static", "SET", "RigL", "SRigL", "GMP", "GraNet",
-           "SNFS"]
+           "sparsify", "load_dense_state_dict", "__version__", "dst", "SparsityAlgorithm", "Static", "SET", "RigL",
+           "SRigL", "GMP", "GraNet", "SNFS", "TopKAST"]

@@ -58,6 +58,7 @@ def _csr(values: Tensor, cols: Tensor, row_start: Tensor, row_nnz: Tensor, out_f
         t.cols, t.row_start, t.row_nnz, t.perm = transposed
         t.index_dtype = t.cols.dtype
         t.version = w.topology_version
+        t.source = None  # handed in by the caller: checked against W before use
         w._transposed = t
     return w
 

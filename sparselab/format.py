@@ -17,10 +17,10 @@ import operator
 import torch
 
 from . import _C
+from .validation import (INT16_MAX_COLUMNS, PADDING, VALUE_DTYPES, check_topology, check_transposed,
+                         check_weight_layout, validate_padded_csr)
 
-PADDING = -1
-INT16_MAX_COLUMNS = 32768  # indices 0..32767 fit in int16
-VALUE_DTYPES = (torch.float32, torch.float64)
+__all__ = ["PaddedCSR", "TransposedIndex", "PADDING", "VALUE_DTYPES", "INT16_MAX_COLUMNS", "index_dtype_for"]
 
 
 def index_dtype_for(columns: int) -> torch.dtype:
@@ -40,12 +40,18 @@ def live_count(row_nnz: torch.Tensor) -> int:
     """``int(row_nnz.sum())``, cached until ``row_nnz`` is modified in place."""
     key = id(row_nnz)
     hit = _LIVE_COUNTS.get(key)
-    if hit is not None and hit[0]() is row_nnz and hit[1] == row_nnz._version:
+    state = (row_nnz._version, row_nnz.data_ptr())  # storage swapped by .data does not bump _version
+    if hit is not None and hit[0]() is row_nnz and hit[1] == state:
         return hit[2]
     n = int(row_nnz.sum())
     ref = weakref.ref(row_nnz, lambda _r, key=key: _LIVE_COUNTS.pop(key, None))
-    _LIVE_COUNTS[key] = (ref, row_nnz._version, n)
+    _LIVE_COUNTS[key] = (ref, state, n)
     return n
+
+
+def _index_versions(w) -> tuple:
+    """Identity and in-place version of W's index tensors: what a derived index depends on."""
+    return tuple((id(t), t._version, t.data_ptr(), t.numel()) for t in (w.cols, w.row_start, w.row_nnz))
 
 
 def _bits(dtype: torch.dtype) -> int:
@@ -64,9 +70,11 @@ class TransposedIndex:
         """``out``: ``(cols, row_start, row_nnz, perm)`` buffers of the right sizes
         and dtypes to build into (a rebuild after a same-count topology change then
         allocates nothing, instead of holding the old and new index at once)."""
+        w_args = w.raw_args()  # checks W before its pointers reach the extension
         rows, cols = w.shape
         nnz = w.nnz
         self.version = w.topology_version
+        self.source = _index_versions(w)  # the topology it was built from
         self.index_dtype = index_dtype_for(rows)
         want = ((nnz, self.index_dtype), (cols + 1, torch.int64), (cols, torch.int32), (nnz, torch.int32))
         if out is not None and all(t.numel() == n and t.dtype == d and t.is_contiguous()
@@ -75,8 +83,8 @@ class TransposedIndex:
         else:
             self.cols, self.row_start, self.row_nnz, self.perm = (torch.empty(n, dtype=d) for n, d in want)
         _C.build_transpose(
-            w.cols.data_ptr(), _bits(w.cols.dtype), w.row_start.data_ptr(), w.row_nnz.data_ptr(),
-            rows, cols, self.cols.data_ptr(), _bits(self.index_dtype), self.row_start.data_ptr(),
+            w_args[1], w_args[2], w_args[3], w_args[4], rows, cols, self.cols.data_ptr(), _bits(self.index_dtype),
+            self.row_start.data_ptr(),
             self.row_nnz.data_ptr(), self.perm.data_ptr())
 
     def memory_bytes(self) -> int:
@@ -277,18 +285,22 @@ class PaddedCSR:
 
     def live_mask(self) -> torch.Tensor:
         """Bool per slot: True where the slot holds a live entry."""
+        self.check()
         rows = self.slot_rows()
         rank = torch.arange(self.capacity) - self.row_start[rows]
         return rank < self.row_nnz.to(torch.int64)[rows]
 
     def slot_rows(self) -> torch.Tensor:
         """Row index of every slot (int64, length capacity)."""
+        self.check()
         return torch.repeat_interleave(torch.arange(self.shape[0]), self.row_start[1:] - self.row_start[:-1])
 
     def to_dense(self) -> torch.Tensor:
+        """W as a dense ``(out_features, in_features)`` tensor (live slots only)."""
+        args = self.raw_args()
         dense = torch.zeros(self.shape, dtype=self.values.dtype)
         bits = 64 if self.values.dtype == torch.float64 else 32
-        _C.scatter_to_dense(*self.raw_args(), bits, dense.data_ptr(), 1)  # memory-bound: one thread
+        _C.scatter_to_dense(*args, bits, dense.data_ptr(), 1)  # memory-bound: one thread
         return dense
 
     def to_torch_sparse_csr(self) -> torch.Tensor:
@@ -300,13 +312,19 @@ class PaddedCSR:
 
     def transposed(self) -> TransposedIndex:
         """W's transposed index, rebuilt only when the topology changed."""
-        if self._transposed is None or self._transposed.version != self.topology_version:
-            self._transposed = TransposedIndex(self)
-        return self._transposed
+        self.check()
+        t = self._transposed
+        if t is not None and t.source is None:
+            check_transposed(self, t)  # an index handed in from outside: checked against W, never trusted
+            return t
+        if t is None or t.version != self.topology_version or t.source != _index_versions(self):
+            self._transposed = t = TransposedIndex(self)  # also after an unannounced in-place edit
+        return t
 
     def mark_topology_changed(self) -> None:
-        """Call after mutating ``cols`` / ``row_nnz`` in place: derived
-        structures (the transposed index) are rebuilt on next use."""
+        """Call after mutating ``cols`` / ``row_nnz`` in place: bumps ``topology_version``.
+        Derived structures are rebuilt on next use either way (an in-place edit is seen
+        through the tensors' version counters)."""
         self.topology_version += 1
 
     def memory_bytes(self, *, include_cache: bool = True) -> int:
@@ -327,13 +345,24 @@ class PaddedCSR:
 
     # ---- invariants ----
 
-    def validate(self) -> None:
-        """Check every invariant; raise ``ValueError`` naming the one that broke and where."""
-        from .validation import validate_padded_csr
+    def validate(self, *, values: bool = True) -> None:
+        """Check every invariant; raise ``ValueError`` naming the one that broke and where.
+        ``values=False`` checks the layout and indices only (not that live values are finite)."""
+        if values:
+            validate_padded_csr(self)
+        else:
+            check_weight_layout(self)
+            check_topology(self)
 
-        validate_padded_csr(self)
+    def check(self) -> None:
+        """What every method that hands W to the extension runs: the constant-time layout
+        check, and the index check once per topology (cached by the index tensors' in-place
+        version counters, so an edit is caught at the next call). Values are not scanned."""
+        check_weight_layout(self)
+        check_topology(self)
 
-    # raw view for the kernels
     def raw_args(self) -> tuple:
+        """Pointers and sizes for the extension, after :meth:`check`."""
+        self.check()
         return (self.values.data_ptr(), self.cols.data_ptr(), _bits(self.cols.dtype), self.row_start.data_ptr(),
                 self.row_nnz.data_ptr(), self.shape[0], self.shape[1])

@@ -88,14 +88,6 @@ def require_available(op: str, name: str) -> VariantInfo:
     return v
 
 
-def default(op: str) -> str:
-    """The variant used for an op when tuning is off and no heuristic applies:
-    the most capable available sparse variant by a fixed preference order."""
-    from .heuristics import default_variant
-
-    return default_variant(op)
-
-
 def describe() -> str:
     """A plain-text table of every variant and its availability."""
     header = ["op", "name", "isa", "form", "params", "available"]

@@ -93,6 +93,8 @@ def layer_memory(layer, optimizer: torch.optim.Optimizer | None = None, name: st
     m.index = sum(_nbytes(t) for t in (layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz,
                                        layer.weight_shape))
     m.cache = sum(_nbytes(getattr(layer, n)) for n in _TRANSPOSED)
+    # Index tensors a SparseLinear subclass keeps besides its own (e.g. Top-KAST's forward set).
+    m.cache += sum(_nbytes(t) for t in getattr(layer, "extra_index_tensors", tuple)())
     m.grad = _nbytes(v.grad) + (_nbytes(b.grad) if b is not None else 0)
     m.dense_weight = dense_w + _nbytes(b)
     m.dense_grad = (dense_w if v.grad is not None else 0) + (_nbytes(b.grad) if b is not None else 0)

@@ -34,8 +34,10 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from .autograd import _csr, build_transposed, no_transposed, sparse_linear
-from .format import VALUE_DTYPES, PaddedCSR
+from . import ops, optimizer_tracking, planner
+from .autograd import _csr, _row_major, build_transposed, no_transposed, sparse_linear
+from .format import VALUE_DTYPES, PaddedCSR, TransposedIndex, _bits
+from .storage import replace_storage
 from .tuning.preference import get_prefer
 
 __all__ = ["SparseLinear"]
@@ -168,6 +170,7 @@ class SparseLinear(nn.Module):
         self.out_features, self.in_features = csr.shape
         values = csr.values.detach()
         self.weight_values = nn.Parameter(values)
+        self._mark_values()
         self.register_buffer("weight_cols", csr.cols)
         self.register_buffer("weight_row_start", csr.row_start)
         self.register_buffer("weight_row_nnz", csr.row_nnz)
@@ -182,6 +185,11 @@ class SparseLinear(nn.Module):
         for name, t in zip(_TRANSPOSED, self._build_transposed()):
             self.register_buffer(name, t, persistent=False)
         self._t_version = self._topology_version
+        self._derive()
+
+    def _mark_values(self) -> None:
+        optimizer_tracking.mark_sparse_values(
+            self.weight_values, f"SparseLinear(in_features={self.in_features}, out_features={self.out_features})")
 
     @classmethod
     def from_csr(cls, csr: PaddedCSR, bias: Optional[Tensor] = None) -> "SparseLinear":
@@ -298,6 +306,34 @@ class SparseLinear(nn.Module):
             PaddedCSR(self.weight_values, self.weight_cols, self.weight_row_start, self.weight_row_nnz,
                       (self.out_features, self.in_features), check=True)
         self._refresh_transposed()
+        self._derive()
+
+    # ---- what a call reuses: plans and the raw view, valid while the storage state holds ----
+
+    def _storage_state(self) -> tuple:
+        """What the derived data depends on: the index tensors' in-place versions and storage,
+        the values' storage, and the planner's epoch. Reading it costs well under a microsecond."""
+        d = self.__dict__  # nn.Module.__getattr__ costs a microsecond a name on this path
+        v, b = d["_parameters"]["weight_values"], d["_buffers"]
+        c, rs, rn = b["weight_cols"], b["weight_row_start"], b["weight_row_nnz"]
+        # ids are safe to compare: _derive keeps the tensors alive while their ids are recorded
+        # (replace_storage, the library's own storage swap, bumps the version counters).
+        return (id(c), c._version, id(rs), rs._version, id(rn), rn._version, v.data_ptr(), v.numel(), v.dtype,
+                planner.epoch)
+
+    def _derive(self) -> None:
+        """Recompute what calls reuse, after the topology (already checked) changed."""
+        self._plans: dict[tuple, planner.Plan] = {}
+        self._density = int(self.weight_row_nnz.sum()) / (self.out_features * self.in_features)
+        c = self.weight_cols
+        self._w_args = (self.weight_values.data_ptr(), c.data_ptr(), _bits(c.dtype), self.weight_row_start.data_ptr(),
+                        self.weight_row_nnz.data_ptr(), self.out_features, self.in_features)
+        t = TransposedIndex.__new__(TransposedIndex)
+        t.cols, t.row_start, t.row_nnz, t.perm = self._transposed_tensors()
+        self._t_index = t
+        self._view = self.weight
+        self._held = (self.weight_cols, self.weight_row_start, self.weight_row_nnz)  # keeps the recorded ids valid
+        self._fresh = self._storage_state()
 
     def _build_transposed(self, out: tuple[Tensor, ...] | None = None):
         # Under the memory preference (SPARSELAB_PREFER=memory) spmm_dx runs scatter kernels on
@@ -323,13 +359,22 @@ class SparseLinear(nn.Module):
         self._t_version = self._topology_version
 
     def _ensure_fresh(self) -> None:
+        state = self._storage_state()
         c = self._csr
+        if state == self._fresh and (c is None or c.topology_version == self._topology_version):
+            return
         if c is not None and c.topology_version != self._topology_version:
             # Someone bumped the view's version through PaddedCSR's own method.
             self._topology_version = max(self._topology_version, c.topology_version)
             c.topology_version = self._topology_version
-        if self._t_version != self._topology_version or self._t_built != (get_prefer() != "memory"):
-            self._refresh_transposed()
+            self.topology_changed(validate=True)
+        elif state[:9] != self._fresh[:9]:
+            # Edited in place or replaced without topology_changed(): checked before any use.
+            self.topology_changed(validate=True)
+        else:  # only the planner's epoch moved: plans, and the index if the preference changed
+            if self._t_built != (get_prefer() != "memory"):
+                self._refresh_transposed()
+            self._derive()
 
     def _transposed_tensors(self) -> tuple:
         return tuple(getattr(self, n) for n in _TRANSPOSED)
@@ -342,18 +387,80 @@ class SparseLinear(nn.Module):
         if x.dim() == 0 or x.shape[-1] != self.in_features:
             raise ValueError(f"SparseLinear(in_features={self.in_features}) expects input of shape "
                              f"(*, {self.in_features}), got {tuple(x.shape)}")
-        if x.dtype != self.weight_values.dtype:
-            raise TypeError(f"SparseLinear has {self.weight_values.dtype} weights but got a {x.dtype} input; "
-                            f"convert the input or the layer (layer.to({x.dtype}) for float32/float64)")
-        if x.device.type != "cpu":
+        if not x.is_cpu:
             raise ValueError(f"SparseLinear runs on the CPU only; got an input on {x.device}")
+
+    def _dtype_error(self, x: Tensor) -> TypeError:
+        w = self.weight_values.dtype
+        if x.dtype in VALUE_DTYPES:
+            fix = f"convert the input (x.to({w})) or the layer (layer.to({x.dtype}))"
+        elif x.is_floating_point():
+            fix = (f"convert the input (x.to({w})), or run the model under "
+                   f"torch.autocast('cpu', dtype={x.dtype}), which SparseLinear supports")
+        else:
+            fix = f"convert the input (x.to({w}))"
+        return TypeError(f"SparseLinear has {w} weights but got a {x.dtype} input; {fix}")
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input(x)
-        if not torch.compiler.is_compiling():
+        w_dtype = self.weight_values.dtype
+        out_dtype = None
+        if x.dtype is not w_dtype:
+            # Under CPU autocast a float32 layer takes low-precision activations and returns the
+            # autocast dtype, as nn.Linear does there; the float32 kernels do the arithmetic.
+            if (w_dtype is torch.float32 and x.is_floating_point() and x.dtype is not torch.float64
+                    and torch.is_autocast_enabled("cpu")):
+                out_dtype = torch.get_autocast_dtype("cpu")
+                x = x.float()
+            else:
+                raise self._dtype_error(x)
+        elif w_dtype is torch.float32 and torch.is_autocast_enabled("cpu"):
+            out_dtype = torch.get_autocast_dtype("cpu")
+        if torch.compiler.is_compiling():  # the custom op: traced as an opaque node with a fake kernel
+            y = sparse_linear(x, self.weight_values, self.weight_cols, self.weight_row_start, self.weight_row_nnz,
+                              self._transposed_tensors(), self.bias, self.out_features, self.in_features)
+        else:
             self._ensure_fresh()
-        return sparse_linear(x, self.weight_values, self.weight_cols, self.weight_row_start, self.weight_row_nnz,
-                             self._transposed_tensors(), self.bias, self.out_features, self.in_features)
+            x2 = _row_major(x if x.dim() == 2 else x.reshape(-1, self.in_features))
+            params = self.__dict__["_parameters"]
+            values, b = params["weight_values"], params["bias"]
+            if torch.is_grad_enabled() and (x.requires_grad or values.requires_grad
+                                            or (b is not None and b.requires_grad)):
+                y = _PlannedLinear.apply(x2, values, b, self)
+            else:
+                y = self._run_fwd(x2, b)
+            if x.dim() != 2:
+                y = y.reshape(*x.shape[:-1], self.out_features)
+        return y if out_dtype is None or out_dtype is torch.float32 else y.to(out_dtype)
+
+    def _plan(self, op: str, n: int):
+        """(variant, threads) for this op at batch ``n``: the layer's own plan, else the planner's."""
+        threads = torch.get_num_threads()
+        if n == 0 or self._fresh[8] is torch.float64:
+            return None, threads  # no kernel choice: empty batch, or the scalar float64 path
+        key = (op, n, threads)
+        p = self._plans.get(key)
+        if p is None:
+            p = planner.plan(op, self.out_features, self.in_features, n, self._density, threads)
+            if len(self._plans) >= 64:  # batch sizes vary (the last batch of an epoch, eval)
+                self._plans.clear()
+            self._plans[key] = p
+        return p.variant, threads
+
+    def _run_fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
+        v, threads = self._plan("spmm_fwd", x.shape[0])
+        return ops.run_spmm_fwd(v, self._view, self._w_args, x, bias, threads)
+
+    def _run_dx(self, dy: Tensor) -> Tensor:
+        v, threads = self._plan("spmm_dx", dy.shape[0])
+        t = self._t_index if v is not None and v.dx_layout == "transposed" else None
+        if t is not None and not self._t_built:  # a transposed-layout kernel under the memory preference
+            t = self.weight.transposed()
+        return ops.run_spmm_dx(v, self._view, self._w_args, t, dy, threads)
+
+    def _run_dw(self, dy: Tensor, x: Tensor) -> Tensor:
+        v, threads = self._plan("sddmm_dw", dy.shape[0])
+        return ops.run_sddmm_dw(v, self._view, self._w_args, dy, x, threads)
 
     # ---- introspection ----
 
@@ -410,40 +517,179 @@ class SparseLinear(nn.Module):
                             f"use .to(dtype) / .double() / .float(), which leave indices alone")
         out = super()._apply(fn, recurse)
         self._csr = None
+        self._mark_values()  # a new Parameter under torch's overwrite-on-conversion setting
         return out
+
+    # ---- loading: validate everything, then mutate ----
+
+    _STATE_NAMES = ("weight_values", "weight_cols", "weight_row_start", "weight_row_nnz", "weight_shape")
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
-        shape = state_dict.get(prefix + "weight_shape")
-        if isinstance(shape, Tensor) and tuple(shape.tolist()) != (self.out_features, self.in_features):
-            error_msgs.append(f"{prefix}: state_dict holds a SparseLinear of shape (out, in) = "
-                              f"{tuple(shape.tolist())}, this layer is ({self.out_features}, {self.in_features})")
+        """Transactional: the incoming topology, values and bias are checked whole
+        (a valid padded CSR of this layer's shape) before anything is changed, so a
+        refused load leaves the layer exactly as it was. A state of another
+        capacity is taken into the same Parameter and buffers (new storage)."""
+        for hook in self._load_state_dict_pre_hooks.values():
+            hook(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        names = self._STATE_NAMES + (("bias",) if self.bias is not None else ())
+        if strict:
+            for key in state_dict:
+                if key.startswith(prefix) and key[len(prefix):] not in names and key != prefix + "_extra_state":
+                    unexpected_keys.append(key)
+        got = {n: state_dict[prefix + n] for n in names if prefix + n in state_dict}
+        if not got:
+            if strict:
+                missing_keys.extend(prefix + n for n in names)
             return
-        # A topology of another size (other sparsity or capacity): adopt the incoming sizes.
-        for name in ("weight_values",) + _TOPOLOGY:
-            src = state_dict.get(prefix + name)
-            own = getattr(self, name)
-            if isinstance(src, Tensor) and src.shape != own.shape and src.dim() == 1 and name != "weight_row_start":
-                new = torch.zeros(src.shape, dtype=own.dtype)
-                if name == "weight_values":
-                    self.weight_values = nn.Parameter(new, requires_grad=own.requires_grad)
-                else:
-                    setattr(self, name, new)
-        n_errors = len(error_msgs)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                                      error_msgs)
-        if len(error_msgs) > n_errors:
+        absent = [n for n in self._STATE_NAMES if n not in got]
+        if absent:
+            if strict or len(absent) < len(self._STATE_NAMES):
+                missing_keys.extend(prefix + n for n in absent)
+                error_msgs.append(f"{prefix or 'SparseLinear'}: a SparseLinear state holds its weight as "
+                                  f"{', '.join(self._STATE_NAMES)} together; missing {', '.join(absent)}")
+                return
+        elif strict and self.bias is not None and "bias" not in got:
+            missing_keys.append(prefix + "bias")
             return
         try:
-            self.topology_changed(validate=True)
-        except (ValueError, TypeError) as e:
-            error_msgs.append(f"{prefix}: loaded topology is not a valid padded CSR: {e}")
+            plan = self._checked_state(got, assign=bool(local_metadata.get("assign_to_params_buffers", False)))
+        except (TypeError, ValueError) as e:
+            error_msgs.append(f"{prefix or 'SparseLinear'}: refused, the layer is unchanged: {e}")
+            return
+        self._take_state(*plan)
+
+    def _checked_state(self, got: dict, assign: bool):
+        """The incoming tensors converted to this layer's dtypes, as a validated PaddedCSR
+        and bias. Raises ``TypeError``/``ValueError``; changes nothing."""
+        out_f, in_f = self.out_features, self.in_features
+        for n, t in got.items():
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{n} must be a tensor, got {type(t).__name__}")
+            if t.device.type != "cpu" and t.device.type != "meta" or t.layout is not torch.strided:
+                raise ValueError(f"{n} must be a dense CPU tensor, got {t.layout} on {t.device}")
+            if t.device.type == "meta":
+                raise ValueError(f"{n} is a meta tensor (no data)")
+        shape = got["weight_shape"]
+        if shape.is_floating_point() or shape.numel() != 2 or tuple(shape.tolist()) != (out_f, in_f):
+            raise ValueError(f"state_dict holds a SparseLinear of shape (out, in) = {tuple(shape.tolist())}, "
+                             f"this layer is ({out_f}, {in_f})")
+
+        def as_int(n: str, dtype: torch.dtype) -> Tensor:
+            t = got[n]
+            if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+                raise TypeError(f"{n} must hold integers, got {t.dtype}")
+            info = torch.iinfo(dtype)
+            if t.numel() and (int(t.min()) < info.min or int(t.max()) > info.max):
+                raise ValueError(f"{n} holds values outside the {dtype} range")
+            return t.detach().reshape(-1).to(dtype, copy=not assign).contiguous()
+
+        values = got["weight_values"]
+        if not values.is_floating_point():
+            raise TypeError(f"weight_values must be floating point, got {values.dtype}")
+        for n in ("weight_values", "weight_cols", "weight_row_start", "weight_row_nnz"):
+            if got[n].dim() != 1:
+                raise ValueError(f"{n} must be 1-D, got shape {tuple(got[n].shape)}")
+        values = values.detach().to(self.weight_values.dtype, copy=not assign).contiguous()
+        try:
+            csr = PaddedCSR(values, as_int("weight_cols", self.weight_cols.dtype),
+                            as_int("weight_row_start", torch.int64), as_int("weight_row_nnz", torch.int32),
+                            (out_f, in_f), check=True)
+        except ValueError as e:
+            raise ValueError(f"loaded topology is not a valid padded CSR: {e}") from None
+        bias = got.get("bias")
+        if bias is not None:
+            if not bias.is_floating_point() or tuple(bias.shape) != (out_f,):
+                raise ValueError(f"bias must be a float tensor of shape ({out_f},), got {bias.dtype} "
+                                 f"{tuple(bias.shape)}")
+            bias = bias.detach().to(self.bias.dtype, copy=not assign)
+        return csr, bias
+
+    @torch.no_grad()
+    def _take_state(self, csr: PaddedCSR, bias: Optional[Tensor]) -> None:
+        for name, src in (("weight_values", csr.values), ("weight_cols", csr.cols),
+                          ("weight_row_start", csr.row_start), ("weight_row_nnz", csr.row_nnz)):
+            own = getattr(self, name)
+            if own.shape == src.shape:
+                own.copy_(src)
+            else:  # another capacity: new storage under the same object
+                replace_storage(own, src)
+                if name == "weight_values":
+                    own.grad = None
+        if bias is not None:
+            self.bias.copy_(bias)
+        self.topology_changed(validate=False)  # validated above; rebuilds the transposed index
 
     def __getstate__(self):
         state = dict(super().__getstate__())
         state["_csr"] = None  # a weakref view; rebuilt on demand
+        for name in ("_plans", "_w_args", "_t_index", "_fresh", "_view", "_held"):  # derived, rebuilt on load
+            state.pop(name, None)
         return state
 
     def __setstate__(self, state):
+        """Unpickling (``torch.load`` of a module, ``copy.deepcopy``) checks the topology
+        whole and rebuilds the derived index instead of trusting the pickled one."""
         super().__setstate__(state)
         self._csr = None
+        out_f, in_f = self.__dict__.get("out_features"), self.__dict__.get("in_features")
+        for name, v in (("out_features", out_f), ("in_features", in_f)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"unpickled SparseLinear has an invalid {name}: {v!r}")
+        shape = self._buffers.get("weight_shape")
+        if not isinstance(shape, Tensor) or shape.tolist() != [out_f, in_f]:
+            raise ValueError("unpickled SparseLinear: weight_shape does not match its features")
+        values = self._parameters.get("weight_values")
+        if not isinstance(values, nn.Parameter):
+            raise ValueError("unpickled SparseLinear has no weight_values Parameter")
+        PaddedCSR(values, self.weight_cols, self.weight_row_start, self.weight_row_nnz, (out_f, in_f), check=True)
+        bias = self._parameters.get("bias")
+        if bias is not None and (not isinstance(bias, Tensor) or bias.shape != (out_f,)
+                                 or bias.dtype != values.dtype):
+            raise ValueError(f"unpickled SparseLinear: bias must be {values.dtype} of shape ({out_f},)")
+        self._topology_version = 0
+        self._t_version = -1
+        self._t_built = get_prefer() != "memory"
+        for name, t in zip(_TRANSPOSED, self._build_transposed()):
+            self._buffers[name] = t
+        self._t_version = self._topology_version
+        self._derive()
+        self._mark_values()
+
+
+class _PlannedLinear(torch.autograd.Function):
+    """Eager ``y = x W^T + b`` through the layer's plans: no custom-op dispatch, no re-validation
+    of tensors the layer owns. (``torch.compile`` traces the custom ops of
+    :mod:`sparselab.autograd` instead.)"""
+
+    @staticmethod
+    def forward(ctx, x, values, bias, layer):
+        ctx.layer = layer
+        ctx.topology = layer._fresh[:9]
+        ctx.save_for_backward(x if values.requires_grad else None, values)
+        return layer._run_fwd(x, bias)
+
+    @staticmethod
+    def backward(ctx, dy):
+        layer = ctx.layer
+        x, values = ctx.saved_tensors
+        if layer._storage_state()[:9] != ctx.topology:
+            raise RuntimeError("SparseLinear: the topology changed between this forward and its backward; "
+                               "change it after backward (e.g. algo.step() after opt.step())")
+        dy = dy.contiguous()
+        dx = dw = db = None
+        if torch.is_grad_enabled():  # double backward: the differentiable custom ops
+            args = (values, layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz)
+            if ctx.needs_input_grad[0]:
+                dx = torch.ops.sparselab.spmm_dx(dy, *args, *layer._transposed_tensors(), layer.out_features,
+                                                 layer.in_features)
+            if ctx.needs_input_grad[1]:
+                dw = torch.ops.sparselab.sddmm_dw(dy, x, *args, layer.out_features, layer.in_features)
+        else:
+            if ctx.needs_input_grad[0]:
+                dx = layer._run_dx(dy)
+            if ctx.needs_input_grad[1]:
+                dw = layer._run_dw(dy, x)
+        if ctx.needs_input_grad[2]:
+            db = dy.sum(0)
+        return dx, dw, db, None

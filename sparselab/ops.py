@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import torch
 
-from . import _C, kernels
+from . import _C, kernels, planner
 from .format import PaddedCSR
-from .validation import check_dense_operand, check_weight_layout
+from .validation import check_dense_operand
 
 
 def _check_weight(W) -> None:
     if not isinstance(W, PaddedCSR):
         raise TypeError(f"W must be a sparselab.PaddedCSR, got {type(W).__name__}")
-    check_weight_layout(W)
+    W.check()
 
 
 def _check_variant_arg(op: str, variant) -> None:
@@ -52,10 +52,8 @@ def _threads(threads: int | None) -> int:
 
 def _resolve(op: str, W: PaddedCSR, n: int, variant: str | None, threads: int) -> kernels.VariantInfo:
     if variant is None:
-        from . import dispatch
-
-        variant = dispatch.choose(op, W.shape[0], W.shape[1], n, W.density, threads)
-    elif not isinstance(variant, str):
+        return planner.plan(op, W.shape[0], W.shape[1], n, W.density, threads).variant
+    if not isinstance(variant, str):
         raise TypeError(f"variant must be a str or None, got {type(variant).__name__}")
     return kernels.require_available(op, variant)
 
@@ -78,18 +76,8 @@ def spmm_fwd(W: PaddedCSR, X: torch.Tensor, bias: torch.Tensor | None = None, *,
         bias = bias.contiguous()
     nthreads = _threads(threads)
     n = X.shape[0]
-    Y = torch.empty(n, out_f, dtype=dtype)
-    if n == 0:
-        return Y
-    bias_ptr = bias.data_ptr() if bias is not None else 0
-    if dtype == torch.float64:
-        _C.spmm_fwd_f64(*W.raw_args(), n, X.data_ptr(), _ld(X), bias_ptr, Y.data_ptr(), out_f, nthreads)
-        return Y
-    v = _resolve("spmm_fwd", W, n, variant, nthreads)
-    if v.is_dense:
-        return _dense_fwd(v.name, W, X, bias)
-    _C.spmm_fwd(v.id, *W.raw_args(), n, X.data_ptr(), _ld(X), bias_ptr, Y.data_ptr(), out_f, nthreads)
-    return Y
+    v = None if n == 0 or dtype == torch.float64 else _resolve("spmm_fwd", W, n, variant, nthreads)
+    return run_spmm_fwd(v, W, W.raw_args(), X, bias, nthreads)
 
 
 def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None,
@@ -102,27 +90,9 @@ def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None,
     _check_variant_arg("spmm_dx", variant)
     nthreads = _threads(threads)
     n = dY.shape[0]
-    dX = torch.empty(n, in_f, dtype=dtype)
-    if n == 0:
-        return dX
-    if dtype == torch.float64:
-        _C.spmm_dx_f64(*W.raw_args(), n, dY.data_ptr(), _ld(dY), dX.data_ptr(), in_f, nthreads)
-        return dX
-    v = _resolve("spmm_dx", W, n, variant, nthreads)
-    if v.is_dense:
-        return dY @ W.to_dense()
-    if v.dx_layout == "transposed":
-        t = W.transposed()
-        if t.cols.numel() == 0:
-            # No live entry: dX is 0. (The empty index tensors have no storage,
-            # so their null addresses would be refused by _C as "no index".)
-            return dX.zero_()
-        tr = (t.cols.data_ptr(), 16 if t.cols.dtype == torch.int16 else 32, t.row_start.data_ptr(),
-              t.row_nnz.data_ptr(), t.perm.data_ptr())
-    else:
-        tr = (0, 32, 0, 0, 0)
-    _C.spmm_dx(v.id, *W.raw_args(), *tr, n, dY.data_ptr(), _ld(dY), dX.data_ptr(), in_f, nthreads)
-    return dX
+    v = None if n == 0 or dtype == torch.float64 else _resolve("spmm_dx", W, n, variant, nthreads)
+    t = W.transposed() if v is not None and v.dx_layout == "transposed" else None
+    return run_spmm_dx(v, W, W.raw_args(), t, dY, nthreads)
 
 
 def sddmm_dw(W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor, *, variant: str | None = None,
@@ -136,16 +106,65 @@ def sddmm_dw(W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor, *, variant: str | 
     _check_variant_arg("sddmm_dw", variant)
     nthreads = _threads(threads)
     n = dY.shape[0]
-    dW = torch.empty(W.capacity, dtype=dtype)
+    v = None if n == 0 or dtype == torch.float64 else _resolve("sddmm_dw", W, n, variant, nthreads)
+    return run_sddmm_dw(v, W, W.raw_args(), dY, X, nthreads)
+
+
+# ---- runners: checked arguments in, raw pointers to the extension ----
+# ``v`` is the planned variant (None: float64 or an empty batch), ``w_args`` W's raw_args().
+# The public ops above and SparseLinear's planned calls both end here.
+
+def run_spmm_fwd(v, W: PaddedCSR, w_args: tuple, X: torch.Tensor, bias: torch.Tensor | None,
+                 nthreads: int) -> torch.Tensor:
+    n, out_f = X.shape[0], w_args[5]
+    if v is not None and v.is_dense:
+        return _dense_fwd(v.name, W, X, bias)
+    Y = torch.empty(n, out_f, dtype=X.dtype)  # X has W's dtype (checked by the caller)
+    if n == 0:
+        return Y
+    bias_ptr = bias.data_ptr() if bias is not None else 0
+    if v is None:
+        _C.spmm_fwd_f64(*w_args, n, X.data_ptr(), _ld(X), bias_ptr, Y.data_ptr(), out_f, nthreads)
+    else:
+        _C.spmm_fwd(v.id, *w_args, n, X.data_ptr(), _ld(X), bias_ptr, Y.data_ptr(), out_f, nthreads)
+    return Y
+
+
+def run_spmm_dx(v, W: PaddedCSR, w_args: tuple, t, dY: torch.Tensor, nthreads: int) -> torch.Tensor:
+    """``t``: W's transposed index (a TransposedIndex) when ``v`` reads it."""
+    n, in_f = dY.shape[0], W.shape[1]
+    if v is not None and v.is_dense:
+        return dY @ W.to_dense()
+    dX = torch.empty(n, in_f, dtype=W.values.dtype)
+    if n == 0:
+        return dX
+    if v is None:
+        _C.spmm_dx_f64(*w_args, n, dY.data_ptr(), _ld(dY), dX.data_ptr(), in_f, nthreads)
+        return dX
+    if v.dx_layout == "transposed":
+        if t.cols.numel() == 0:
+            # No live entry: dX is 0. (The empty index tensors have no storage,
+            # so their null addresses would be refused by _C as "no index".)
+            return dX.zero_()
+        tr = (t.cols.data_ptr(), 16 if t.cols.dtype == torch.int16 else 32, t.row_start.data_ptr(),
+              t.row_nnz.data_ptr(), t.perm.data_ptr())
+    else:
+        tr = (0, 32, 0, 0, 0)
+    _C.spmm_dx(v.id, *w_args, *tr, n, dY.data_ptr(), _ld(dY), dX.data_ptr(), in_f, nthreads)
+    return dX
+
+
+def run_sddmm_dw(v, W: PaddedCSR, w_args: tuple, dY: torch.Tensor, X: torch.Tensor, nthreads: int) -> torch.Tensor:
+    n = dY.shape[0]
+    if v is not None and v.is_dense:
+        return _dense_dw(W, dY, X)
+    dW = torch.empty(W.capacity, dtype=W.values.dtype)
     if n == 0:
         return dW.zero_()
-    if dtype == torch.float64:
-        _C.sddmm_dw_f64(*W.raw_args(), n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dW.data_ptr(), nthreads)
-        return dW
-    v = _resolve("sddmm_dw", W, n, variant, nthreads)
-    if v.is_dense:
-        return _dense_dw(W, dY, X)
-    _C.sddmm_dw(v.id, *W.raw_args(), n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dW.data_ptr(), nthreads)
+    if v is None:
+        _C.sddmm_dw_f64(*w_args, n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dW.data_ptr(), nthreads)
+    else:
+        _C.sddmm_dw(v.id, *w_args, n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dW.data_ptr(), nthreads)
     return dW
 
 

@@ -1,12 +1,25 @@
-"""Argument checks shared by the format and the ops: each raises a clear
-``TypeError`` / ``ValueError`` naming the argument, before any pointer reaches
-the C++ kernels."""
+"""The rules of the padded-CSR layout and the checks that enforce them at the trust boundary.
+
+Every public entry (``PaddedCSR`` methods, ``sparselab.ops``, the registered
+``torch.ops.sparselab`` ops) runs the constant-time layout check
+(:func:`check_weight_layout`) on every call, and the O(capacity) index check
+(:func:`check_topology`) once per topology: its verdict is cached under the
+identity and in-place version counter (``Tensor._version``) of the index
+tensors, so an edit in place is caught at the next call without a scan per
+call. Each check raises a clear ``TypeError`` / ``ValueError`` naming the
+argument before any pointer reaches the C++ kernels.
+"""
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
-from .format import PADDING, VALUE_DTYPES
+PADDING = -1  # the column of a padding slot
+INT16_MAX_COLUMNS = 32768  # indices 0..32767 fit in int16
+VALUE_DTYPES = (torch.float32, torch.float64)
+INDEX_DTYPES = (torch.int16, torch.int32)
 
 _F32, _F64, _I16, _I32, _I64 = torch.float32, torch.float64, torch.int16, torch.int32, torch.int64
 
@@ -17,6 +30,15 @@ def _fail(msg: str) -> None:
 
 def validate_padded_csr(w) -> None:
     """Every invariant of the padded-CSR layout (see ``sparselab.format``)."""
+    live, rows = _check_index(w)
+    if not torch.isfinite(w.values.detach()[live]).all():
+        k = int((~torch.isfinite(w.values.detach()) & live).nonzero()[0])
+        _fail(f"live slot {k} (row {int(rows[k])}) holds a non-finite value")
+    _remember(w)
+
+
+def _check_index(w):
+    """Every invariant except finite values; returns the live mask and slot rows."""
     out_f, in_f = w.shape
     if out_f < 1 or in_f < 1:
         _fail(f"shape must be positive, got {w.shape}")
@@ -81,9 +103,104 @@ def validate_padded_csr(w) -> None:
             k = int(bad[0])
             _fail(f"row {int(rows[k])} columns not strictly increasing at slot {k + 1} "
                   f"({int(cols[k])} then {int(cols[k + 1])})")
-    if not torch.isfinite(w.values.detach()[live]).all():
-        k = int((~torch.isfinite(w.values.detach()) & live).nonzero()[0])
-        _fail(f"live slot {k} (row {int(rows[k])}) holds a non-finite value")
+    return live, rows
+
+
+# Topologies already checked: key -> (weak refs of the index tensors, their versions).
+# Kernels cannot be crashed by values (NaN only propagates), so values are not part of it.
+_CHECKED: dict[tuple, tuple] = {}
+
+
+def _topology_key(w) -> tuple:
+    return (id(w.cols), id(w.row_start), id(w.row_nnz), w.values.numel(), w.shape)
+
+
+def _state(t: torch.Tensor) -> tuple:
+    """What changes when a tensor's contents may have: its in-place version counter, and its
+    storage and size (``Tensor.data = ...`` swaps storage without bumping the counter)."""
+    return (t._version, t.data_ptr(), t.numel())
+
+
+def _versions(w) -> tuple:
+    return (_state(w.cols), _state(w.row_start), _state(w.row_nnz))
+
+
+def _is_remembered(key: tuple, tensors: tuple, versions: tuple) -> bool:
+    hit = _CHECKED.get(key)
+    return (hit is not None and hit[1] == versions
+            and all(r() is t for r, t in zip(hit[0], tensors)))
+
+
+def _remember_key(key: tuple, tensors: tuple, versions: tuple) -> None:
+    if len(_CHECKED) > 4096:  # ids of dead tensors linger until the refs fire; keep it bounded
+        _CHECKED.clear()
+    refs = tuple(weakref.ref(t, lambda _r, key=key: _CHECKED.pop(key, None)) for t in tensors)
+    _CHECKED[key] = (refs, versions)
+
+
+def _remember(w) -> None:
+    _remember_key(_topology_key(w), (w.cols, w.row_start, w.row_nnz), _versions(w))
+
+
+def check_topology(w) -> None:
+    """The O(capacity) index invariants of ``w`` (columns in range and sorted, row ranges
+    inside the capacity, padding marked), skipped while the index tensors are the ones
+    last checked and unmodified since. Call :func:`check_weight_layout` first."""
+    key = _topology_key(w)
+    tensors = (w.cols, w.row_start, w.row_nnz)
+    versions = _versions(w)
+    if _is_remembered(key, tensors, versions):
+        return
+    _check_index(w)
+    _remember_key(key, tensors, versions)
+
+
+def check_transposed(w, t) -> None:
+    """``t`` (a ``TransposedIndex``) is exactly the transpose of ``w``'s topology: every
+    transposed slot names a live slot of W with the right row and column, once each.
+    Cached like :func:`check_topology` (over both indices)."""
+    tensors = (t.cols, t.row_start, t.row_nnz, t.perm, w.cols, w.row_start, w.row_nnz)
+    key = ("T",) + tuple(id(x) for x in tensors) + (w.shape,)
+    versions = tuple(_state(x) for x in tensors)
+    if _is_remembered(key, tensors, versions):
+        return
+    out_f, in_f = w.shape
+    nnz = int(w.row_nnz.sum())
+    for name, x, dtypes, n in (("t_cols", t.cols, INDEX_DTYPES, nnz), ("t_row_start", t.row_start,
+                               (torch.int64,), in_f + 1), ("t_row_nnz", t.row_nnz, (torch.int32,), in_f),
+                               ("t_perm", t.perm, (torch.int32,), nnz)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"transposed index {name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype not in dtypes or not x.is_cpu or x.dim() != 1 or not x.is_contiguous() or x.numel() != n:
+            raise ValueError(f"transposed index {name} must be a contiguous 1-D CPU "
+                             f"{' or '.join(map(str, dtypes))} tensor of {n} entries, got {x.dtype} "
+                             f"shape {tuple(x.shape)} on {x.device}")
+    if t.cols.dtype == torch.int16 and out_f > INT16_MAX_COLUMNS:
+        raise ValueError(f"transposed index t_cols is int16 but out_features={out_f} > {INT16_MAX_COLUMNS}")
+    rs, rn = t.row_start, t.row_nnz.to(torch.int64)
+    counts = rs[1:] - rs[:-1]
+    if int(rs[0]) != 0 or int(rs[-1]) != nnz or bool((counts != rn).any()):
+        raise ValueError("transposed index row_start / row_nnz do not describe a packed layout of W's "
+                         f"{nnz} live entries (rebuild it with build_transposed)")
+    perm = t.perm.to(torch.int64)
+    if nnz:
+        cap = w.values.numel()
+        if int(perm.min()) < 0 or int(perm.max()) >= cap:
+            raise ValueError(f"transposed index t_perm holds slot ids outside [0, {cap})")
+        rows_of_slot = torch.repeat_interleave(torch.arange(out_f), w.row_start[1:] - w.row_start[:-1])
+        rank = perm - w.row_start[rows_of_slot[perm]]
+        t_col = torch.repeat_interleave(torch.arange(in_f), counts)
+        t_row = t.cols.to(torch.int64)
+        ok = ((rank < w.row_nnz.to(torch.int64)[rows_of_slot[perm]]) & (w.cols[perm].to(torch.int64) == t_col)
+              & (rows_of_slot[perm] == t_row))
+        if nnz > 1:  # strictly increasing rows within a transposed row: each live slot once
+            same = t_col[1:] == t_col[:-1]
+            ok[1:] &= ~same | (t_row[1:] > t_row[:-1])
+        if not bool(ok.all()):
+            k = int((~ok).nonzero()[0])
+            raise ValueError(f"transposed index entry {k} does not match W's topology "
+                             f"(rebuild it with build_transposed)")
+    _remember_key(key, tensors, versions)
 
 
 def check_dense_operand(name: str, t, rows: int | None, cols: int, dtype: torch.dtype) -> None:

@@ -277,10 +277,12 @@ def test_transposed_index_is_cached_and_rebuilt_after_topology_change():
         W.values[s1:s1 + k1 + 1] = torch.arange(1, k1 + 2, dtype=torch.float32)
     W.row_nnz[1] = k1 + 1
     W.validate()
-    assert W.transposed() is t1, "without mark_topology_changed() the cache is (documented as) kept"
+    t2 = W.transposed()  # the in-place edit is seen without mark_topology_changed()
+    assert t2 is not t1
     W.mark_topology_changed()
-    t2 = W.transposed()
-    assert t2 is not t1 and t2.version == W.topology_version
+    t3 = W.transposed()
+    assert t3 is not t2 and t3.version == W.topology_version
+    assert W.transposed() is t3
     assert t2.cols.numel() == W.nnz == t1.cols.numel() + 1
     assert torch.equal(_dense_from_transposed(W), W.to_dense().T)
 

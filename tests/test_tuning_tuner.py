@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sparselab import planner
 from sparselab.tuning import keys, modes, race, resolve, screen, second_point, tuner
 from sparselab.tuning.cache import TuningCache
 from sparselab.tuning.keys import make_key, parse_key
@@ -617,53 +618,52 @@ def counting_tuner(monkeypatch):
         calls.append(str(key))
         return {"variant": "scalar", "median_s": 1e-3}
     monkeypatch.setattr(tuner, "tune", fake_tune)
-    monkeypatch.setattr(resolve, "_infos",
-                        lambda op: {"scalar": types.SimpleNamespace(name="scalar", dx_layout="transposed")})
-    monkeypatch.setattr(resolve.heuristic, "choose", lambda *a: "heuristic_pick")
+    monkeypatch.setattr(planner, "heuristic", lambda *a: HEURISTIC_PICK)
     return calls
+
+
+HEURISTIC_PICK = "dense_torch"  # what the patched heuristic answers: a real name no tuning here picks
 
 
 def test_mode_off_uses_heuristic_and_writes_nothing(isolated, counting_tuner):
     modes.set_mode("off")
-    assert resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2) == "heuristic_pick"
+    assert planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2) == HEURISTIC_PICK
     assert counting_tuner == []
     assert not isolated.exists()  # no cache dir, no file, no cpuinfo memo
 
 
 def test_mode_off_touches_no_disk_through_the_real_cache_path(isolated, counting_tuner, monkeypatch):
-    from sparselab import dispatch
-
     monkeypatch.setattr(resolve, "get_cache", REAL_GET_CACHE)
     resolve.reset()
     with modes.mode("off"):
         for n in (1, 64, 4096):
-            assert dispatch.choose("sddmm_dw", 512, 512, n, 0.1) == "heuristic_pick"
+            assert planner.choose("sddmm_dw", 512, 512, n, 0.1) == HEURISTIC_PICK
     assert not isolated.exists() and resolve._cache is None and counting_tuner == []
-    dispatch.invalidate()
+    planner.invalidate()
 
 
 def test_mode_on_tunes_a_miss_once_then_hits(isolated, counting_tuner):
-    assert resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2) == "scalar"
-    assert resolve.choose("spmm_fwd", 520, 500, 60, 0.1, 2) == "scalar"  # same buckets
+    assert planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2) == "scalar"
+    assert planner._from_wisdom("spmm_fwd", 520, 500, 60, 0.1, 2) == "scalar"  # same buckets
     assert len(counting_tuner) == 1
     assert list(isolated.glob("tuning-*.json"))
     resolve.reset()  # a new process: the entry comes from disk
-    resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2)
+    planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2)
     assert len(counting_tuner) == 1
 
 
 def test_mode_force_retunes_cached_keys_once_per_process(isolated, counting_tuner):
-    resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2)
+    planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2)
     modes.set_mode("force")
-    resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2)
-    resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2)
+    planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2)
+    planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2)
     assert len(counting_tuner) == 2
 
 
 def test_stale_variant_in_cache_is_retuned(isolated, counting_tuner):
     k = make_key("spmm_fwd", 512, 512, 64, 0.1, 2)
     resolve.get_cache().put(k, {"variant": "avx512_from_another_box", "median_s": 1.0})
-    assert resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2) == "scalar"
+    assert planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2) == "scalar"
     assert counting_tuner == [str(k)]
 
 
@@ -673,18 +673,16 @@ def test_failed_tuning_falls_back_to_heuristic_with_a_warning(isolated, monkeypa
     monkeypatch.setattr(tuner, "tune", broken)
     monkeypatch.setattr(resolve, "_failed_warned", False)
     with pytest.warns(RuntimeWarning, match="kernel exploded"):
-        assert resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2) == "heuristic_pick"
+        assert planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2) == HEURISTIC_PICK
 
 
 def test_dispatch_memo_follows_mode_changes(counting_tuner):
-    from sparselab import dispatch
-
-    dispatch.invalidate()
-    assert dispatch.choose("spmm_dx", 512, 512, 64, 0.1) == "scalar"
+    planner.invalidate()
+    assert planner.choose("spmm_dx", 512, 512, 64, 0.1) == "scalar"
     with modes.mode("off"):
-        assert dispatch.choose("spmm_dx", 512, 512, 64, 0.1) == "heuristic_pick"
-    assert dispatch.choose("spmm_dx", 512, 512, 64, 0.1) == "scalar"
-    dispatch.invalidate()
+        assert planner.choose("spmm_dx", 512, 512, 64, 0.1) == HEURISTIC_PICK
+    assert planner.choose("spmm_dx", 512, 512, 64, 0.1) == "scalar"
+    planner.invalidate()
 
 
 # ---------------------------------------------------------------- the real registry
@@ -724,35 +722,31 @@ def test_tuning_weight_is_a_valid_padded_csr():
 def test_memory_preference_picks_fastest_scatter_dx_from_the_entry(isolated, monkeypatch):
     from sparselab.tuning import preference as prefer
 
-    infos = {"fast_t": types.SimpleNamespace(name="fast_t", dx_layout="transposed"),
-             "slow_s": types.SimpleNamespace(name="slow_s", dx_layout="scatter"),
-             "slower_s": types.SimpleNamespace(name="slower_s", dx_layout="scatter")}
     calls = []
 
     def fake_tune(key, **kw):
         calls.append(str(key))
-        return {"variant": "fast_t", "median_s": 1e-3,
-                "medians": {"fast_t": 1e-3, "slow_s": 1.3e-3, "slower_s": 2e-3}}
+        # 'scalar' reads the transposed index, 'scalar_scatter' does not; a name this build
+        # does not have is never picked, however fast it was.
+        return {"variant": "scalar", "median_s": 1e-3,
+                "medians": {"scalar": 1e-3, "scalar_scatter": 1.3e-3, "gone_scatter": 0.5e-3}}
     monkeypatch.setattr(tuner, "tune", fake_tune)
-    monkeypatch.setattr(resolve, "_infos", lambda op: infos)
-    assert resolve.choose("spmm_dx", 512, 512, 64, 0.1, 2) == "fast_t"
+    assert planner._from_wisdom("spmm_dx", 512, 512, 64, 0.1, 2) == "scalar"
     with prefer.prefer("memory"):
-        assert resolve.choose("spmm_dx", 512, 512, 64, 0.1, 2) == "slow_s"
+        assert planner._from_wisdom("spmm_dx", 512, 512, 64, 0.1, 2) == "scalar_scatter"
         # other ops keep the race's winner
-        assert resolve.choose("spmm_fwd", 512, 512, 64, 0.1, 2) == "fast_t"
+        assert planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2) == "scalar"
     assert prefer.get_prefer() == "speed"
     assert len(calls) == 2  # one tuning per key: switching preference never re-tunes
 
 
 def test_memory_preference_heuristic_and_env(monkeypatch):
-    from sparselab import heuristics
-    from sparselab.tuning import heuristic
     from sparselab.tuning import preference as prefer
 
     with prefer.prefer("memory"):
-        name = heuristic.choose("spmm_dx", 512, 512, 64, 0.9)  # even where dense would win
+        name = planner.heuristic("spmm_dx", 512, 512, 64, 0.9)  # even where dense would win
         assert kernels.get("spmm_dx", name).dx_layout == "scatter"
-        assert heuristic.choose("spmm_fwd", 512, 512, 64, 0.1) == heuristics.default_variant("spmm_fwd", 64)
+        assert planner.heuristic("spmm_fwd", 512, 512, 64, 0.1) == planner.default_variant("spmm_fwd", 64)
     with pytest.raises(ValueError, match="preference"):
         prefer.set_prefer("fast")
     monkeypatch.setenv("SPARSELAB_PREFER", "Memory")
@@ -763,7 +757,7 @@ def test_memory_preference_heuristic_and_env(monkeypatch):
 
 
 def test_memory_preference_end_to_end_never_builds_the_transpose(monkeypatch):
-    from sparselab import PaddedCSR, dispatch
+    from sparselab import PaddedCSR
     from sparselab.tuning import modes
     from sparselab.tuning import preference as prefer
 
@@ -771,7 +765,7 @@ def test_memory_preference_end_to_end_never_builds_the_transpose(monkeypatch):
     dY = torch.randn(70, 96)
     ref = dY.double() @ W.to_dense().double()
     with modes.mode("off"), prefer.prefer("memory"):
-        dispatch.invalidate()
+        planner.invalidate()
         dX = ops.spmm_dx(W, dY)
     assert W._transposed is None
     assert torch.allclose(dX.double(), ref, rtol=1e-4, atol=1e-4)
@@ -819,7 +813,7 @@ def test_a_dispatch_miss_is_timed_at_the_calls_shape(isolated, monkeypatch):
         seen.append(kw.get("shape"))
         return {"variant": "scalar", "median_s": 1e-3}
     monkeypatch.setattr(tuner, "tune", fake_tune)
-    resolve.choose("spmm_fwd", 640, 2560, 300, 0.1, 2)
+    planner._from_wisdom("spmm_fwd", 640, 2560, 300, 0.1, 2)
     assert seen == [(640, 2560, 300, 0.1)]  # not the bucket's representative 724 x 2896, n 362
     key = make_key("spmm_fwd", 640, 2560, 300, 0.1, 2)
     assert (key.out_features, key.in_features) != (640, 2560)
@@ -830,14 +824,12 @@ def test_a_dispatch_miss_is_timed_at_the_calls_shape(isolated, monkeypatch):
 
 @pytest.mark.parametrize("op", ["spmm_fwd", "spmm_dx", "sddmm_dw"])
 def test_heuristic_default_is_available_and_batch_aware(op):
-    from sparselab import heuristics
-
-    picks = {n: kernels.get(op, heuristics.default_variant(op, n)) for n in (1, 16, 64, 4096)}
+    picks = {n: kernels.get(op, planner.default_variant(op, n)) for n in (1, 16, 64, 4096)}
     assert all(v.available for v in picks.values())
     if kernels.get(op, "avx2_bm64_cb128").available:
         assert picks[64].form == "block_major" and picks[4096].form == "block_major"
         assert picks[16].form == "tiled"
-    scatter = kernels.get("spmm_dx", heuristics.default_variant("spmm_dx", 4096, scatter_dx=True))
+    scatter = kernels.get("spmm_dx", planner.default_variant("spmm_dx", 4096, scatter_dx=True))
     assert scatter.available and scatter.dx_layout == "scatter"
 
 

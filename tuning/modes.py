@@ -79,12 +79,12 @@ def mode(name: str):
 
 
 def _forget_memos() -> None:
-    # dispatch memoises choices per call signature; a mode change must not serve stale ones.
+    # the planner memoises plans per call signature; a mode change must not serve stale ones.
     # Entering 'force' again re-tunes again. Only touch modules already imported: importing
     # them here would create a cycle.
-    dispatch = sys.modules.get("sparselab.dispatch")
-    if dispatch is not None and hasattr(dispatch, "invalidate"):
-        dispatch.invalidate()
+    planner = sys.modules.get("sparselab.planner")
+    if planner is not None:
+        planner.invalidate()
     resolve = sys.modules.get(__package__ + ".resolve")
     if resolve is not None:
         resolve.forget_retuned()

@@ -1,17 +1,16 @@
-"""The slow path of dispatch: mode-aware lookup, tuning a key on a miss.
+"""The wisdom the planner consults on a miss: the process's tuning cache, tuning a key that
+was never measured.
 
-sparselab.dispatch memoises what this returns per call signature, so this runs once per distinct
+``sparselab.planner`` memoises its plans per call signature, so this runs once per distinct
 (op, shape, N, density, threads) in a process (and again after a mode change or a cache clear).
 """
 from __future__ import annotations
 
-import functools
 import threading
 import warnings
 
-from . import heuristic, preference
-from .keys import make_key
 from .modes import get_mode
+
 
 _lock = threading.RLock()       # one tuning at a time; also guards the state below
 _cache = None                   # the process's TuningCache, created on first tuned lookup
@@ -45,48 +44,29 @@ def forget_retuned() -> None:
 
 
 def _forget_dispatch_memo() -> None:
-    import sys
+    from sparselab import planner
 
-    dispatch = sys.modules.get("sparselab.dispatch")
-    if dispatch is not None and hasattr(dispatch, "invalidate"):
-        dispatch.invalidate()
+    planner.invalidate()
 
 
-@functools.lru_cache(maxsize=None)
-def _infos(op: str) -> dict:
+def tuning_active() -> bool:
+    """Whether this thread is inside a tuning run (its kernel calls must not tune again)."""
+    return getattr(_tuning, "active", False)
+
+
+def lookup_or_tune(key, shape, mode: str) -> dict | None:
+    """The cache entry of ``key``, tuned at the missing call's ``shape`` when absent (or, in
+    force mode, not yet re-tuned by this process); None if tuning failed."""
     from .candidates import available_variants
 
-    return {v.name: v for v in available_variants(op)}
-
-
-def choose(op: str, out_features: int, in_features: int, n: int, density: float,
-           threads: int) -> str:
-    mode = get_mode()
-    if mode == "off" or getattr(_tuning, "active", False):
-        return heuristic.choose(op, out_features, in_features, n, density)
-    key = make_key(op, out_features, in_features, n, density, threads)
     with _lock:
         cache = get_cache()
         entry = cache.get(key)
         fresh_enough = mode == "on" or str(key) in _retuned
-        if entry is None or not fresh_enough or entry["variant"] not in _infos(op):
-            entry = _tune_and_store(key, cache, (out_features, in_features, n, density))
-            if entry is None:
-                return heuristic.choose(op, out_features, in_features, n, density)
-        return _pick(op, entry, (op, out_features, in_features, n, density))
-
-
-def _pick(op: str, entry: dict, call) -> str:
-    """The entry's winner, or under a memory preference the fastest allowed candidate."""
-    infos = _infos(op)
-    winner = entry["variant"]
-    if preference.allowed(op, infos[winner]):
-        return winner
-    timed = [name for name in entry.get("medians", {})
-             if name in infos and preference.allowed(op, infos[name])]
-    if timed:
-        return min(timed, key=lambda name: entry["medians"][name])
-    return heuristic.choose(*call)
+        known = {v.name for v in available_variants(key.op)}
+        if entry is None or not fresh_enough or entry["variant"] not in known:
+            entry = _tune_and_store(key, cache, shape)
+        return entry
 
 
 def _tune_and_store(key, cache, shape) -> dict | None:

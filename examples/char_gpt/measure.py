@@ -64,8 +64,7 @@ class Run:
         self.model = T.build_model(cfg, sparse=sparse, seed=seed)
         self.algo = None
         if sparse:
-            self.algo = T.make_dst(dst, self.model, steps=steps, seed=seed)
-            self.model.apply(self.algo)  # before the optimizer: attaching may repack layers
+            self.algo = T.attach_dst(dst, self.model, steps=steps, seed=seed)  # before the optimizer: may repack
         self.opt = T.make_optimizer(self.model, optimizer, T.DEFAULT_LR[optimizer], 0.1)
         if self.algo is not None:
             self.algo.attach_optimizer(self.opt)

@@ -10,8 +10,9 @@ and the FFN linears (``mlp.fc1``, ``mlp.fc2``) 90% sparse, through
 ``sparselab.sparsify`` with per-name sparsities; embeddings, layer norms and
 the head stay dense. Kept weights are the dense init's values at random
 positions, scaled by ``1/sqrt(density)`` so every layer's output variance at
-init matches the dense model's. The DST algorithm keeps each layer at its own
-density (a per-layer distribution) and moves connections on its schedule.
+init matches the dense model's. The DST algorithm is attached through
+``sparselab.dst.configure`` with one group per layer kind (``dst_groups``), so
+each layer keeps its own density while connections move on the schedule.
 
 Dense and sparse runs with the same ``--seed`` see the same batches, the same
 learning-rate schedule (linear warm-up, cosine decay to 10% over ``--steps``)
@@ -82,40 +83,22 @@ def sparse_layers(model: nn.Module) -> list[tuple[str, SparseLinear]]:
     return [(n, m) for n, m in model.named_modules() if isinstance(m, SparseLinear)]
 
 
-class PerLayerDensity:
-    """A DST distribution that keeps each layer at its own density (here: attention 30%,
-    FFN 10%); a different global density scales them all by the same factor (capped at 1)."""
-
-    __name__ = "per_layer"
-
-    def __init__(self, densities: list[float]):
-        self.densities = [float(d) for d in densities]
-
-    def __call__(self, shapes, density: float) -> list[float]:
-        if len(shapes) != len(self.densities):
-            raise ValueError(f"per-layer distribution made for {len(self.densities)} layers, got {len(shapes)}")
-        total = sum(o * i for o, i in shapes)
-        base = sum(d * o * i for d, (o, i) in zip(self.densities, shapes)) / total
-        f = density / base
-        return [min(1.0, d * f) for d in self.densities]
-
-
-def make_dst(name: str, model: nn.Module, *, steps: int, seed: int, update_freq: int = 100,
-             drop_fraction: float = 0.3):
-    """A DST algorithm of ``name`` for the sparse layers of ``model`` (not yet attached)."""
-    layers = sparse_layers(model)
-    numel = sum(m.in_features * m.out_features for _, m in layers)
-    density = sum(m.nnz for _, m in layers) / numel
-    dist = PerLayerDensity([m.density for _, m in layers])
-    common = dict(distribution=dist, seed=seed)
-    sched = dict(update_freq=update_freq, end=max(1, int(0.75 * steps)), drop_fraction=drop_fraction)
-    classes = {"static": sparselab.Static, "set": sparselab.SET, "rigl": sparselab.RigL,
-               "srigl": sparselab.SRigL, "snfs": sparselab.SNFS}
-    if name not in classes:
+def dst_groups(name: str, attn: float = ATTN_SPARSITY, ffn: float = FFN_SPARSITY) -> list[dict]:
+    """The per-layer DST configuration: attention and FFN linears at their own sparsity, one
+    algorithm ``name`` for all of them (so they share one object), the head dense."""
+    if name not in DST_CHOICES:
         raise ValueError(f"unknown DST algorithm {name!r}; choose from {', '.join(DST_CHOICES)}")
-    if name == "static":
-        return classes[name](1.0 - density, **common)
-    return classes[name](1.0 - density, **common, **sched)
+    return [{"modules": ["blocks.*.attn.qkv", "blocks.*.attn.proj"], "sparsity": attn, "algorithm": name},
+            {"modules": ["blocks.*.mlp.fc1", "blocks.*.mlp.fc2"], "sparsity": ffn, "algorithm": name},
+            {"modules": "head", "sparsity": None}]
+
+
+def attach_dst(name: str, model: nn.Module, *, steps: int, seed: int, update_freq: int = 100,
+               drop_fraction: float = 0.3, state: dict | None = None) -> "sparselab.dst.SparsityGroups":
+    """Attach DST algorithm ``name`` to the sparse layers of ``model`` (already sparsified by
+    ``build_model``); ``state``: a saved ``SparsityGroups.state_dict()`` to resume from."""
+    return sparselab.dst.configure(model, dst_groups(name), state=state, seed=seed, update_freq=update_freq,
+                                   end=max(1, int(0.75 * steps)), drop_fraction=drop_fraction)
 
 
 def make_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -177,19 +160,17 @@ class Trainer:
             if a.sparse:
                 # Attach before making the optimizer: attaching may repack a layer (spare slots for DST),
                 # which gives it a new weight_values Parameter that an earlier optimizer would not hold.
-                self.algo = make_dst(a.dst, self.model, steps=a.steps, seed=a.seed, update_freq=a.update_freq,
-                                     drop_fraction=a.drop_fraction)
-                self.model.apply(self.algo)
+                self.algo = attach_dst(a.dst, self.model, steps=a.steps, seed=a.seed, update_freq=a.update_freq,
+                                       drop_fraction=a.drop_fraction)
             self.opt = make_optimizer(self.model, a.optimizer, self.lr, a.weight_decay)
         else:
             self.model.load_state_dict(resume_state["model"])  # adopts the saved topology and capacity
             self.opt = make_optimizer(self.model, a.optimizer, self.lr, a.weight_decay)
             self.opt.load_state_dict(resume_state["optimizer"])
             if a.sparse:
-                self.algo = make_dst(a.dst, self.model, steps=a.steps, seed=a.seed, update_freq=a.update_freq,
-                                     drop_fraction=a.drop_fraction)
-                self.algo.load_state_dict(resume_state["dst"])  # a loaded algorithm never re-budgets layers
-                self.model.apply(self.algo)
+                # a loaded algorithm never re-budgets layers
+                self.algo = attach_dst(a.dst, self.model, steps=a.steps, seed=a.seed, update_freq=a.update_freq,
+                                       drop_fraction=a.drop_fraction, state=resume_state["dst"])
         if self.algo is not None:
             self.algo.attach_optimizer(self.opt)
         if resume_state is not None:
@@ -351,7 +332,7 @@ def main(argv=None) -> dict:
     tr = Trainer(args)
     state = None
     if args.resume:
-        state = torch.load(args.checkpoint, weights_only=False)
+        state = torch.load(args.checkpoint, weights_only=True)  # tensors and plain data only: no code runs
         saved = {k: v for k, v in state["args"].items() if k not in ("stop_at", "resume", "no_progress", "out",
                                                                        "eval_every", "ckpt_every", "threads")}
         diff = {k: (v, getattr(args, k, None)) for k, v in saved.items() if getattr(args, k, None) != v}

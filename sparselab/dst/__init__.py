@@ -1,7 +1,8 @@
 """Dynamic sparse training on padded-CSR storage.
 
 ``algo = sparselab.RigL(sparsity=0.9, drop_fraction=0.3, update_freq=100); model.apply(algo)``;
-``algo.attach_optimizer(opt)``; call ``algo.step()`` after every ``opt.step()``.
+``algo.attach_optimizer(opt)``; call ``algo.step()`` after every ``opt.step()`` (or wrap the
+optimizer: ``opt = SparsityOptimizer(opt, algo)``). Per-layer groups: :func:`configure`.
 See :mod:`sparselab.dst.base` for the contract of a new algorithm.
 """
 
@@ -10,13 +11,19 @@ from .base import LayerState, SparsityAlgorithm, UpdateInfo
 from .gmp import GMP
 from .granet import GraNet
 from .rigl import RigL
-from .schedules import (ConstantDrop, ConstantSparsity, CosineDrop, CubicSparsity, DropSchedule, SparsitySchedule,
-                        UpdateSchedule)
+from .schedules import (ConstantDrop, ConstantSparsity, CosineDrop, CosineSparsity, CubicSparsity, DropSchedule,
+                        PolynomialSparsity, SparsitySchedule, UpdateSchedule)
+from .scores import LowestIndex, RandomTies, TieBreaker
 from .set import SET
 from .snfs import SNFS
 from .srigl import SRigL
 from .static import Static
+from .topkast import TopKAST, TopKASTLinear
+from .config import ALGORITHMS, Group, SparsityGroups, configure
+from .wrapper import SparsityOptimizer
 
 __all__ = ["SparsityAlgorithm", "LayerState", "UpdateInfo", "Static", "SET", "RigL", "SRigL", "GMP", "GraNet",
-           "SNFS", "UpdateSchedule", "DropSchedule", "ConstantDrop", "CosineDrop", "SparsitySchedule",
-           "ConstantSparsity", "CubicSparsity", "distribution", "schedules"]
+           "SNFS", "TopKAST", "TopKASTLinear", "UpdateSchedule", "DropSchedule", "ConstantDrop", "CosineDrop",
+           "SparsitySchedule", "ConstantSparsity", "CubicSparsity", "PolynomialSparsity", "CosineSparsity",
+           "TieBreaker", "LowestIndex", "RandomTies", "configure", "Group", "SparsityGroups", "SparsityOptimizer",
+           "ALGORITHMS", "distribution", "schedules"]

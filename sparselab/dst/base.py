@@ -62,9 +62,14 @@ What the base does for you
   is False), limited by the free positions. A dropped position may be regrown
   in the same update (as in RigL's reference code); it then restarts at zero.
 - **Deterministic tie-breaking**: among equal scores the lowest slot / flat
-  position wins (:mod:`sparselab.dst.select`), and all randomness comes from
-  one ``torch.Generator`` seeded with ``seed``: the same seed gives the same
+  position wins (:mod:`sparselab.dst.select`; ``tie_breaker='random'`` orders
+  them at random instead), and all randomness comes from one
+  ``torch.Generator`` seeded with ``seed``: the same seed gives the same
   topology sequence.
+- **Score shaping** without a subclass: ``drop_shaper`` / ``grow_shaper``
+  callables reshape the scores every update selects on
+  (:mod:`sparselab.dst.scores`; :meth:`shaped_drop_scores` is what
+  ``update_layer`` implementations should select drops on).
 - **Topology mutation** (:func:`sparselab.dst.topology.rewrite_layer`): each
   row's live prefix rewritten in place with sorted columns, grown weights
   start at **zero**; when a row lacks spare slots its block of rows is
@@ -125,7 +130,6 @@ with gradient-based growth::
 from __future__ import annotations
 
 import math
-import sys
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -133,8 +137,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from .. import optimizer_tracking
 from ..nn import SparseLinear
 from . import distribution as _distribution
+from . import scores as _scores
 from .capture import GradientCapture
 from .schedules import (ConstantDrop, ConstantSparsity, CosineDrop, DropSchedule, SparsitySchedule, UpdateSchedule,
                         check_fraction, check_sparsity, check_step)
@@ -204,16 +210,6 @@ class UpdateInfo:
     grown_slots: Tensor
 
 
-def _apply_frames(module) -> tuple[bool, bool]:
-    """(called from nn.Module.apply, called for the root of that apply) for __call__."""
-    apply_code = nn.Module.apply.__code__
-    f = sys._getframe(2)
-    if f is None or f.f_code is not apply_code or f.f_locals.get("self") is not module:
-        return False, True
-    parent = f.f_back
-    return True, not (parent is not None and parent.f_code is apply_code)
-
-
 class SparsityAlgorithm:
     """Base class: see the module docstring for the contract and an example.
 
@@ -238,6 +234,9 @@ class SparsityAlgorithm:
         check: run the full O(capacity) invariant check (``PaddedCSR.validate``)
             after every topology change (off by default: it costs time and
             capacity-sized temporaries; the transposed index is rebuilt either way).
+        drop_shaper, grow_shaper, tie_breaker: reshape the drop / growth
+            scores and choose how ties are broken (:mod:`sparselab.dst.scores`;
+            defaults: unchanged scores, lowest index wins).
     """
 
     needs_gradient: bool = False
@@ -248,8 +247,12 @@ class SparsityAlgorithm:
 
     def __init__(self, sparsity=0.9, *, update_freq=100, drop_fraction=0.3, drop_schedule: str | None = None,
                  start: int = 0, end: int | None = None, distribution="uniform", seed: int = 0,
-                 padding: float | None = None, chunk_fraction: float = 1 / 16, check: bool = False):
+                 padding: float | None = None, chunk_fraction: float = 1 / 16, check: bool = False,
+                 drop_shaper=None, grow_shaper=None, tie_breaker=None):
         self.check = bool(check)
+        self.drop_shaper = _scores.check_shaper(drop_shaper, "drop_shaper")
+        self.grow_shaper = _scores.check_shaper(grow_shaper, "grow_shaper")
+        self.tie_breaker = _scores.resolve_tie_breaker(tie_breaker)
         if isinstance(sparsity, SparsitySchedule):
             self.sparsity_schedule = sparsity
         else:
@@ -294,22 +297,35 @@ class SparsityAlgorithm:
         self._density_cache: dict[float, list[float]] = {}
         self._warned_no_opt = False
         self.last_update: list[UpdateInfo] = []
+        self._pending: dict[int, object] = {}  # layers attached by model.apply, not yet set up
+        self._apply_root: weakref.ref | None = None
+        self._set_up = False
 
     # ------------------------------------------------------------------ attaching
 
     def __call__(self, module: nn.Module) -> nn.Module:
-        """Attach to every SparseLinear in ``module``: ``model.apply(algo)`` or ``algo(layer)``.
-
-        Under ``model.apply`` the non-sparse submodules are skipped; a module
-        (or model) with no SparseLinear at all raises ``TypeError``."""
+        """``model.apply(algo)``: torch calls this for every submodule, children first. Each
+        SparseLinear is attached; the budgets, spare slots and hooks are set up once all of
+        them are known, at the layers' next forward or the algorithm's next use.
+        ``algo.attach(model)`` is the documented form: it sets up at once, names the layers
+        by their module names, and raises ``TypeError`` for a model without SparseLinear."""
         if not isinstance(module, nn.Module):
             raise TypeError(f"{type(self).__name__} attaches to nn.Module objects, got {type(module).__name__}")
-        in_apply, is_root = _apply_frames(module)
+        if isinstance(module, SparseLinear):
+            self._attach(module, "")
+            if id(module) not in self._pending:
+                self._pending[id(module)] = module.register_forward_pre_hook(self._finish_on_forward)
+        elif self._pending and any(isinstance(m, SparseLinear) and id(m) in self._pending for m in module.modules()):
+            # apply visits parents after children: the last such container is the model, whose
+            # module names name the layers.
+            self._apply_root = weakref.ref(module)
+        return module
+
+    def attach(self, module: nn.Module) -> nn.Module:
+        """Attach to every SparseLinear in ``module`` (a model or one layer) and set them up now."""
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"{type(self).__name__} attaches to nn.Module objects, got {type(module).__name__}")
         sparse = [m for m in module.modules() if isinstance(m, SparseLinear)]
-        if in_apply and not is_root:
-            if isinstance(module, SparseLinear):
-                self._attach(module, "")
-            return module
         if not sparse:
             raise TypeError(f"{type(self).__name__} attaches to sparselab.SparseLinear layers, but "
                             f"{type(module).__name__} is not one and contains none; convert dense layers first "
@@ -317,19 +333,32 @@ class SparsityAlgorithm:
         names = {id(m): n for n, m in module.named_modules()}
         for m in sparse:
             self._attach(m, names.get(id(m), ""))
-        # Keep module order (model.apply visits children before parents).
-        order = {id(m): i for i, m in enumerate(sparse)}
-        self._layers.sort(key=lambda L: order.get(id(L.module), -1))
-        for i, L in enumerate(self._layers):
-            L.index = i
-            if not L.name:
-                L.name = names.get(id(L.module)) or f"layer{i}"
-        self._setup()
+            L = next(L for L in self._layers if L.module is m)
+            L.name = L.name or names.get(id(m), "")
+        self._finish_attach()
         return module
 
-    def attach(self, module: nn.Module) -> nn.Module:
-        """Same as ``algo(module)``."""
-        return self(module)
+    def _finish_on_forward(self, module, args) -> None:
+        if torch.compiler.is_compiling():
+            raise RuntimeError(f"{type(self).__name__} was attached with model.apply and is set up at the first "
+                               f"eager forward; call algo.attach(model) before torch.compile(model)")
+        self._finish_attach()
+
+    def _finish_attach(self) -> None:
+        """Set up the layers attached since the last setup (budgets, spare slots, hooks)."""
+        if not self._pending and self._set_up:
+            return
+        for handle in self._pending.values():
+            handle.remove()
+        self._pending.clear()
+        root = self._apply_root() if self._apply_root is not None else None
+        names = {id(m): n for n, m in root.named_modules()} if root is not None else {}
+        self._apply_root = None
+        for i, L in enumerate(self._layers):
+            L.index = i
+            L.name = L.name or names.get(id(L.module)) or f"layer{i}"
+        self._set_up = True
+        self._setup()
 
     def _attach(self, module: SparseLinear, name: str) -> None:
         if any(L.module is module for L in self._layers):
@@ -347,6 +376,9 @@ class SparsityAlgorithm:
 
     def detach(self) -> None:
         """Remove hooks and forget the layers (they keep their current topology)."""
+        for handle in self._pending.values():
+            handle.remove()
+        self._pending.clear()
         self._disarm()
         for L in self._layers:
             if _OWNER.get(L.module) is not None and _OWNER[L.module]() is self:
@@ -359,10 +391,12 @@ class SparsityAlgorithm:
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
         if all(o is not optimizer for o in self._optimizers):
             self._optimizers.append(optimizer)
+        self._finish_attach()
         return optimizer
 
     @property
     def layers(self) -> list[LayerState]:
+        self._finish_attach()
         return list(self._layers)
 
     @property
@@ -370,6 +404,7 @@ class SparsityAlgorithm:
         return self._step
 
     def _require_layers(self) -> None:
+        self._finish_attach()
         if not self._layers:
             raise RuntimeError(f"{type(self).__name__} has no SparseLinear attached: call model.apply(algo) "
                                f"(or algo(layer)) first")
@@ -378,6 +413,7 @@ class SparsityAlgorithm:
 
     def densities(self, t: int | None = None) -> list[float]:
         """Per-layer target densities at step ``t`` (default: now)."""
+        self._finish_attach()
         s = self.sparsity_schedule(self._step if t is None else t)
         d = self._density_cache.get(s)
         if d is None:
@@ -450,6 +486,15 @@ class SparsityAlgorithm:
         n = len(range(*rows.indices(layer.shape[0])))
         return torch.rand(n, layer.shape[1], generator=self.generator)
 
+    def shaped_drop_scores(self, layer: LayerState) -> Tensor:
+        """:meth:`drop_scores` after ``drop_shaper`` and ``tie_breaker`` (what updates select on)."""
+        s = self.drop_scores(layer)
+        if self.drop_shaper is not None:
+            s = self.drop_shaper(s, layer)
+        if self.tie_breaker is not None:
+            s = self.tie_breaker(s, self.generator)
+        return s
+
     def layer_counts(self, layer: LayerState, t: int) -> tuple[int, int]:
         """``(n_drop, n_grow)`` for ``layer`` at update step ``t``."""
         nnz = layer.nnz
@@ -467,7 +512,7 @@ class SparsityAlgorithm:
         ``n_grow`` highest ``grow_scores`` among positions not live after the drop."""
         if n_drop <= 0 and n_grow <= 0:
             return None
-        drop = self.select_drop(layer, self.drop_scores(layer), n_drop)
+        drop = self.select_drop(layer, self.shaped_drop_scores(layer), n_drop)
         rows, cols = self.select_grow(layer, lambda r: self.grow_scores(layer, r), n_grow, dropped=drop)
         return self.rewrite(layer, drop, rows, cols)
 
@@ -514,7 +559,13 @@ class SparsityAlgorithm:
 
     def _block_scores(self, layer: LayerState, score_fn, r0: int, r1: int, dropped: Tensor | None) -> Tensor:
         """``score_fn(slice(r0, r1))`` flattened, with positions live after the drop set to -inf."""
-        flat = score_fn(slice(r0, r1)).reshape(-1)
+        rows = slice(r0, r1)
+        block = score_fn(rows)
+        if self.grow_shaper is not None:
+            block = self.grow_shaper(block, layer, rows)
+        if self.tie_breaker is not None:
+            block = self.tie_breaker(block, self.generator)
+        flat = block.reshape(-1)
         if flat.dtype == torch.float32:
             flat = flat.contiguous()
             mask_live_positions(flat, layer.module, r0, r1, dropped)
@@ -645,10 +696,12 @@ class SparsityAlgorithm:
         t = self._step
         changed = False
         if self.is_update_step(t):
-            if not self._optimizers and not self._warned_no_opt:
+            if (not self._optimizers and not self._warned_no_opt
+                    and not any(optimizer_tracking.holders(L.module.weight_values) for L in self._layers)):
                 self._warned_no_opt = True
-                warnings.warn(f"{type(self).__name__}: no optimizer attached (algo.attach_optimizer(opt)); "
-                              f"optimizer state of changed slots is not moved or reset", stacklevel=2)
+                warnings.warn(f"{type(self).__name__}: no optimizer has stepped these layers yet and none was "
+                              f"attached (algo.attach_optimizer(opt)); there is no optimizer state to move",
+                              stacklevel=2)
             with torch.no_grad():
                 changed = self._update(t)
         self._disarm()
@@ -683,10 +736,16 @@ class SparsityAlgorithm:
 
     def config(self) -> dict:
         """What must match for a checkpoint to resume (subclasses add their knobs)."""
-        return {"algorithm": type(self).__name__, "sparsity": self.sparsity_schedule.config(),
-                "update": self.update_schedule.config(), "drop": self.drop_schedule.config(),
-                "distribution": str(self._distribution_name), "seed": self.seed, "padding": self.padding,
-                "chunk_fraction": self.chunk_fraction}
+        cfg = {"algorithm": type(self).__name__, "sparsity": self.sparsity_schedule.config(),
+               "update": self.update_schedule.config(), "drop": self.drop_schedule.config(),
+               "distribution": str(self._distribution_name), "seed": self.seed, "padding": self.padding,
+               "chunk_fraction": self.chunk_fraction}
+        for key, v in (("drop_shaper", _scores.shaper_name(self.drop_shaper)),
+                       ("grow_shaper", _scores.shaper_name(self.grow_shaper)),
+                       ("tie_breaker", getattr(self.tie_breaker, "name", None))):
+            if v is not None:  # only when set: default checkpoints keep their configuration
+                cfg[key] = v
+        return cfg
 
     def extra_state(self) -> dict:
         """Algorithm-specific state to checkpoint (default: none)."""
@@ -696,6 +755,7 @@ class SparsityAlgorithm:
         pass
 
     def state_dict(self) -> dict:
+        self._finish_attach()
         return {"version": 1, "config": self.config(), "step": self._step,
                 "rng_state": self.generator.get_state(),
                 "layers": [{"name": L.name, "shape": list(L.shape), "nnz": L.nnz} for L in self._layers],
@@ -711,15 +771,32 @@ class SparsityAlgorithm:
             diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
             raise ValueError(f"checkpoint was made by a differently configured algorithm; differing: "
                              + ", ".join(f"{k}: saved {theirs.get(k)!r} vs {mine.get(k)!r}" for k in diff))
-        saved_layers = state.get("layers", [])
-        if self._layers and saved_layers and [tuple(s["shape"]) for s in saved_layers] != \
-                [L.shape for L in self._layers]:
-            raise ValueError(f"checkpoint has layers {[tuple(s['shape']) for s in saved_layers]}, this algorithm "
+        try:
+            saved_shapes = [tuple(int(d) for d in s["shape"]) for s in state.get("layers", [])]
+        except (TypeError, KeyError, ValueError):
+            raise ValueError("checkpoint 'layers' must be a list of {'shape': [out, in], ...}") from None
+        if self._layers and saved_shapes and saved_shapes != [L.shape for L in self._layers]:
+            raise ValueError(f"checkpoint has layers {saved_shapes}, this algorithm "
                              f"is attached to {[L.shape for L in self._layers]}")
-        self._step = check_step(state["step"], "step")
-        self.generator.set_state(state["rng_state"])
-        self.load_extra_state(state.get("extra", {}))
+        step = check_step(state["step"], "step")
+        rng = state["rng_state"]
+        if not isinstance(rng, Tensor) or rng.dtype != torch.uint8 or rng.dim() != 1:
+            raise ValueError("rng_state must be a 1-D uint8 tensor (torch.Generator.get_state())")
+        extra = state.get("extra", {})
+        if not isinstance(extra, dict):
+            raise ValueError(f"extra must be a dict, got {type(extra).__name__}")
+        # Nothing above mutated; the rest is undone if any part refuses its input.
+        saved = (self._step, self.generator.get_state(), self.extra_state())
+        try:
+            self.generator.set_state(rng)
+            self.load_extra_state(extra)
+        except Exception:
+            self.generator.set_state(saved[1])
+            self.load_extra_state(saved[2])
+            raise
+        self._step = step
         self._fresh = False
+        self._finish_attach()  # layers attached by model.apply: set up without re-budgeting
         self._disarm()
         self._arm_if_update_next()
 

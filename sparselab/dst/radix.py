@@ -39,10 +39,11 @@ _BINS = 1 << 16
 
 
 def _check_block(scores: Tensor, valid: Tensor | None) -> None:
-    if scores.dtype != torch.float32 or scores.dim() != 1 or not scores.is_contiguous():
-        raise TypeError("radix_topk: score blocks must be contiguous 1-D float32 tensors")
-    if valid is not None and (valid.dtype not in _VALID_BITS or not valid.is_contiguous()
-                              or valid.numel() != scores.numel()):
+    if (not isinstance(scores, Tensor) or scores.dtype != torch.float32 or scores.dim() != 1
+            or not scores.is_contiguous() or not scores.is_cpu):
+        raise TypeError("radix_topk: score blocks must be contiguous 1-D float32 CPU tensors")
+    if valid is not None and (not isinstance(valid, Tensor) or valid.dtype not in _VALID_BITS
+                              or not valid.is_contiguous() or not valid.is_cpu or valid.numel() != scores.numel()):
         raise TypeError("radix_topk: valid_cols must be a contiguous bool/int16/int32 tensor as long as its block")
 
 
@@ -74,6 +75,8 @@ def radix_topk(blocks: Callable[[], Iterable[Block]], k: int, *, largest: bool =
     come back when fewer entries are eligible."""
     if out_dtype not in (torch.int32, torch.int64):
         raise TypeError("radix_topk: out_dtype must be int32 or int64")
+    if isinstance(div, bool) or not isinstance(div, int) or div < 0:
+        raise ValueError(f"radix_topk: div must be an int >= 0, got {div!r}")
     hist = torch.zeros(_BINS, dtype=torch.int64)
     # Each loop drops its block before asking for the next, so one block exists at a time.
     for scores, valid, _ in blocks():
@@ -120,10 +123,16 @@ def mask_live_positions(scores: Tensor, layer, r0: int, r1: int, skip: Tensor | 
                          f"{(r1 - r0) * in_f} scores, got {scores.numel()}")
     if scores.dtype != torch.float32 or not scores.is_contiguous():
         raise TypeError("mask_live_positions: scores must be contiguous float32")
+    if not scores.is_cpu:
+        raise TypeError("mask_live_positions: scores must be a CPU tensor")
+    layer.weight.check()  # the layer's topology, before its pointers reach the extension
     cols, rs, rn = layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz
     n_skip = 0 if skip is None else skip.numel()
-    if n_skip and (skip.dtype not in (torch.int32, torch.int64) or not skip.is_contiguous()):
-        skip = skip.to(torch.int64).contiguous()
+    if n_skip:
+        if skip.is_floating_point() or skip.dtype == torch.bool or not skip.is_cpu:
+            raise TypeError("mask_live_positions: skip must hold integer slot ids on the CPU")
+        if skip.dtype not in (torch.int32, torch.int64) or not skip.is_contiguous():
+            skip = skip.to(torch.int64).contiguous()
     _C.mask_live_positions(scores.data_ptr(), r0, r1, in_f, cols.data_ptr(), 16 if cols.dtype == torch.int16 else 32,
                            rs.data_ptr(), rn.data_ptr(), skip.data_ptr() if n_skip else 0,
                            64 if n_skip and skip.dtype == torch.int64 else 32, n_skip)

@@ -11,9 +11,11 @@ step count checkpoints them. ``config()`` describes one (an algorithm's
 - :class:`ConstantDrop` / :class:`CosineDrop` -- the fraction of live
   connections dropped (and regrown) at an update; cosine decays to zero at
   ``end`` (RigL's default, Evci et al. 2020, eq. 1).
-- :class:`ConstantSparsity` / :class:`CubicSparsity` -- the target sparsity;
-  cubic is Zhu & Gupta's gradual-pruning ramp
-  ``s_t = s_f + (s_i - s_f) (1 - (t - start) / (end - start))^3`` (GMP, GraNet).
+- :class:`ConstantSparsity` / :class:`PolynomialSparsity` / :class:`CubicSparsity` /
+  :class:`CosineSparsity` -- the target sparsity; polynomial is the general form
+  ``s_t = s_f + (s_i - s_f) (1 - (t - start) / (end - start))^power`` of Zhu &
+  Gupta's gradual-pruning ramp (cubic: ``power=3``, GMP and GraNet's default);
+  cosine goes from ``s_i`` to ``s_f`` along a half cosine.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["UpdateSchedule", "DropSchedule", "ConstantDrop", "CosineDrop", "SparsitySchedule",
-           "ConstantSparsity", "CubicSparsity", "check_sparsity", "check_fraction", "check_step"]
+__all__ = ["UpdateSchedule", "DropSchedule", "ConstantDrop", "CosineDrop", "SparsitySchedule", "ConstantSparsity",
+           "PolynomialSparsity", "CubicSparsity", "CosineSparsity", "check_sparsity", "check_fraction", "check_step"]
 
 
 # ---- argument checks (shared with the algorithms) ----
@@ -149,26 +151,65 @@ class ConstantSparsity(SparsitySchedule):
         return {"kind": "constant", "sparsity": self.final}
 
 
-class CubicSparsity(SparsitySchedule):
-    """Zhu & Gupta (2017): from ``initial`` at ``start`` to ``final`` at ``end``, cubic."""
+class PolynomialSparsity(SparsitySchedule):
+    """From ``initial`` at ``start`` to ``final`` at ``end`` along
+    ``s_t = s_f + (s_i - s_f) (1 - (t - start) / (end - start))^power``
+    (Zhu & Gupta's ramp is ``power=3``; ``power=1`` is linear), constant outside."""
 
-    def __init__(self, initial: float, final: float, start: int, end: int):
+    kind = "polynomial"
+
+    def __init__(self, initial: float, final: float, start: int, end: int, power: float = 3.0):
         self.initial = check_sparsity(initial, "initial_sparsity")
         self.final = check_sparsity(final, "sparsity")
         if self.initial > self.final:
             raise ValueError(f"initial_sparsity ({self.initial}) must be <= the final sparsity ({self.final}): "
-                             f"the cubic ramp prunes, it does not densify")
+                             f"the ramp prunes, it does not densify")
         self.start = check_step(start, "start")
         if end is None:
-            raise ValueError("a cubic sparsity ramp needs end (the step where it reaches the final sparsity)")
+            raise ValueError("a sparsity ramp needs end (the step where it reaches the final sparsity)")
         self.end = check_step(end, "end", minimum=1)
         if self.end <= self.start:
             raise ValueError(f"end ({self.end}) must be > start ({self.start})")
+        if not _is_real(power) or power <= 0:
+            raise ValueError(f"power must be a number > 0, got {power!r}")
+        self.power = float(power)
+
+    def progress(self, t: int) -> float:
+        return min(1.0, max(0.0, (t - self.start) / (self.end - self.start)))
 
     def __call__(self, t: int) -> float:
-        p = min(1.0, max(0.0, (t - self.start) / (self.end - self.start)))
-        return self.final + (self.initial - self.final) * (1.0 - p) ** 3
+        return self.final + (self.initial - self.final) * (1.0 - self.progress(t)) ** self.power
+
+    def config(self) -> dict:
+        return {"kind": self.kind, "initial": self.initial, "final": self.final, "start": self.start,
+                "end": self.end, "power": self.power}
+
+
+class CubicSparsity(PolynomialSparsity):
+    """Zhu & Gupta (2017): from ``initial`` at ``start`` to ``final`` at ``end``, cubic."""
+
+    kind = "cubic"
+
+    def __init__(self, initial: float, final: float, start: int, end: int):
+        super().__init__(initial, final, start, end, power=3.0)
 
     def config(self) -> dict:
         return {"kind": "cubic", "initial": self.initial, "final": self.final, "start": self.start,
+                "end": self.end}
+
+
+class CosineSparsity(PolynomialSparsity):
+    """From ``initial`` at ``start`` to ``final`` at ``end`` along a half cosine:
+    ``s_t = s_f + (s_i - s_f) (1 + cos(pi p)) / 2`` with ``p = (t - start) / (end - start)``."""
+
+    kind = "cosine"
+
+    def __init__(self, initial: float, final: float, start: int, end: int):
+        super().__init__(initial, final, start, end, power=1.0)
+
+    def __call__(self, t: int) -> float:
+        return self.final + (self.initial - self.final) * 0.5 * (1.0 + math.cos(math.pi * self.progress(t)))
+
+    def config(self) -> dict:
+        return {"kind": "cosine", "initial": self.initial, "final": self.final, "start": self.start,
                 "end": self.end}

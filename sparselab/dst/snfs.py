@@ -1,7 +1,12 @@
-"""SNFS: Sparse Momentum (sparse networks from scratch).
+"""SNFS: Sparse Momentum (sparse networks from scratch), dense-gradient-growth variant.
 
 Dettmers & Zettlemoyer, *Sparse Networks from Scratch: Faster Training without
 Losing Performance*, arXiv:1907.04840 (2019).
+
+This is **not** the paper's growth rule: the paper grows where the (dense)
+momentum is largest; SparseLab's ``SNFS`` grows where the dense *gradient* of
+the update step is largest (see "Deviation" below). Drop and the momentum-based
+redistribution across layers follow the paper.
 
 At every update:
 
@@ -62,7 +67,8 @@ def allocate(total: int, weights: list[float], caps: list[int]) -> list[int]:
 
 
 class SNFS(SparsityAlgorithm):
-    """Magnitude drop, momentum-based redistribution across layers, gradient growth."""
+    """Magnitude drop, momentum-based redistribution across layers, dense-gradient growth
+    (the paper grows by momentum magnitude, which needs a dense momentum: see the module docstring)."""
 
     needs_gradient = True
     default_drop_schedule = "cosine"

@@ -99,7 +99,7 @@ class SRigL(RigL):
         K = self.target_nnz(layer, t)
         nnz = int(torch.count_nonzero(live))
         n_prune = max(0, min(n_drop, nnz))
-        ds = self.drop_scores(layer).detach().reshape(-1)
+        ds = self.shaped_drop_scores(layer).detach().reshape(-1)
         kept = topk_indices(ds, nnz - n_prune, live)  # the nnz - n_prune largest |w| (layer-wise)
         keep_count = torch.bincount(rows_of[kept], minlength=out_f)
         grad_scores = lambda r: layer.dense_grad(r).abs_()  # noqa: E731

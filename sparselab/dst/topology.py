@@ -20,12 +20,13 @@
    tensor keeps its shape and identity, so the Parameter, the optimizer, live
    autograd graphs and ``torch.compile`` buffers are all unaffected.
 4. **Resize** only when the capacity must change (spare slots ensured at attach
-   time, compaction after pruning, a layer that densifies): new tensors of the
-   new capacity; ``weight_values`` becomes a *new* ``nn.Parameter`` (resizing
-   the old one through ``.data`` would leave autograd's cached gradient
-   accumulator with the old shape while any earlier graph is alive), and
-   every attached optimizer's param group and state are moved to it. Code
-   holding references to the old Parameter must refresh them.
+   time, compaction after pruning, a layer that densifies): the same
+   ``weight_values`` Parameter and the same index buffers get new storage of
+   the new capacity (``.data``), so optimizers, param groups and schedulers
+   that hold them keep working; the state of every optimizer known to hold the
+   Parameter (attached, or seen stepping it: :mod:`sparselab.optimizer_tracking`)
+   is resized with it. Do not resize while a graph that used the layer is
+   still waiting for its backward.
 5. Per-slot optimizer state (``momentum_buffer``, ``exp_avg``, ... -- every state
    tensor shaped like the values, found by
    :func:`sparselab.optim_state.slot_state_keys`) and ``.grad`` follow their
@@ -48,8 +49,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from .. import optim_state
+from .. import optim_state, optimizer_tracking
 from ..format import PADDING
+from ..storage import replace_storage
 
 __all__ = ["RewriteResult", "rewrite_layer", "optimizers_of"]
 
@@ -60,26 +62,25 @@ class RewriteResult:
     grown: int = 0
     nnz: int = 0
     repacked: bool = False       # row layout changed (re-layout or resize)
-    resized: bool = False        # capacity changed: weight_values is a new Parameter
+    resized: bool = False        # capacity changed: weight_values has new storage (same Parameter)
     grown_slots: Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
 
 
-def optimizers_of(param: Tensor, optimizers) -> list:
-    return [o for o in optimizers if any(q is param for g in o.param_groups for q in g["params"])]
+def optimizers_of(param: Tensor, optimizers=()) -> list:
+    """The optimizers among ``optimizers`` and those seen stepping ``param`` that hold it."""
+    seen = optimizer_tracking.holders(param)
+    out = [o for o in optimizers if any(q is param for g in o.param_groups for q in g["params"])]
+    return out + [o for o in seen if all(o is not k for k in out)]
 
 
-def _swap_parameter(layer, old: nn.Parameter, new_values: Tensor, opts) -> nn.Parameter:
-    """Give ``layer`` a new ``weight_values`` Parameter; move it into every optimizer in ``opts``."""
-    new = nn.Parameter(new_values, requires_grad=old.requires_grad)
-    for o in opts:
-        for g in o.param_groups:
-            for i, q in enumerate(g["params"]):
-                if q is old:
-                    g["params"][i] = new
-        if old in o.state:
-            o.state[new] = o.state.pop(old)
-    layer.weight_values = new
-    return new
+def _check_indices(name: str, t: Tensor, high: int) -> None:
+    """Integer ids in ``[0, high)``: a negative id would wrap around in torch indexing."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"rewrite_layer: {name} must be a tensor, got {type(t).__name__}")
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"rewrite_layer: {name} must hold integer ids, got {t.dtype}")
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= high):
+        raise ValueError(f"rewrite_layer: {name} must lie in [0, {high}), got range [{int(t.min())}, {int(t.max())}]")
 
 
 def _exclusive_cumsum(x: Tensor) -> Tensor:
@@ -119,9 +120,19 @@ def rewrite_layer(layer, drop_slots: Tensor, grow_rows: Tensor, grow_cols: Tenso
             up |= (a[1:] == a[:-1]) & (b[1:] > b[:-1])
         return bool(up.all())
 
+    _check_indices("drop_slots", drop_slots, cap)
+    _check_indices("grow_rows", grow_rows, out_f)
+    _check_indices("grow_cols", grow_cols, in_f)
+    if grow_rows.numel() != grow_cols.numel():
+        raise ValueError(f"rewrite_layer: grow_rows and grow_cols differ in length "
+                         f"({grow_rows.numel()} vs {grow_cols.numel()})")
+    if grow_values is not None:
+        if not isinstance(grow_values, Tensor) or not grow_values.is_floating_point():
+            raise TypeError("rewrite_layer: grow_values must be a floating-point tensor or None")
+        if grow_values.numel() != grow_rows.numel() or not bool(torch.isfinite(grow_values).all()):
+            raise ValueError(f"rewrite_layer: grow_values must hold {grow_rows.numel()} finite values")
+        grow_values = grow_values.reshape(-1)
     drop_slots = drop_slots.reshape(-1)
-    if drop_slots.is_floating_point() or drop_slots.dtype == torch.bool:
-        raise TypeError("rewrite_layer: drop_slots must hold integer slot ids")
     if not _sorted(drop_slots):  # selections arrive sorted; others are sorted here
         drop_slots = drop_slots.sort().values
         if drop_slots.numel() > 1 and bool((drop_slots[1:] == drop_slots[:-1]).any()):
@@ -273,16 +284,16 @@ def rewrite_layer(layer, drop_slots: Tensor, grow_rows: Tensor, grow_cols: Tenso
             write(w.cols, new_cols, p, grow_cols)
             grown_slots[p[2]:p[3]] = p[4]
         has_grad = param.grad is not None
-        param = _swap_parameter(layer, param, new[0], opts)
+        replace_storage(param, new[0])  # same Parameter object: whoever holds it keeps working
         j = 1
         for o in opts:
             for k in state_keys[id(o)]:
                 o.state[param][k] = new[j]
                 j += 1
         param.grad = new[j] if has_grad else None
-        layer.weight_cols = new_cols
-        layer.weight_row_start = new_rs
-        layer.weight_row_nnz = new_nnz.to(torch.int32)
+        replace_storage(layer.weight_cols, new_cols)
+        replace_storage(layer.weight_row_start, new_rs)
+        replace_storage(layer.weight_row_nnz, new_nnz.to(torch.int32))
 
     for o in opts:
         optim_state.reset_slots(o, param, grown_slots)

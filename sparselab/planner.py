@@ -1,0 +1,166 @@
+"""The planner: which kernel runs an op, for a shape, density, batch, thread count and CPU.
+
+Modelled on FFTW's planner and wisdom. :func:`plan` is the one place a kernel is
+chosen; it returns a :class:`Plan` naming the variant. A plan is memoised per exact
+call signature, and ``SparseLinear`` keeps its own plans next to its transposed
+index, so a planned call costs a dict lookup. On a miss the planner consults the
+*wisdom* (the tuning cache of ``sparselab.tuning``, imported only then), which
+measures the key if it has never been seen; without wisdom (tuning off, or tuning
+failed) it falls back to :func:`heuristic`.
+
+:data:`epoch` changes whenever earlier plans may be stale (a tuning-mode or
+preference change, a cleared or imported cache): holders of plans compare it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from . import kernels
+from .kernels import VariantInfo
+
+__all__ = ["Plan", "plan", "choose", "heuristic", "default_variant", "invalidate", "epoch", "DENSE_DENSITY"]
+
+#: At or above this density the heuristic picks dense torch: the dense candidates densify W on
+#: every call, so they win only when W is nearly dense.
+DENSE_DENSITY = 0.75
+
+# Most preferred first; names missing from this build or CPU are skipped. Block-major forms
+# from N = 64 (a whole tile), batch tiles below that, row-dot forms for tiny batches.
+_LARGE_N = {
+    "spmm_fwd": ("avx512_bm128_cb64", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
+    "spmm_dx": ("avx512_bm128_cb64", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
+    "sddmm_dw": ("avx512_bm64_cb128", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
+}
+_MEDIUM_N = {
+    "spmm_fwd": ("avx512_tile64", "avx2_tile32", "neon_unrolled", "scalar"),
+    "spmm_dx": ("avx512_tile64", "avx2_tile32", "neon_unrolled", "scalar"),
+    "sddmm_dw": ("avx512_tile64", "avx2_tile32", "neon_unrolled", "scalar"),
+}
+_SMALL_N = {
+    "spmm_fwd": ("avx512_unrolled", "avx2_unrolled", "neon_unrolled", "scalar"),
+    "spmm_dx": ("avx512_unrolled", "avx2_unrolled", "neon_unrolled", "scalar"),
+    "sddmm_dw": ("scalar",),  # at tiny N the strided dot of the reference is hard to beat
+}
+# spmm_dx without a transposed index (the 'memory' preference).
+_SCATTER = ("avx512_scatter_bm128_cb64", "avx2_scatter_bm64_cb64", "scalar_scatter")
+SMALL_N, MEDIUM_N = 8, 64
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one op call runs: the variant, chosen for this signature."""
+
+    op: str
+    variant: VariantInfo
+    n: int
+    threads: int
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+
+_MEMO_MAX = 4096  # a sparsity schedule visits many densities; keep the memo bounded
+_memo: dict[tuple, Plan] = {}
+_lock = threading.Lock()
+epoch = 0
+
+
+def invalidate() -> None:
+    """Forget every plan (after a mode or preference change, a cache clear or an import)."""
+    global epoch
+    with _lock:
+        _memo.clear()
+        epoch += 1
+
+
+def plan(op: str, out_features: int, in_features: int, n: int, density: float,
+         threads: int | None = None) -> Plan:
+    """The plan for this call on this CPU. ``threads``: the thread count the op will run
+    with (default ``torch.get_num_threads()``)."""
+    sig = (op, out_features, in_features, n, density, threads or torch.get_num_threads())
+    p = _memo.get(sig)
+    if p is None:
+        p = _plan_miss(sig)
+    return p
+
+
+def choose(op: str, out_features: int, in_features: int, n: int, density: float,
+           threads: int | None = None) -> str:
+    """The variant name :func:`plan` picks."""
+    return plan(op, out_features, in_features, n, density, threads).name
+
+
+def _plan_miss(sig: tuple) -> Plan:
+    op = sig[0]
+    name = _from_wisdom(*sig)
+    p = Plan(op, kernels.require_available(op, name), sig[3], sig[5])
+    with _lock:
+        if len(_memo) >= _MEMO_MAX:
+            _memo.clear()
+        _memo[sig] = p
+    return p
+
+
+def _from_wisdom(op: str, out_features: int, in_features: int, n: int, density: float, threads: int) -> str:
+    """The wisdom's choice (tuning the key if it was never measured), or the heuristic."""
+    from .tuning import preference, resolve
+    from .tuning.keys import make_key
+    from .tuning.modes import get_mode
+
+    call = (op, out_features, in_features, n, density)
+    mode = get_mode()
+    if mode == "off" or resolve.tuning_active():
+        return heuristic(*call)
+    key = make_key(op, out_features, in_features, n, density, threads)
+    entry = resolve.lookup_or_tune(key, (out_features, in_features, n, density), mode)
+    if entry is None:
+        return heuristic(*call)
+    infos = {v.name: v for v in kernels.variants(op, available_only=True)}
+    winner = entry["variant"]
+    if winner in infos and preference.allowed(op, infos[winner]):
+        return winner
+    # Under the memory preference: the fastest timed candidate that is allowed.
+    timed = [name for name in entry.get("medians", {}) if name in infos and preference.allowed(op, infos[name])]
+    if timed:
+        return min(timed, key=lambda name: entry["medians"][name])
+    return heuristic(*call)
+
+
+def _first_available(op: str, names) -> str:
+    for name in names:
+        try:
+            v = kernels.get(op, name)
+        except ValueError:
+            continue
+        if v.available:
+            return name
+    return kernels.REFERENCE
+
+
+def default_variant(op: str, n: int | None = None, *, scatter_dx: bool = False) -> str:
+    """The preferred available sparse variant by a fixed order (no measuring); ``scatter_dx``:
+    for spmm_dx, only forms that need no transposed index."""
+    if op == "spmm_dx" and scatter_dx:
+        return _first_available(op, _SCATTER)
+    if n is not None and n < SMALL_N:
+        return _first_available(op, _SMALL_N[op])
+    if n is not None and n < MEDIUM_N:
+        return _first_available(op, _MEDIUM_N[op])
+    return _first_available(op, _LARGE_N[op])
+
+
+def heuristic(op: str, out_features: int, in_features: int, n: int, density: float) -> str:
+    """The choice without wisdom: dense torch at ``DENSE_DENSITY`` and above, else
+    :func:`default_variant` (scatter forms for dX under the memory preference)."""
+    from .tuning.preference import get_prefer
+
+    if op == "spmm_dx" and get_prefer() == "memory":  # no transposed index, no dense copy of W
+        return default_variant(op, n, scatter_dx=True)
+    if density >= DENSE_DENSITY and kernels.get(op, "dense_torch").available:
+        return "dense_torch"
+    return default_variant(op, n)
