@@ -16,6 +16,20 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     machine.pytest_benchmark_machine_info_hook(machine_info)
 
 
+def pytest_benchmark_generate_commit_info(config):
+    """The commit of this checkout, wherever pytest runs from: `sparselab-bench run` starts it
+    in a neutral directory (from the repository root `python` would import the source tree), where
+    pytest-benchmark would record 'unversioned'."""
+    from pytest_benchmark.utils import get_commit_info
+
+    here = os.getcwd()
+    os.chdir(os.path.dirname(HERE))
+    try:
+        return get_commit_info(config.getoption("benchmark_project_name", None))
+    finally:
+        os.chdir(here)
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("sparselab", "SparseLab benchmark grids (bench/grid.py)")
     group.addoption("--grid", choices=("quick", "moderate", "full"), default="full",

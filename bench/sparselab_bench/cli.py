@@ -144,9 +144,7 @@ def _history(args: argparse.Namespace) -> int:
     from .history import write_history
 
     root, slug = storage.repo_root(), storage.this_cpu_slug()
-    files = storage.runs(root, slug)
-    if storage.baseline_path(root, slug).is_file():
-        files = [storage.baseline_path(root, slug), *files]
+    files = storage.runs(root, slug)  # the baseline is a copy of one of them
     if not files:
         raise BenchDataError(f"no saved runs for this CPU ({slug}): `sparselab-bench run` saves one")
     text, png = write_history(files, args.name, args.out)
