@@ -79,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--stat", choices=("median", "min"), default="median",
                     help="each process's time: its median round (default) or its fastest round (steadier on "
                          "a machine shared with other jobs)")
+    pr.add_argument("--suite-from", choices=("own", "head"), default="own",
+                    help="own (default): each side runs its commit's bench/ files; head: both run head's")
     pr.add_argument("--reuse", type=Path, metavar="KEEP_DIR",
                     help="judge the processes kept by an earlier --keep run again; builds and runs nothing")
     pr.epilog = ("After --: the suite and pytest options (default: bench/bench_kernels.py --grid moderate "
@@ -162,7 +164,7 @@ def _pr(args: argparse.Namespace) -> int:
         raise BenchDataError("--threads must be at least 1")
     text, rows = run_pr(args.base_ref, args.head_ref, args.quick, args.processes, args.threshold,
                         args.suite, args.builds, args.keep, threads=args.threads, stat=args.stat,
-                        reuse=args.reuse,
+                        reuse=args.reuse, suite_from=args.suite_from,
                         log=lambda m: print(m, file=sys.stderr))
     print(text)
     if args.json:

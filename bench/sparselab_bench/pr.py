@@ -4,8 +4,10 @@
    the checkout with its uncommitted changes) is built once per commit: a detached git worktree,
    ``pip wheel``, the wheel unpacked into a site directory. Wheels and site directories are cached
    by commit under ``<repo>/.benchmarks/builds/``; the worktree is removed after the build.
-2. The suite (head's bench/ files, run against each build) runs in alternating processes on this
-   machine: base, head, head, base, base, head... so slow drifts of the machine hit both sides.
+2. The suite runs in alternating processes on this machine: base, head, head, base, base,
+   head... Each side runs the suite of its own commit (its bench/ files, extracted next to its
+   build), so a suite that moved with the library's API still runs; benchmarks present on one
+   side only are listed, not compared. ``--suite-from head`` runs head's files on both sides.
 3. Per benchmark: each side's time is the median over processes of each process's median (or,
    with ``--stat min``, of each process's fastest round: on a machine shared with other jobs,
    rounds are the kernel's time plus whole scheduler slices lost to other processes, and the
@@ -44,6 +46,7 @@ class Side:
     commit: str | None         # full sha, None for the installed tree
     site: Path | None          # build's site dir, None for the installed tree
     runs: list[Path] = field(default_factory=list)
+    root: Path | None = None   # where its suite files are (its commit's tree, or the checkout)
 
 
 def _git(root: Path, *args: str) -> str:
@@ -55,6 +58,19 @@ def _git(root: Path, *args: str) -> str:
 
 def resolve_ref(root: Path, ref: str) -> str:
     return _git(root, "rev-parse", "--verify", f"{ref}^{{commit}}")
+
+
+def suite_tree(root: Path, commit: str, builds: Path) -> Path:
+    """The commit's bench/ folder and pyproject.toml (pytest settings), extracted once."""
+    tree = builds / commit / "tree"
+    if not (tree / "bench").is_dir():
+        tree.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", commit, "bench", "pyproject.toml"], cwd=root,
+                                 capture_output=True, check=False)
+        if archive.returncode != 0:
+            raise BenchDataError(f"git archive {commit[:12]} bench: {archive.stderr.decode().strip()}")
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
 
 
 def build(root: Path, commit: str, builds: Path, log=print) -> Path:
@@ -196,7 +212,8 @@ _STAT_WORDS = {"median": "median", "min": "fastest round"}
 
 def run_pr(base_ref: str, head_ref: str | None, quick: bool, processes: int | None, threshold: float,
            suite: list[str] | None, builds: Path | None, keep: Path | None, log=print,
-           threads: int | None = None, stat: str = "median", reuse: Path | None = None) -> tuple[str, list[dict]]:
+           threads: int | None = None, stat: str = "median", reuse: Path | None = None,
+           suite_from: str = "own") -> tuple[str, list[dict]]:
     from .storage import repo_root
 
     root = repo_root()
@@ -218,9 +235,11 @@ def run_pr(base_ref: str, head_ref: str | None, quick: bool, processes: int | No
         return text, rows
     base = Side(base_ref, base_commit, build(root, base_commit, builds, log))
     if head_ref is None:
-        head = Side("installed", None, None)
+        head = Side("installed", None, None, root=root)
     else:
         head = Side(head_ref, head_commit, build(root, head_commit, builds, log))
+        head.root = suite_tree(root, head_commit, builds) if suite_from == "own" else root
+    base.root = suite_tree(root, base_commit, builds) if suite_from == "own" else head.root
 
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="sparselab-pr-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -232,7 +251,7 @@ def run_pr(base_ref: str, head_ref: str | None, quick: bool, processes: int | No
                 path = work / f"{name}-{i}.json"
                 log(f"pr: process {i + 1}/{processes}, {name}")
                 # One tuning cache per side, kept across its processes: each side tunes once.
-                run_suite(root, suite, path, site=side.site, cache_dir=work / f"tuning-{name}",
+                run_suite(side.root, suite, path, site=side.site, cache_dir=work / f"tuning-{name}",
                           log=work / f"{name}-{i}.log", threads=threads)
                 side.runs.append(path)
         machine = read_bench_file(head.runs[0]).machine
