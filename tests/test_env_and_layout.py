@@ -34,7 +34,7 @@ def test_scratch_keep_mb_in_the_extension_and_the_warning(raw, expect_mb):
 
 def test_library_imports_neither_pandas_nor_matplotlib():
     code = ("import sys, sparselab, sparselab.tuning.cli, sparselab.tuning.table, sparselab.tuning.tuner, "
-            "sparselab.tuning.cache, sparselab.dispatch, sparselab.sparsify; "
+            "sparselab.tuning.cache, sparselab.planner, sparselab.sparsify; "
             "print(sorted(m for m in ('pandas', 'matplotlib') if m in sys.modules))")
     done = _python(code)
     assert done.returncode == 0, done.stderr

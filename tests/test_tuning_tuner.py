@@ -864,13 +864,13 @@ def test_duel_respects_the_budget():
 def test_tuning_at_first_use_never_changes_torchs_thread_count(isolated, monkeypatch):
     """torch.set_num_threads is process-wide: a tuning that called it would let other Python
     threads' ops run (and be memoised) at the wrong count. The tuner times at the caller's count."""
-    from sparselab import dispatch
+    from sparselab import planner
 
     calls = []
     real = torch.set_num_threads
     monkeypatch.setattr(torch, "set_num_threads", lambda n: (calls.append(n), real(n)))
     before = torch.get_num_threads()
-    dispatch.invalidate()
+    planner.invalidate()
     W = PaddedCSR.random(96, 160, 0.8, seed=1)
     X = torch.randn(8, 160)
     seen = []
@@ -891,7 +891,7 @@ def test_tuning_at_first_use_never_changes_torchs_thread_count(isolated, monkeyp
     assert key.endswith(f"|t{before}")
     assert set(seen) <= {before}
     assert torch.allclose(out, X @ W.to_dense().T, atol=1e-4)
-    dispatch.invalidate()
+    planner.invalidate()
 
 
 @needs_c
@@ -915,7 +915,7 @@ def test_an_op_survives_a_hostile_cache_file(isolated, monkeypatch, caplog, cont
     tuned again."""
     import logging
 
-    from sparselab import dispatch
+    from sparselab import planner
 
     caplog.set_level(logging.WARNING, logger="sparselab")
     monkeypatch.setattr(resolve, "get_cache", REAL_GET_CACHE)
@@ -924,10 +924,10 @@ def test_an_op_survives_a_hostile_cache_file(isolated, monkeypatch, caplog, cont
     cache.directory.mkdir(parents=True, exist_ok=True)
     cache.path.write_text(content)
     resolve.reset()
-    dispatch.invalidate()
+    planner.invalidate()
     W = PaddedCSR.random(40, 24, 0.5, seed=2)
     X = torch.randn(3, 24)
     assert torch.allclose(ops.spmm_fwd(W, X), X @ W.to_dense().T, atol=1e-5)
     assert any("corrupt" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
     assert len(resolve.get_cache().entries()) == 1
-    dispatch.invalidate()
+    planner.invalidate()
