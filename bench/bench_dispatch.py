@@ -9,7 +9,7 @@ Overhead (pytest-benchmark):
 
     SPARSELAB_CACHE_DIR=$(mktemp -d) python -m pytest bench/bench_dispatch.py --benchmark-only
 
-- ``test_dispatch_hit``: ``dispatch.choose`` on a memoised call (the path of every op call).
+- ``test_dispatch_hit``: ``planner.choose`` on a memoised call (the path of every op call).
 - ``test_dispatch_bucket_hit``: a call signature not seen before whose key is cached (a sparsity
   schedule visiting a new density in a tuned bucket): key computation + cache lookup.
 - ``test_op_overhead_*``: a tiny ``spmm_fwd`` with ``variant=None`` vs the same variant forced.
@@ -61,7 +61,7 @@ def test_dispatch_hit(benchmark):
     _fresh_cache_env()
     args = ("spmm_fwd", 64, 96, 8, 0.25)
     planner.choose(*args)  # tunes once (tiny key), then memoised
-    name = benchmark(dispatch.choose, *args)
+    name = benchmark(planner.choose, *args)
     assert name == planner.choose(*args)
 
 
@@ -87,7 +87,7 @@ def test_op_overhead_dispatched(benchmark):
 
 def test_op_overhead_forced(benchmark):
     # The same variant dispatch picks, forced: the difference to _dispatched is the whole cost
-    # of variant=None (W.density + dispatch.choose).
+    # of variant=None (W.density + planner.choose).
     _fresh_cache_env()
     W, X = _tiny_problem()
     name = planner.choose("spmm_fwd", 32, 32, 1, W.density)

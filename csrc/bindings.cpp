@@ -25,10 +25,14 @@ using namespace sparselab;
 
 #if defined(SPARSELAB_X86)
 namespace sparselab {
-float fma_probe_avx2(int64_t iters);
-int fma_probe_avx2_lanes();
-float fma_probe_avx512(int64_t iters);
-int fma_probe_avx512_lanes();
+namespace isa_avx2 {
+float fma_probe(int64_t iters);
+int fma_probe_lanes();
+}  // namespace isa_avx2
+namespace isa_avx512 {
+float fma_probe(int64_t iters);
+int fma_probe_lanes();
+}  // namespace isa_avx512
 }  // namespace sparselab
 #endif
 
@@ -46,12 +50,12 @@ py::dict probe_fma(int threads, double seconds) {
     py::gil_scoped_release nogil;
     const auto t0 = std::chrono::steady_clock::now();
     parallel_for(threads, threads, [&](int64_t, int) {
-      volatile float sink = z ? fma_probe_avx512(iters) : fma_probe_avx2(iters);
+      volatile float sink = z ? isa_avx512::fma_probe(iters) : isa_avx2::fma_probe(iters);
       (void)sink;
     });
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
-  const int lanes = z ? fma_probe_avx512_lanes() : fma_probe_avx2_lanes();
+  const int lanes = z ? isa_avx512::fma_probe_lanes() : isa_avx2::fma_probe_lanes();
   int64_t iters = 1 << 16;
   double t = run(iters);
   while (t < seconds / 4 && iters < (int64_t(1) << 40)) {
@@ -109,7 +113,15 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "SparseLab kernels (raw-pointer interface; use the sparselab package, not this module).";
 
   m.def("variant_table", &variant_table, "Every compiled variant with its availability on this CPU.");
-  m.def("isa_unavailable_reason", &isa_unavailable_reason);
+  m.def("isa_unavailable_reason", [](const std::string& isa) { return isa_unavailable_reason(isa); });
+  m.def("_isa_unavailable_reason_for", [](const std::string& isa, const py::dict& features) {
+    CpuFeatures f;
+    auto flag = [&](const char* k) { return features.contains(k) && features[k].cast<bool>(); };
+    f.avx2 = flag("avx2"); f.fma = flag("fma"); f.avx512f = flag("avx512f"); f.avx512bw = flag("avx512bw");
+    f.avx512vl = flag("avx512vl"); f.avx512dq = flag("avx512dq"); f.os_avx = flag("os_avx");
+    f.os_avx512 = flag("os_avx512"); f.neon = flag("neon");
+    return isa_unavailable_reason(isa, f);
+  }, "The run-time gate of an ISA for a given feature dict (as cpu_features() returns), for tests.");
   m.def("cpu_features", [] {
     const CpuFeatures& f = cpu_features();
     py::dict d;
@@ -197,12 +209,15 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("build_transpose", [](uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz,
                               int64_t rows, int64_t ncols, uintptr_t t_cols, int t_idx_bits,
-                              uintptr_t t_row_start, uintptr_t t_row_nnz, uintptr_t perm) {
+                              uintptr_t t_row_start, uintptr_t t_row_nnz, uintptr_t perm, int64_t t_capacity) {
     const RawCsr w = raw(0, cols, idx_bits, row_start, row_nnz, rows, ncols);
     const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
     py::gil_scoped_release nogil;
-    build_transpose(w, wt, perm);
-  });
+    build_transpose(w, wt, perm, t_capacity);
+  }, py::arg("cols"), py::arg("idx_bits"), py::arg("row_start"), py::arg("row_nnz"), py::arg("rows"),
+     py::arg("ncols"), py::arg("t_cols"), py::arg("t_idx_bits"), py::arg("t_row_start"), py::arg("t_row_nnz"),
+     py::arg("perm"), py::arg("t_capacity") = -1,
+     "t_capacity: the slots t_cols and perm hold (-1: unchecked); more live slots raise.");
   m.def("probe_fma", &probe_fma, py::arg("threads"), py::arg("seconds") = 0.5,
         "Peak FP32 FMA GFLOP/s of the widest x86 ISA here: {'gflops', 'isa', 'method'}.");
   m.def("probe_fma_gflops", [](int threads, double seconds) {

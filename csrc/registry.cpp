@@ -1,25 +1,17 @@
 #include "registry.h"
 
-// Each variant file defines, for its NAME, two overloads NAME(const XArgs<int16_t>&)
-// and NAME(const XArgs<int32_t>&) plus NAME_scratch(n, in, out, nnz, threads).
-// variants.def lists every variant once; it is expanded twice below: once to
-// declare the functions, once to build the table.
+#include <algorithm>
 
-#define SPARSELAB_DECLARE(NAME, ARGS)                    \
-  namespace sparselab {                                  \
-  void NAME(const ARGS<int16_t>&);                       \
-  void NAME(const ARGS<int32_t>&);                       \
-  size_t NAME##_scratch(int64_t, int64_t, int64_t, int64_t, int); \
-  }
-#define SL_FWD(NAME, SHORT, ISA, FORM, PARAMS) SPARSELAB_DECLARE(NAME, FwdArgs)
-#define SL_DX_T(NAME, SHORT, ISA, FORM, PARAMS) SPARSELAB_DECLARE(NAME, FwdArgs)
-#define SL_DX_S(NAME, SHORT, ISA, FORM, PARAMS) SPARSELAB_DECLARE(NAME, DxArgs)
-#define SL_DW(NAME, SHORT, ISA, FORM, PARAMS) SPARSELAB_DECLARE(NAME, DwArgs)
-#include "variants.def"
-#undef SL_FWD
-#undef SL_DX_T
-#undef SL_DX_S
-#undef SL_DW
+// The per-ISA tables (csrc/kernels/instantiate.h); each ends with a nullptr name.
+namespace sparselab {
+namespace isa_scalar { extern const VariantEntry kVariants[]; }
+#if defined(SPARSELAB_X86)
+namespace isa_avx2 { extern const VariantEntry kVariants[]; }
+namespace isa_avx512 { extern const VariantEntry kVariants[]; }
+#elif defined(SPARSELAB_AARCH64)
+namespace isa_neon { extern const VariantEntry kVariants[]; }
+#endif
+}  // namespace sparselab
 
 namespace sparselab {
 
@@ -32,19 +24,58 @@ const char* op_name(Op op) {
   return "?";
 }
 
-const std::vector<Variant>& variants() {
-#define SL_FWD(NAME, SHORT, ISA, FORM, PARAMS) \
-  Variant{Op::SpmmFwd, SHORT, ISA, FORM, PARAMS, DxLayout::None, NAME, NAME, nullptr, nullptr, nullptr, nullptr, NAME##_scratch},
-// dX through W^T: the forward kernel NAME run on the transposed index.
-#define SL_DX_T(NAME, SHORT, ISA, FORM, PARAMS) \
-  Variant{Op::SpmmDx, SHORT, ISA, FORM, PARAMS, DxLayout::Transposed, NAME, NAME, nullptr, nullptr, nullptr, nullptr, NAME##_scratch},
-#define SL_DX_S(NAME, SHORT, ISA, FORM, PARAMS) \
-  Variant{Op::SpmmDx, SHORT, ISA, FORM, PARAMS, DxLayout::Scatter, nullptr, nullptr, NAME, NAME, nullptr, nullptr, NAME##_scratch},
-#define SL_DW(NAME, SHORT, ISA, FORM, PARAMS) \
-  Variant{Op::SddmmDw, SHORT, ISA, FORM, PARAMS, DxLayout::None, nullptr, nullptr, nullptr, nullptr, NAME, NAME, NAME##_scratch},
-  static const std::vector<Variant> table = {
-#include "variants.def"
+namespace {
+
+std::string params_json(const VariantEntry& e) {
+  std::string s = "{";
+  for (int k = 0; k < kMaxTileParams && e.param_names[k]; ++k) {
+    if (k) s += ",";
+    s += "\"" + std::string(e.param_names[k]) + "\":" + std::to_string(e.param_values[k]);
+  }
+  return s + "}";
+}
+
+std::vector<Variant> build() {
+  const VariantEntry* tables[] = {
+      isa_scalar::kVariants,
+#if defined(SPARSELAB_X86)
+      isa_avx2::kVariants,   isa_avx512::kVariants,
+#elif defined(SPARSELAB_AARCH64)
+      isa_neon::kVariants,
+#endif
   };
+  std::vector<const VariantEntry*> entries;
+  for (const VariantEntry* t : tables)
+    for (const VariantEntry* e = t; e->name; ++e) entries.push_back(e);
+  // By op, then in the list's order.
+  std::stable_sort(entries.begin(), entries.end(), [](const VariantEntry* a, const VariantEntry* b) {
+    return a->op != b->op ? a->op < b->op : a->line < b->line;
+  });
+  std::vector<Variant> out;
+  for (const VariantEntry* e : entries) {
+    Variant v;
+    v.op = e->op;
+    v.name = e->name;
+    v.isa = e->isa;
+    v.form = e->form;
+    v.params = params_json(*e);
+    v.dx_layout = e->dx_layout;
+    v.fwd16 = e->fwd16;
+    v.fwd32 = e->fwd32;
+    v.dx16 = e->dx16;
+    v.dx32 = e->dx32;
+    v.dw16 = e->dw16;
+    v.dw32 = e->dw32;
+    v.scratch = e->scratch;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<Variant>& variants() {
+  static const std::vector<Variant> table = build();
   return table;
 }
 

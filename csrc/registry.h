@@ -1,26 +1,20 @@
-// The table of kernel variants: the only list of them. Tests, benchmarks and
-// the tuner iterate it, so adding a variant is one file plus one line in
-// registry.cpp.
+// The table of kernel variants, built from the per-ISA tables that
+// csrc/kernels/instantiate_<isa>.cpp expand from csrc/variants.def (the only
+// list of them). Tests, benchmarks and the tuner iterate it.
 #pragma once
 #include <string>
 #include <vector>
 
-#include "kernels/kernel_api.h"
+#include "kernels/variant_entry.h"
 
 namespace sparselab {
-
-enum class Op { SpmmFwd, SpmmDx, SddmmDw };
-
-// How a spmm_dx variant uses W: through the transposed index (running a
-// forward kernel on W^T) or by scattering from W's rows.
-enum class DxLayout { None, Transposed, Scatter };
 
 struct Variant {
   Op op;
   std::string name;    // stable public name, e.g. "avx2_tile64"
   std::string isa;     // scalar | avx2 | avx512 | neon
   std::string form;    // plain | unrolled | tiled | ...
-  std::string params;  // JSON object with tile parameters
+  std::string params;  // JSON object of the tile parameters, from the list
   DxLayout dx_layout = DxLayout::None;
   // Exactly the pointers matching `op` (and dx_layout) are set.
   FwdFn<int16_t> fwd16 = nullptr;

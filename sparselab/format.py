@@ -82,10 +82,10 @@ class TransposedIndex:
             self.cols, self.row_start, self.row_nnz, self.perm = out
         else:
             self.cols, self.row_start, self.row_nnz, self.perm = (torch.empty(n, dtype=d) for n, d in want)
+        # t_capacity: a row_nnz changed by another thread since nnz was read raises instead of overflowing.
         _C.build_transpose(
             w_args[1], w_args[2], w_args[3], w_args[4], rows, cols, self.cols.data_ptr(), _bits(self.index_dtype),
-            self.row_start.data_ptr(),
-            self.row_nnz.data_ptr(), self.perm.data_ptr())
+            self.row_start.data_ptr(), self.row_nnz.data_ptr(), self.perm.data_ptr(), nnz)
 
     def memory_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.row_start, self.row_nnz, self.cols, self.perm))

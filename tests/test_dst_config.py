@@ -325,7 +325,7 @@ def _grown(algo_kwargs, seed=0, steps=2):
     torch.manual_seed(seed)
     layer = SparseLinear(64, 64, 0.9, padding=0.5)
     algo = ZeroGrow(0.9, update_freq=2, drop_fraction=0.3, **algo_kwargs)
-    algo(layer)
+    algo.attach(layer)
     opt = torch.optim.SGD(layer.parameters(), lr=0.1)
     algo.attach_optimizer(opt)
     for _ in range(steps):
@@ -373,7 +373,7 @@ def test_score_shapers():
     layer = SparseLinear(48, 32, 0.8, padding=0.5)
     row0 = layer.weight_cols[:int(layer.weight_row_nnz[0])].clone()
     algo = SET(0.8, update_freq=1, drop_fraction=0.5, seed=0, drop_shaper=never_row0, grow_shaper=never_col0)
-    algo(layer)
+    algo.attach(layer)
     opt = torch.optim.SGD(layer.parameters(), lr=0.1)
     algo.attach_optimizer(opt)
     grown_cols = []

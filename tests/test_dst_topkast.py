@@ -39,7 +39,7 @@ def _forward_mask(layer):
 def test_gradients_match_dense_reference(dtype):
     layer = _layer(dtype=dtype)
     algo = TopKAST(0.75, backward_sparsity=0.5, update_freq=5, seed=1)
-    algo(layer)
+    algo.attach(layer)
     assert isinstance(layer, TopKASTLinear)
     assert layer.nnz == 120 and layer.forward_nnz == 60
     w = layer.weight
@@ -72,7 +72,7 @@ def test_gradients_match_dense_reference(dtype):
 
 def test_forward_ignores_weights_outside_the_forward_set():
     layer = _layer()
-    TopKAST(0.8, backward_sparsity=0.5)(layer)
+    TopKAST(0.8, backward_sparsity=0.5).attach(layer)
     x = torch.randn(5, 20, dtype=torch.float64)
     y0 = layer(x)
     mask_a = _forward_mask(layer)
@@ -146,7 +146,7 @@ def test_incremental_forward_selection_is_exact(monkeypatch):
 
     monkeypatch.setattr(topkast_module, "topk_indices", counting)
     layer = _layer(out_f=40, in_f=50, sparsity=0.6, dtype=torch.float32)
-    TopKAST(0.85, backward_sparsity=0.6)(layer)
+    TopKAST(0.85, backward_sparsity=0.6).attach(layer)
     g = torch.Generator().manual_seed(0)
     live = layer.weight_cols >= 0
     for trial in range(30):
@@ -168,7 +168,7 @@ def test_incremental_forward_selection_is_exact(monkeypatch):
 def test_exploration_penalty_matches_dense_formula():
     layer = _layer()
     algo = TopKAST(0.75, backward_sparsity=0.5)
-    algo(layer)
+    algo.attach(layer)
     mask_a = _forward_mask(layer)
     dense_b = layer.weight.to_dense()
     d = layer.forward_nnz / (layer.in_features * layer.out_features)

@@ -262,3 +262,72 @@ def test_harness_garbage_really_lands_in_padding():
     assert X.stride(0) == 12 and torch.isnan(base).sum() == 4 * 3
     assert tolerance(torch.ones(1, dtype=torch.float64), 1100).item() < 1.0 / 1100 / 30
     assert EPS32 == 2.0**-23
+
+
+# Runs in a subprocess (a crash must fail the test, not kill the run): every sparse variant of
+# this CPU called straight through the extension (the drivers are what is under test, below the
+# Python checks that would refuse a W whose row_nnz reaches into padding) while another thread
+# keeps writing row_nnz: values in and out of [0, capacity], so padding slots (column -1) become
+# "live" and rows shrink and grow between the driver's sizing and the kernel's reads.
+_RACE_SCRIPT = r"""
+import random, sys, threading, time
+import torch
+from sparselab import PaddedCSR, _C, kernels
+
+W = PaddedCSR.random(300, 520, 0.8, seed=5, padding=0.5, index_dtype=torch.int32)
+cap = (W.row_start[1:] - W.row_start[:-1]).tolist()
+X = torch.randn(70, 520)
+dY = torch.randn(70, 300)
+rows = W.shape[0]
+stop = threading.Event()
+
+def mutate():
+    rng = random.Random(1)
+    nnz = W.row_nnz
+    while not stop.is_set():
+        for _ in range(200):
+            i = rng.randrange(rows)
+            nnz[i] = rng.choice((0, cap[i], cap[i] + rng.randrange(1, 9), -rng.randrange(1, 9), rng.randrange(cap[i] + 1)))
+        time.sleep(0)
+
+def raw(W):
+    return (W.values.data_ptr(), W.cols.data_ptr(), 32, W.row_start.data_ptr(), W.row_nnz.data_ptr(), rows, 520)
+
+variants = [v for v in kernels.variants(available_only=True) if not v.is_dense]
+t = threading.Thread(target=mutate)
+t.start()
+calls = 0
+deadline = time.monotonic() + float(sys.argv[1])
+try:
+    while time.monotonic() < deadline:
+        for v in variants:
+            for n in (1, 5, 70):
+                if v.op == "spmm_fwd":
+                    Y = torch.empty(n, rows)
+                    _C.spmm_fwd(v.id, *raw(W), n, X.data_ptr(), 520, 0, Y.data_ptr(), rows, 2)
+                elif v.op == "sddmm_dw":
+                    dW = torch.empty_like(W.values)
+                    _C.sddmm_dw(v.id, *raw(W), n, dY.data_ptr(), 300, X.data_ptr(), 520, dW.data_ptr(), 2)
+                elif v.dx_layout == "scatter":
+                    dX = torch.empty(n, 520)
+                    _C.spmm_dx(v.id, *raw(W), 0, 32, 0, 0, 0, n, dY.data_ptr(), 300, dX.data_ptr(), 520, 2)
+                else:
+                    continue  # runs on the transposed index, which row_nnz does not touch
+                calls += 1
+finally:
+    stop.set()
+    t.join()
+print("calls", calls, "variants", len(variants))
+"""
+
+
+def test_kernels_stay_in_bounds_while_another_thread_writes_row_nnz(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "race.py"
+    script.write_text(_RACE_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script), "4"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    calls = int(proc.stdout.split()[1])
+    assert calls > 0, proc.stdout

@@ -3,8 +3,9 @@
 Runs tests/neon/run.sh, which builds the aarch64 kernel files with the checker
 tests/neon/neon_check.cpp into a static binary and runs it under
 `qemu-aarch64-static -cpu cortex-a53`. The binary compares every aarch64
-variant in csrc/variants.def with the scalar reference computed in double and
-ends with "N passed, N failed". Skipped when the cross toolchain or qemu is
+variant of the registry (the neon and scalar lines of csrc/variants.def) with
+the scalar reference computed in double, checks that every form has a NEON
+variant, and ends with "N passed, N failed". Skipped when the cross toolchain or qemu is
 not installed (Debian: g++-aarch64-linux-gnu, qemu-user-static).
 """
 

@@ -202,3 +202,22 @@ def test_torch_compile_of_the_model_trains_like_eager():
     _train(ref, opt_ref, algo_ref, steps=5)
     for a, b in zip(_fingerprint(model), _fingerprint(ref)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_dtype_conversion_keeps_the_parameters_an_optimizer_holds():
+    model = _model()
+    algo = _algo()
+    algo.attach(model)
+    opt = OPTIMIZERS["sgd"](model.parameters())
+    held = list(model.parameters())
+    _train(model, opt, algo, steps=3)
+    model.double()
+    assert all(p is q for p, q in zip(held, model.parameters()))
+    assert all(p.dtype == torch.float64 for p in held)
+    model.float()
+    x, y = _batches()[0]
+    before = [p.detach().clone() for p in held]
+    opt.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    assert all(not torch.equal(b, p.detach()) for b, p in zip(before, held))  # the optimizer still trains them

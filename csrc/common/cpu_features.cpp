@@ -63,7 +63,10 @@ const CpuFeatures& cpu_features() {
 }
 
 std::string isa_unavailable_reason(const std::string& isa) {
-  const CpuFeatures& f = cpu_features();
+  return isa_unavailable_reason(isa, cpu_features());
+}
+
+std::string isa_unavailable_reason(const std::string& isa, const CpuFeatures& f) {
   if (isa == "scalar") return "";
   if (isa == "avx2") {
 #if !(defined(__x86_64__) || defined(_M_X64))
@@ -80,7 +83,9 @@ std::string isa_unavailable_reason(const std::string& isa) {
 #else
     if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq))
       return "CPU lacks AVX-512 F/BW/VL/DQ (CPUID)";
-    if (!f.os_avx512) return "OS does not save ZMM/opmask state (XGETBV)";
+    // The avx512 files are built with -mfma and use AVX2 forms too.
+    if (!f.avx2 || !f.fma) return "CPU lacks AVX2/FMA (CPUID), which the avx512 variants also use";
+    if (!f.os_avx || !f.os_avx512) return "OS does not save YMM/ZMM/opmask state (XGETBV)";
     return "";
 #endif
   }

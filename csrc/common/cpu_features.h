@@ -21,5 +21,7 @@ const CpuFeatures& cpu_features();
 
 // Empty string when the ISA can run here, else the reason it cannot.
 std::string isa_unavailable_reason(const std::string& isa);
+// The same decision for a given feature set (testable without that CPU).
+std::string isa_unavailable_reason(const std::string& isa, const CpuFeatures& f);
 
 }  // namespace sparselab

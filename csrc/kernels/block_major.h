@@ -7,15 +7,16 @@
 // walking W's own rows block by block instead jumps between G separate
 // streams and was 2-3x slower (measured, 4096x4096).
 #pragma once
+#include "isa_namespace.h"
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "../common/parallel.h"
 #include "../format/padded_csr.h"
 #include "panels.h"
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 template <int CB, int G>
@@ -24,6 +25,7 @@ struct BlockMajor {
   int64_t rows = 0, ngroups = 0, nblocks = 0;
   uint16_t* count = nullptr;      // [ngroups][nblocks][G]: live slots of row r in block b
   int64_t* group_start = nullptr; // [ngroups + 1]: offset of a group's first slot
+  int64_t* run_start = nullptr;   // [ngroups][nblocks + 1]: see block_major_run_starts
   float* values = nullptr;        // [nnz], or nullptr when the kernel needs columns only
   uint16_t* cols = nullptr;       // [nnz]: column - b * CB
 
@@ -35,8 +37,8 @@ template <int CB, int G>
 size_t block_major_floats(int64_t rows, int64_t cols, int64_t nnz, bool with_values) {
   const size_t ng = size_t(ceil_div(rows, G)), nb = size_t(ceil_div(cols, CB));
   auto up16 = [](size_t f) { return (f + 15) / 16 * 16; };
-  return 16 + up16(ng * nb * G / 2 + 1) + up16((ng + 1) * 2) + (with_values ? up16(size_t(nnz)) : 0) +
-         up16(size_t(nnz) / 2 + 1);  // 16: room to align the start to 64 bytes
+  return 16 + up16(ng * nb * G / 2 + 1) + up16((ng + 1) * 2) + up16(ng * (nb + 1) * 2) +
+         (with_values ? up16(size_t(nnz)) : 0) + up16(size_t(nnz) / 2 + 1);  // 16: room to align the start to 64 bytes
 }
 
 template <int CB, int G>
@@ -53,6 +55,8 @@ BlockMajor<CB, G> block_major_carve(float* scratch, int64_t rows, int64_t cols, 
   p += up16(size_t(bm.ngroups * bm.nblocks * G) / 2 + 1);
   bm.group_start = reinterpret_cast<int64_t*>(p);
   p += up16(size_t(bm.ngroups + 1) * 2);
+  bm.run_start = reinterpret_cast<int64_t*>(p);
+  p += up16(size_t(bm.ngroups * (bm.nblocks + 1)) * 2);
   if (with_values) {
     bm.values = p;
     p += up16(size_t(nnz));
@@ -94,27 +98,37 @@ void block_major_build(const BlockMajor<CB, G>& bm, const CsrView<Idx>& w, int t
     uint16_t* c = bm.count + g * bm.nblocks * G;
     for (int64_t k = 0; k < bm.nblocks * G; ++k) c[k] = 0;
     const int64_t i0 = g * G;
+    // Columns are range-checked as they are read (a build pass, so nearly free): a
+    // column another thread rewrites meanwhile gives a wrong sum, never an index
+    // outside the count array or a panel block.
     for (int r = 0; r < int(min64(G, bm.rows - i0)); ++r) {
       const Idx* col = w.cols + w.row_start[i0 + r];
-      for (int32_t k = 0; k < w.row_nnz[i0 + r]; ++k) c[(int64_t(col[k]) / CB) * G + r]++;
+      for (int32_t k = 0; k < w.row_nnz[i0 + r]; ++k) {
+        const int64_t j = int64_t(col[k]);
+        c[(uint64_t(j) < uint64_t(w.ncols) ? j / CB : 0) * G + r]++;
+      }
     }
     block_major_runs(bm, w, g, [&](int64_t b, int, int64_t src, int64_t dst, int32_t m) {
-      for (int32_t k = 0; k < m; ++k) bm.cols[dst + k] = uint16_t(int64_t(w.cols[src + k]) - b * CB);
+      const int64_t width = min64(CB, w.ncols - b * CB);
+      for (int32_t k = 0; k < m; ++k) {
+        const int64_t j = int64_t(w.cols[src + k]) - b * CB;
+        bm.cols[dst + k] = uint16_t(uint64_t(j) < uint64_t(width) ? j : 0);
+      }
       if (bm.values)
         for (int32_t k = 0; k < m; ++k) bm.values[dst + k] = w.values[src + k];
     });
   });
 }
 
-// Offset of every (group, block) run of slots, [ngroups][nblocks + 1]: the
-// groups' runs of one block, in block-major order across groups.
+// Fills bm.run_start: the offset of every (group, block) run of slots,
+// [ngroups][nblocks + 1]; the groups' runs of one block, in block-major order
+// across groups.
 template <int CB, int G>
-std::vector<int64_t> block_major_run_starts(const BlockMajor<CB, G>& bm, int threads) {
+void block_major_run_starts(const BlockMajor<CB, G>& bm, int threads) {
   const int64_t nb = bm.nblocks;
-  std::vector<int64_t> run_start(size_t(bm.ngroups * (nb + 1)));
   parallel_for(threads, bm.ngroups, [&](int64_t g, int) {
     const uint16_t* cnt = bm.counts_of(g);
-    int64_t* rs = run_start.data() + g * (nb + 1);
+    int64_t* rs = bm.run_start + g * (nb + 1);
     int64_t pos = bm.group_start[g];
     for (int64_t b = 0; b < nb; ++b) {
       rs[b] = pos;
@@ -122,8 +136,8 @@ std::vector<int64_t> block_major_run_starts(const BlockMajor<CB, G>& bm, int thr
     }
     rs[nb] = pos;
   });
-  return run_start;
 }
 
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

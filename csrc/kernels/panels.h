@@ -1,19 +1,23 @@
 // Batch panels: rows [0, n) of a row-major [n, cols] matrix repacked as
 // P[t][j][q] = src[t*T + q][j] (zero for rows >= n), so one column of a tile
 // of T batch rows is T contiguous floats. The tiled kernels read a panel row
-// per nonzero. Included only by ISA files (needs AVX, see transpose8x8.h).
+// per nonzero. Included only by ISA files (AVX or NEON transposes).
 #pragma once
+#include "isa_namespace.h"
 #include <cstddef>
 #include <cstdint>
 
 #include "../common/parallel.h"
+#include "index_math.h"
+#if defined(__aarch64__)
+#include "vec/transpose8x8_neon.h"
+#else
 #include "vec/transpose8x8.h"
+#endif
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
-
-constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 template <int T>
 size_t panel_floats(int64_t n, int64_t cols) {
@@ -56,4 +60,5 @@ void pack_panels(const float* src, int64_t ld, int64_t n, int64_t cols, float* d
 }
 
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

@@ -69,6 +69,37 @@ CsrView<Idx, Val> view(const RawCsr& m) {
                            reinterpret_cast<const int32_t*>(m.row_nnz), m.rows, m.ncols};
 }
 
+// Each row's live count, read once: clamped to [0, capacity] and trimmed so
+// the last live slot holds a column of the matrix (a count raised into the
+// padding would expose padding columns). The drivers hand kernels this
+// snapshot instead of row_nnz and size scratch from it, so another thread
+// changing row_nnz meanwhile (a DST update) can make results stale but never
+// make a kernel index past the buffers sized for the call.
+template <typename Idx>
+void snapshot_live_counts(const RawCsr& m, int32_t* out) {
+  const auto* rs = reinterpret_cast<const int64_t*>(m.row_start);
+  const auto* rn = reinterpret_cast<const int32_t*>(m.row_nnz);
+  const auto* cols = reinterpret_cast<const Idx*>(m.cols);
+  for (int64_t i = 0; i < m.rows; ++i) {
+    const int64_t start = rs[i], cap = std::max<int64_t>(0, rs[i + 1] - start);
+    int64_t k = std::min<int64_t>(std::max<int32_t>(0, __atomic_load_n(rn + i, __ATOMIC_RELAXED)), cap);
+    while (k > 0 && uint64_t(int64_t(cols[start + k - 1])) >= uint64_t(m.ncols)) --k;
+    out[i] = int32_t(k);
+  }
+}
+
+// m with row_nnz replaced by its snapshot, kept in the calling thread's buffer
+// until its next call.
+RawCsr with_live_counts(const RawCsr& m) {
+  thread_local std::vector<int32_t> live;
+  live.resize(size_t(std::max<int64_t>(m.rows, 1)));
+  if (m.idx_bits == 16) snapshot_live_counts<int16_t>(m, live.data());
+  else snapshot_live_counts<int32_t>(m, live.data());
+  RawCsr s = m;
+  s.row_nnz = reinterpret_cast<uintptr_t>(live.data());
+  return s;
+}
+
 // Row chunks with roughly equal live counts: small enough to balance two or
 // more threads dynamically, large enough that per-chunk overhead vanishes.
 std::vector<int64_t> row_chunks(const RawCsr& m, int64_t n, int threads) {
@@ -127,10 +158,11 @@ void fwd_typed(FwdFn<Idx> fn, const Variant& v, const CsrView<Idx>& w, int64_t n
 
 }  // namespace
 
-void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx,
+void run_spmm_fwd(const Variant& v, const RawCsr& w_in, int64_t n, uintptr_t x, int64_t ldx,
                   uintptr_t bias, uintptr_t y, int64_t ldy, int threads) {
   check_runnable(v);
   if (!v.fwd16) throw std::runtime_error("variant '" + v.name + "' is not a spmm_fwd variant");
+  const RawCsr w = with_live_counts(w_in);
   const auto ch = row_chunks(w, n, threads);
   auto* xp = reinterpret_cast<const float*>(x);
   auto* bp = reinterpret_cast<const float*>(bias);
@@ -141,12 +173,13 @@ void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int
     fwd_typed<int32_t>(v.fwd32, v, view<int32_t>(w), n, xp, ldx, bp, yp, ldy, ch, threads);
 }
 
-void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t n,
+void run_spmm_dx(const Variant& v, const RawCsr& w_in, const RawCsr& wt_in, uintptr_t perm, int64_t n,
                  uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
   check_runnable(v);
   auto* dyp = reinterpret_cast<const float*>(dy);
   auto* dxp = reinterpret_cast<float*>(dx);
   if (v.dx_layout == DxLayout::Scatter) {
+    const RawCsr w = with_live_counts(w_in);
     auto go = [&](auto fn, auto wv) {
       using Idx = std::remove_const_t<std::remove_pointer_t<decltype(wv.cols)>>;
       const auto ch = row_chunks(w, n, threads);
@@ -161,6 +194,8 @@ void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t 
   }
   if (v.dx_layout != DxLayout::Transposed || !v.fwd16)
     throw std::runtime_error("variant '" + v.name + "' is not a spmm_dx variant");
+  const RawCsr& w = w_in;  // only its values are read, through perm
+  const RawCsr wt = with_live_counts(wt_in);
   // Gather W's current values into transposed order, then run the forward
   // kernel on W^T: dX = dY @ (W^T)^T. The gathered values live in scratch
   // placed after the kernel's own scratch.
@@ -189,10 +224,11 @@ void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t 
   else go(v.fwd32, view<int32_t>(wtv));
 }
 
-void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy,
+void run_sddmm_dw(const Variant& v, const RawCsr& w_in, int64_t n, uintptr_t dy, int64_t lddy,
                   uintptr_t x, int64_t ldx, uintptr_t dw, int threads) {
   check_runnable(v);
   if (!v.dw16) throw std::runtime_error("variant '" + v.name + "' is not a sddmm_dw variant");
+  const RawCsr w = with_live_counts(w_in);
   const auto ch = row_chunks(w, n, threads);
   auto go = [&](auto fn, auto wv) {
     using Idx = std::remove_const_t<std::remove_pointer_t<decltype(wv.cols)>>;
@@ -208,8 +244,9 @@ void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, in
 
 // ---- float64 ----
 
-void run_spmm_fwd_f64(const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias,
+void run_spmm_fwd_f64(const RawCsr& w_in, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias,
                       uintptr_t y, int64_t ldy, int threads) {
+  const RawCsr w = with_live_counts(w_in);
   const auto ch = row_chunks(w, n, threads);
   auto go = [&](auto wv) {
     scalar::fwd(wv, n, reinterpret_cast<const double*>(x), ldx, reinterpret_cast<const double*>(bias),
@@ -219,8 +256,9 @@ void run_spmm_fwd_f64(const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uint
   else go(view<int32_t, double>(w));
 }
 
-void run_spmm_dx_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx,
+void run_spmm_dx_f64(const RawCsr& w_in, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx,
                      int64_t lddx, int threads) {
+  const RawCsr w = with_live_counts(w_in);
   auto go = [&](auto wv) {
     scalar::dx_scatter(wv, n, reinterpret_cast<const double*>(dy), lddy, reinterpret_cast<double*>(dx),
                        lddx, threads);
@@ -229,8 +267,9 @@ void run_spmm_dx_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, uin
   else go(view<int32_t, double>(w));
 }
 
-void run_sddmm_dw_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x,
+void run_sddmm_dw_f64(const RawCsr& w_in, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x,
                       int64_t ldx, uintptr_t dw, int threads) {
+  const RawCsr w = with_live_counts(w_in);
   const auto ch = row_chunks(w, n, threads);
   auto go = [&](auto wv) {
     scalar::dw(wv, n, reinterpret_cast<const double*>(dy), lddy, reinterpret_cast<const double*>(x), ldx,
@@ -269,7 +308,14 @@ void transpose_typed(const RawCsr& w, const RawCsr& wt, int32_t* perm) {
 }
 }  // namespace
 
-void build_transpose(const RawCsr& w, const RawCsr& wt, uintptr_t perm) {
+void build_transpose(const RawCsr& w_in, const RawCsr& wt, uintptr_t perm, int64_t t_capacity) {
+  const RawCsr w = with_live_counts(w_in);
+  if (t_capacity >= 0) {
+    const int64_t total = live_nnz(w);
+    if (total > t_capacity)
+      throw std::runtime_error("W has " + std::to_string(total) + " live slots but the transposed index was sized for " +
+                               std::to_string(t_capacity) + " (row_nnz changed meanwhile?)");
+  }
   auto* pm = reinterpret_cast<int32_t*>(perm);
   if (w.idx_bits == 16) {
     if (wt.idx_bits == 16) transpose_typed<int16_t, int16_t>(w, wt, pm);
@@ -295,7 +341,8 @@ void scatter_typed(const RawCsr& w, Val* dense, int threads) {
 }
 }  // namespace
 
-void scatter_to_dense(const RawCsr& w, int value_bits, uintptr_t dense, int threads) {
+void scatter_to_dense(const RawCsr& w_in, int value_bits, uintptr_t dense, int threads) {
+  const RawCsr w = with_live_counts(w_in);
   if (value_bits == 64) {
     auto* d = reinterpret_cast<double*>(dense);
     if (w.idx_bits == 16) scatter_typed<int16_t>(w, d, threads);

@@ -1,5 +1,6 @@
-// Drivers between the Python binding and the kernels: build the views, cut
-// rows into nnz-balanced chunks, hand out scratch, and call one variant.
+// Drivers between the Python binding and the kernels: snapshot each row's
+// live count, build the views, cut rows into nnz-balanced chunks, hand out
+// scratch, and call one variant.
 // Python has validated dtypes, shapes and strides before any call lands here.
 #pragma once
 #include <cstdint>
@@ -40,7 +41,8 @@ void run_sddmm_dw_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, ui
 
 // Counting sort of W's live slots by column: fills wt.row_start (ncols+1),
 // wt.row_nnz (ncols), wt.cols (nnz, wt.idx_bits) and perm (nnz, int32).
-void build_transpose(const RawCsr& w, const RawCsr& wt, uintptr_t perm);
+// t_capacity >= 0: the slots wt.cols and perm hold; more live slots throw.
+void build_transpose(const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t t_capacity = -1);
 
 // dense[i * ncols + cols[k]] = values[k] for every live slot (dense must be
 // zeroed by the caller). float32 (value_bits 32) or float64 (64).

@@ -299,7 +299,7 @@ class SparsityAlgorithm:
         self.last_update: list[UpdateInfo] = []
         self._pending: dict[int, object] = {}  # layers attached by model.apply, not yet set up
         self._apply_root: weakref.ref | None = None
-        self._set_up = False
+        self._n_set_up = -1  # layers set up so far (-1: never set up)
 
     # ------------------------------------------------------------------ attaching
 
@@ -346,7 +346,7 @@ class SparsityAlgorithm:
 
     def _finish_attach(self) -> None:
         """Set up the layers attached since the last setup (budgets, spare slots, hooks)."""
-        if not self._pending and self._set_up:
+        if not self._pending and self._n_set_up == len(self._layers):
             return
         for handle in self._pending.values():
             handle.remove()
@@ -357,7 +357,7 @@ class SparsityAlgorithm:
         for i, L in enumerate(self._layers):
             L.index = i
             L.name = L.name or names.get(id(L.module)) or f"layer{i}"
-        self._set_up = True
+        self._n_set_up = len(self._layers)
         self._setup()
 
     def _attach(self, module: SparseLinear, name: str) -> None:
@@ -384,6 +384,7 @@ class SparsityAlgorithm:
             if _OWNER.get(L.module) is not None and _OWNER[L.module]() is self:
                 del _OWNER[L.module]
         self._layers = []
+        self._n_set_up = -1
 
     def attach_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Let updates move / reset ``optimizer``'s per-slot state (returns it)."""

@@ -137,7 +137,7 @@ def _accepted(cls) -> set[str] | None:
 
 
 class _LayerSet(nn.Module):
-    """Presents chosen layers under their model names, so ``algo(layer_set)`` attaches exactly them."""
+    """Presents chosen layers under their model names, so ``algo.attach(layer_set)`` attaches exactly them."""
 
     def __init__(self, named: list[tuple[str, SparseLinear]]):
         super().__init__()
@@ -345,7 +345,7 @@ class SparsityGroups:
                 if not isinstance(mods.get(n), SparseLinear):
                     label = next(g.label for g in gs if n in g.names)
                     raise ValueError(f"{label}: layer {n!r} could not be made sparse (a tied weight?)")
-            algo(_LayerSet([(n, mods[n]) for n in names]))
+            algo.attach(_LayerSet([(n, mods[n]) for n in names]))
             self.algorithms.append(algo)
         return model
 

@@ -44,7 +44,7 @@ Usage::
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..autograd import build_transposed, no_transposed
 from ..nn import SparseLinear
@@ -255,6 +255,14 @@ class TopKAST(SparsityAlgorithm):
         shapes = [L.shape for L in self._layers]
         d = self._distribution(shapes, 1.0 - self.forward_sparsity)[layer.index]
         return min(layer.nnz, int(round(min(1.0, max(0.0, float(d))) * layer.numel)))
+
+    def __call__(self, module: nn.Module) -> nn.Module:
+        out = super().__call__(module)
+        if isinstance(module, SparseLinear):
+            # model.apply sets up at the first forward, which torch has already bound to the
+            # layer's class: the class must be right now (setup then sets the forward size).
+            TopKASTLinear.convert(module, module.nnz)
+        return out
 
     def _setup(self) -> None:
         super()._setup()  # budgets the backward sets

@@ -105,114 +105,195 @@ def rewrite_layer(layer, drop_slots: Tensor, grow_rows: Tensor, grow_cols: Tenso
     1/64 of the capacity, at least 4096).
     """
     w = layer.weight
-    out_f, in_f = w.shape
     param = layer.weight_values
-    cap = w.capacity
-    old_rs = w.row_start
-    i64 = torch.int64
+    edit = _Edit.checked(w, drop_slots, grow_rows, grow_cols, grow_values, param.dtype)
+    lay = _Layout.choose(w, edit, spare=spare, compact=compact, min_spare=min_spare, block_slots=block_slots)
+    merge = _BlockMerge(w, edit, lay)
 
-    def _sorted(a: Tensor, b: Tensor | None = None) -> bool:
-        """Strictly increasing (a) / (a, b) lexicographically -- bool temporaries only."""
-        if a.numel() < 2:
-            return True
-        up = a[1:] > a[:-1]
-        if b is not None:
-            up |= (a[1:] == a[:-1]) & (b[1:] > b[:-1])
-        return bool(up.all())
+    opts = optimizers_of(param, optimizers)
+    state_keys = {id(o): optim_state.slot_state_keys(o, param) for o in opts}
+    # Every per-slot tensor that moves with its connection:
+    # (tensor, fill value of padding, values of grown entries or None for 0).
+    targets = [(param.data, 0, edit.grow_values)]
+    targets += [(o.state[param][k], 0, None) for o in opts for k in state_keys[id(o)]]
+    if param.grad is not None:
+        targets.append((param.grad, 0, None))
+    index_target = (w.cols, PADDING, edit.grow_cols)
 
-    _check_indices("drop_slots", drop_slots, cap)
-    _check_indices("grow_rows", grow_rows, out_f)
-    _check_indices("grow_cols", grow_cols, in_f)
-    if grow_rows.numel() != grow_cols.numel():
-        raise ValueError(f"rewrite_layer: grow_rows and grow_cols differ in length "
-                         f"({grow_rows.numel()} vs {grow_cols.numel()})")
-    if grow_values is not None:
-        if not isinstance(grow_values, Tensor) or not grow_values.is_floating_point():
-            raise TypeError("rewrite_layer: grow_values must be a floating-point tensor or None")
-        if grow_values.numel() != grow_rows.numel() or not bool(torch.isfinite(grow_values).all()):
-            raise ValueError(f"rewrite_layer: grow_values must hold {grow_rows.numel()} finite values")
-        grow_values = grow_values.reshape(-1)
-    drop_slots = drop_slots.reshape(-1)
-    if not _sorted(drop_slots):  # selections arrive sorted; others are sorted here
-        drop_slots = drop_slots.sort().values
-        if drop_slots.numel() > 1 and bool((drop_slots[1:] == drop_slots[:-1]).any()):
-            raise RuntimeError("rewrite_layer: a slot is dropped twice")
-    if drop_slots.numel() and bool((w.cols[drop_slots] < 0).any()):
-        raise RuntimeError("rewrite_layer: asked to drop a slot that is not live")
-    gdt = i64 if i64 in (grow_rows.dtype, grow_cols.dtype) else torch.int32
-    grow_rows, grow_cols = grow_rows.reshape(-1).to(gdt), grow_cols.reshape(-1).to(gdt)
-    n_grow = grow_rows.numel()
-    if not _sorted(grow_rows, grow_cols):
-        gkey = grow_rows.to(i64) * in_f + grow_cols
-        order = torch.argsort(gkey)
-        gkey = gkey[order]
-        if bool((gkey[1:] == gkey[:-1]).any()):
-            raise RuntimeError("rewrite_layer: the same position is grown twice")
-        grow_rows, grow_cols = grow_rows[order], grow_cols[order]
-        if grow_values is not None:
-            grow_values = grow_values[order]
-        del gkey, order
-    if grow_values is not None:
-        grow_values = grow_values.to(param.dtype)
-
-    # Per-row counts without per-entry row ids: both lists are sorted.
-    new_nnz = (w.row_nnz.to(i64) - torch.diff(torch.searchsorted(drop_slots, old_rs.to(drop_slots.dtype)))
-               + torch.diff(torch.searchsorted(grow_rows, torch.arange(out_f + 1, dtype=gdt))))
-    total = int(new_nnz.sum())
-    old_cap = old_rs[1:] - old_rs[:-1]
-    block_slots = block_slots or max(4096, cap // 64)  # bounds the int64 temporaries of a block
-    rows_per_block = max(1, (out_f * block_slots) // max(1, cap))
-    starts = torch.arange(0, out_f, rows_per_block)
-    blocks = [(r0, min(out_f, r0 + rows_per_block)) for r0 in starts.tolist()]
-    # A block of rows keeps its slot range if its new live count fits in it.
-    block_of_row = torch.arange(out_f) // rows_per_block
-    block_new = torch.zeros(len(blocks), dtype=i64).index_add_(0, block_of_row, new_nnz)
-    block_cap = old_rs[torch.clamp(starts + rows_per_block, max=out_f)] - old_rs[starts]
-    blocks_fit = bool((block_new <= block_cap).all())
-    resize = compact or total > cap or (min_spare > 0 and bool((old_cap - new_nnz < min_spare).any()))
-    relayout = not resize and not blocks_fit
-    if resize:
-        pad = max(spare, min_spare)
-        new_rs = _exclusive_cumsum(new_nnz + pad if compact else torch.maximum(old_cap, new_nnz + pad))
-    elif relayout:
-        free = cap - total  # spread the free slots evenly, the first rows taking the remainder
-        new_rs = _exclusive_cumsum(new_nnz + free // out_f + (torch.arange(out_f) < free % out_f).to(i64))
+    if lay.mode == "in_place":
+        grown_slots = _rewrite_in_place(w, merge, lay, targets + [index_target])
+    elif lay.mode == "relayout":
+        grown_slots = _rewrite_relayout(w, merge, lay, targets + [index_target])
     else:
-        new_rs = old_rs
-        over = new_nnz > old_cap
-        if bool(over.any()):
-            # Re-layout inside each block with an overflowing row: its free slots are spread
-            # evenly over its rows (first rows take the remainder); block boundaries stay.
-            new_rs = old_rs.clone()
-            for b in torch.unique(block_of_row[over]).tolist():
-                r0, r1 = blocks[b]
-                n = new_nnz[r0:r1]
-                free = int(block_cap[b]) - int(n.sum())
-                caps = n + free // (r1 - r0) + (torch.arange(r1 - r0) < free % (r1 - r0)).to(i64)
-                new_rs[r0 + 1:r1 + 1] = old_rs[r0] + torch.cumsum(caps, 0)
-    in_place = not resize and not relayout
-    new_cap = int(new_rs[-1])
-    if new_cap >= 2**31:
-        raise RuntimeError(f"rewrite_layer: capacity {new_cap} exceeds 2**31 - 1 slots")
-    first_new = _exclusive_cumsum(new_nnz)  # index of each row's first entry in the merged live order
+        grown_slots, new = _rewrite_resized(merge, lay, targets + [index_target])
+        has_grad = param.grad is not None
+        replace_storage(param, new[0])  # same Parameter object: whoever holds it keeps working
+        j = 1
+        for o in opts:
+            for k in state_keys[id(o)]:
+                o.state[param][k] = new[j]
+                j += 1
+        param.grad = new[j] if has_grad else None
+        replace_storage(layer.weight_cols, new[-1])
+        replace_storage(layer.weight_row_start, lay.new_rs)
+        replace_storage(layer.weight_row_nnz, lay.new_nnz.to(torch.int32))
 
-    def plan(r0: int, r1: int):
+    for o in opts:
+        optim_state.reset_slots(o, param, grown_slots)
+    layer.topology_changed(validate=validate)  # what layer.weight.mark_topology_changed() does
+    return RewriteResult(dropped=int(edit.drop_slots.numel()), grown=edit.n_grow, nnz=lay.total,
+                         repacked=lay.mode != "in_place" or lay.new_rs is not lay.old_rs,
+                         resized=lay.mode == "resize", grown_slots=grown_slots)
+
+
+def _sorted(a: Tensor, b: Tensor | None = None) -> bool:
+    """Strictly increasing (a) / (a, b) lexicographically -- bool temporaries only."""
+    if a.numel() < 2:
+        return True
+    up = a[1:] > a[:-1]
+    if b is not None:
+        up |= (a[1:] == a[:-1]) & (b[1:] > b[:-1])
+    return bool(up.all())
+
+
+@dataclass
+class _Edit:
+    """A drop / grow request, checked and sorted: drops by slot, grows by (row, col)."""
+
+    drop_slots: Tensor
+    grow_rows: Tensor
+    grow_cols: Tensor
+    grow_values: Tensor | None
+    gdt: torch.dtype  # dtype of the grow lists (int32 unless a caller gave int64)
+
+    @property
+    def n_grow(self) -> int:
+        return self.grow_rows.numel()
+
+    @classmethod
+    def checked(cls, w, drop_slots, grow_rows, grow_cols, grow_values, value_dtype) -> "_Edit":
+        out_f, in_f = w.shape
+        i64 = torch.int64
+        _check_indices("drop_slots", drop_slots, w.capacity)
+        _check_indices("grow_rows", grow_rows, out_f)
+        _check_indices("grow_cols", grow_cols, in_f)
+        if grow_rows.numel() != grow_cols.numel():
+            raise ValueError(f"rewrite_layer: grow_rows and grow_cols differ in length "
+                             f"({grow_rows.numel()} vs {grow_cols.numel()})")
+        if grow_values is not None:
+            if not isinstance(grow_values, Tensor) or not grow_values.is_floating_point():
+                raise TypeError("rewrite_layer: grow_values must be a floating-point tensor or None")
+            if grow_values.numel() != grow_rows.numel() or not bool(torch.isfinite(grow_values).all()):
+                raise ValueError(f"rewrite_layer: grow_values must hold {grow_rows.numel()} finite values")
+            grow_values = grow_values.reshape(-1)
+        drop_slots = drop_slots.reshape(-1)
+        if not _sorted(drop_slots):  # selections arrive sorted; others are sorted here
+            drop_slots = drop_slots.sort().values
+            if drop_slots.numel() > 1 and bool((drop_slots[1:] == drop_slots[:-1]).any()):
+                raise RuntimeError("rewrite_layer: a slot is dropped twice")
+        if drop_slots.numel() and bool((w.cols[drop_slots] < 0).any()):
+            raise RuntimeError("rewrite_layer: asked to drop a slot that is not live")
+        gdt = i64 if i64 in (grow_rows.dtype, grow_cols.dtype) else torch.int32
+        grow_rows, grow_cols = grow_rows.reshape(-1).to(gdt), grow_cols.reshape(-1).to(gdt)
+        if not _sorted(grow_rows, grow_cols):
+            gkey = grow_rows.to(i64) * in_f + grow_cols
+            order = torch.argsort(gkey)
+            gkey = gkey[order]
+            if bool((gkey[1:] == gkey[:-1]).any()):
+                raise RuntimeError("rewrite_layer: the same position is grown twice")
+            grow_rows, grow_cols = grow_rows[order], grow_cols[order]
+            if grow_values is not None:
+                grow_values = grow_values[order]
+        if grow_values is not None:
+            grow_values = grow_values.to(value_dtype)
+        return cls(drop_slots, grow_rows, grow_cols, grow_values, gdt)
+
+
+@dataclass
+class _Layout:
+    """The rows' new live counts and slot ranges, and which of the three rewrites applies."""
+
+    mode: str            # 'in_place', 'relayout' or 'resize'
+    old_rs: Tensor
+    new_rs: Tensor       # is old_rs when no row range moves
+    new_nnz: Tensor      # int64
+    total: int
+    blocks: list         # (r0, r1) blocks of rows, each about block_slots slots
+
+    @classmethod
+    def choose(cls, w, edit: _Edit, *, spare: int, compact: bool, min_spare: int,
+               block_slots: int | None) -> "_Layout":
+        out_f = w.shape[0]
+        cap = w.capacity
+        old_rs = w.row_start
+        i64 = torch.int64
+        # Per-row counts without per-entry row ids: both lists are sorted.
+        new_nnz = (w.row_nnz.to(i64)
+                   - torch.diff(torch.searchsorted(edit.drop_slots, old_rs.to(edit.drop_slots.dtype)))
+                   + torch.diff(torch.searchsorted(edit.grow_rows, torch.arange(out_f + 1, dtype=edit.gdt))))
+        total = int(new_nnz.sum())
+        old_cap = old_rs[1:] - old_rs[:-1]
+        block_slots = block_slots or max(4096, cap // 64)  # bounds the int64 temporaries of a block
+        rows_per_block = max(1, (out_f * block_slots) // max(1, cap))
+        starts = torch.arange(0, out_f, rows_per_block)
+        blocks = [(r0, min(out_f, r0 + rows_per_block)) for r0 in starts.tolist()]
+        # A block of rows keeps its slot range if its new live count fits in it.
+        block_of_row = torch.arange(out_f) // rows_per_block
+        block_new = torch.zeros(len(blocks), dtype=i64).index_add_(0, block_of_row, new_nnz)
+        block_cap = old_rs[torch.clamp(starts + rows_per_block, max=out_f)] - old_rs[starts]
+        if compact or total > cap or (min_spare > 0 and bool((old_cap - new_nnz < min_spare).any())):
+            pad = max(spare, min_spare)
+            new_rs = _exclusive_cumsum(new_nnz + pad if compact else torch.maximum(old_cap, new_nnz + pad))
+            mode = "resize"
+        elif not bool((block_new <= block_cap).all()):
+            free = cap - total  # spread the free slots evenly, the first rows taking the remainder
+            new_rs = _exclusive_cumsum(new_nnz + free // out_f + (torch.arange(out_f) < free % out_f).to(i64))
+            mode = "relayout"
+        else:
+            mode = "in_place"
+            new_rs = old_rs
+            over = new_nnz > old_cap
+            if bool(over.any()):
+                # Re-layout inside each block with an overflowing row: its free slots are spread
+                # evenly over its rows (first rows take the remainder); block boundaries stay.
+                new_rs = old_rs.clone()
+                for b in torch.unique(block_of_row[over]).tolist():
+                    r0, r1 = blocks[b]
+                    n = new_nnz[r0:r1]
+                    free = int(block_cap[b]) - int(n.sum())
+                    caps = n + free // (r1 - r0) + (torch.arange(r1 - r0) < free % (r1 - r0)).to(i64)
+                    new_rs[r0 + 1:r1 + 1] = old_rs[r0] + torch.cumsum(caps, 0)
+        if int(new_rs[-1]) >= 2**31:
+            raise RuntimeError(f"rewrite_layer: capacity {int(new_rs[-1])} exceeds 2**31 - 1 slots")
+        return cls(mode, old_rs, new_rs, new_nnz, total, blocks)
+
+
+class _BlockMerge:
+    """Where every kept and grown entry of a block of rows goes. Kept entries (slot order) and
+    grown entries (sorted) are both in (row, col) order, so their merge is a searchsorted."""
+
+    def __init__(self, w, edit: _Edit, lay: _Layout):
+        self.w, self.edit, self.lay = w, edit, lay
+        self.first_new = _exclusive_cumsum(lay.new_nnz)  # each row's first entry in the merged live order
+
+    def plan(self, r0: int, r1: int):
         """Block ``r0:r1``: old slots of the kept entries and their new slots; the range
-        ``g0:g1`` of grown entries in the block and their new slots. Kept entries (slot order)
-        and grown entries (sorted) are both in (row, col) order: a searchsorted merge."""
+        ``g0:g1`` of grown entries in the block and their new slots."""
+        w, e, old_rs, new_rs, first_new = self.w, self.edit, self.lay.old_rs, self.lay.new_rs, self.first_new
+        in_f, i64 = w.shape[1], torch.int64
         os0, os1 = int(old_rs[r0]), int(old_rs[r1])
         keep = w.cols[os0:os1] >= 0
-        d0, d1 = torch.searchsorted(drop_slots, torch.tensor([os0, os1], dtype=drop_slots.dtype)).tolist()
+        d0, d1 = torch.searchsorted(e.drop_slots, torch.tensor([os0, os1], dtype=e.drop_slots.dtype)).tolist()
         if d1 > d0:
-            keep[drop_slots[d0:d1] - os0] = False
+            keep[e.drop_slots[d0:d1] - os0] = False
         kept = keep.nonzero().reshape(-1) + os0
         del keep
         blk_rows = torch.repeat_interleave(torch.arange(r0, r1), old_rs[r0 + 1:r1 + 1] - old_rs[r0:r1])
         k_rows = blk_rows[kept - os0]
         del blk_rows
         kkey = k_rows * in_f + w.cols[kept].to(i64)
-        g0, g1 = torch.searchsorted(grow_rows, torch.tensor([r0, r1], dtype=gdt)).tolist()
-        gk = grow_rows[g0:g1].to(i64) * in_f + grow_cols[g0:g1]
+        g0, g1 = torch.searchsorted(e.grow_rows, torch.tensor([r0, r1], dtype=e.gdt)).tolist()
+        gk = e.grow_rows[g0:g1].to(i64) * in_f + e.grow_cols[g0:g1]
         base = int(first_new[r0])
         # merged index = own rank + number of entries of the other list before it
         k_pos = torch.arange(kept.numel()) + torch.searchsorted(gk, kkey) + base
@@ -223,81 +304,68 @@ def rewrite_layer(layer, drop_slots: Tensor, grow_rows: Tensor, grow_cols: Tenso
             lo = torch.searchsorted(kkey, gk)
             if bool((torch.searchsorted(kkey, gk, right=True) != lo).any()):
                 raise RuntimeError("rewrite_layer: a grown position collides with a kept live entry")
-            g_rows = grow_rows[g0:g1].to(i64)
+            g_rows = e.grow_rows[g0:g1].to(i64)
             g_dest = new_rs[g_rows] + (torch.arange(g1 - g0) + lo + base - first_new[g_rows])
         return kept, k_dest, g0, g1, g_dest
 
-    def write(t: Tensor, out: Tensor, p, fill: Tensor | None) -> None:
+
+def _write(t: Tensor, out: Tensor, p, fill: Tensor | None) -> None:
+    """Block plan ``p`` applied from ``t`` into ``out`` (another tensor)."""
+    kept, k_dest, g0, g1, g_dest = p
+    out[k_dest] = t[kept]
+    if g1 > g0:
+        out[g_dest] = 0 if fill is None else fill[g0:g1].to(out.dtype)
+
+
+def _rewrite_in_place(w, merge: _BlockMerge, lay: _Layout, targets) -> Tensor:
+    """Every block keeps its slot range: each tensor is rewritten block by block in place."""
+    grown_slots = torch.empty(merge.edit.n_grow, dtype=torch.int32)  # capacity < 2**31
+    for r0, r1 in lay.blocks:
+        p = merge.plan(r0, r1)
         kept, k_dest, g0, g1, g_dest = p
-        out[k_dest] = t[kept]
-        if g1 > g0:
-            out[g_dest] = 0 if fill is None else fill[g0:g1].to(out.dtype)
+        ns0, ns1 = int(lay.new_rs[r0]), int(lay.new_rs[r1])  # == the old range of the block
+        for t, pad_value, fill in targets:
+            old_block = t[ns0:ns1].clone()  # sources lie in the same slot range
+            t[ns0:ns1] = pad_value
+            t[k_dest] = old_block[kept - ns0]
+            if g1 > g0:
+                t[g_dest] = 0 if fill is None else fill[g0:g1].to(t.dtype)
+        grown_slots[g0:g1] = g_dest
+    if lay.new_rs is not lay.old_rs:
+        w.row_start.copy_(lay.new_rs)
+    w.row_nnz.copy_(lay.new_nnz.to(torch.int32))
+    return grown_slots
 
-    opts = optimizers_of(param, optimizers)
-    state_keys = {id(o): optim_state.slot_state_keys(o, param) for o in opts}
-    # (tensor, fill value of padding, values of grown entries or None for 0)
-    targets = [(param.data, 0, grow_values)]
-    targets += [(o.state[param][k], 0, None) for o in opts for k in state_keys[id(o)]]
-    if param.grad is not None:
-        targets.append((param.grad, 0, None))
-    grown_slots = torch.empty(n_grow, dtype=torch.int32)  # filled block by block (capacity < 2**31)
 
-    if in_place:
-        for r0, r1 in blocks:
-            p = plan(r0, r1)
-            ns0, ns1 = int(new_rs[r0]), int(new_rs[r1])  # == the old range of the block
-            for t, pad_value, fill in targets + [(w.cols, PADDING, grow_cols)]:
-                old_block = t[ns0:ns1].clone()  # sources lie in the same slot range
-                t[ns0:ns1] = pad_value
-                kept, k_dest, g0, g1, g_dest = p
-                t[k_dest] = old_block[kept - ns0]
-                if g1 > g0:
-                    t[g_dest] = 0 if fill is None else fill[g0:g1].to(t.dtype)
-            grown_slots[p[2]:p[3]] = p[4]
-        if new_rs is not old_rs:
-            w.row_start.copy_(new_rs)
-        w.row_nnz.copy_(new_nnz.to(torch.int32))
-    elif relayout:
-        # Same capacity, new row ranges: rebuild each tensor in one reusable scratch, then copy back.
-        scratch: dict[torch.dtype, Tensor] = {}
-        for ti, (t, pad_value, fill) in enumerate(targets + [(w.cols, PADDING, grow_cols)]):
-            buf = scratch.get(t.dtype)
-            if buf is None:
-                buf = scratch[t.dtype] = torch.empty(cap, dtype=t.dtype)
-            buf.fill_(pad_value)
-            for r0, r1 in blocks:
-                p = plan(r0, r1)
-                write(t, buf, p, fill)
-                if ti == 0:
-                    grown_slots[p[2]:p[3]] = p[4]
-            t.copy_(buf)
-        del scratch
-        w.row_start.copy_(new_rs)
-        w.row_nnz.copy_(new_nnz.to(torch.int32))
-    else:
-        new = [torch.full((new_cap,), pad_value, dtype=t.dtype) for t, pad_value, _ in targets]
-        new_cols = torch.full((new_cap,), PADDING, dtype=w.cols.dtype)
-        for r0, r1 in blocks:
-            p = plan(r0, r1)
-            for (t, _, fill), n in zip(targets, new):
-                write(t, n, p, fill)
-            write(w.cols, new_cols, p, grow_cols)
-            grown_slots[p[2]:p[3]] = p[4]
-        has_grad = param.grad is not None
-        replace_storage(param, new[0])  # same Parameter object: whoever holds it keeps working
-        j = 1
-        for o in opts:
-            for k in state_keys[id(o)]:
-                o.state[param][k] = new[j]
-                j += 1
-        param.grad = new[j] if has_grad else None
-        replace_storage(layer.weight_cols, new_cols)
-        replace_storage(layer.weight_row_start, new_rs)
-        replace_storage(layer.weight_row_nnz, new_nnz.to(torch.int32))
+def _rewrite_relayout(w, merge: _BlockMerge, lay: _Layout, targets) -> Tensor:
+    """Same capacity, new row ranges: each tensor is rebuilt in one reusable scratch, then copied back."""
+    grown_slots = torch.empty(merge.edit.n_grow, dtype=torch.int32)
+    scratch: dict[torch.dtype, Tensor] = {}
+    for ti, (t, pad_value, fill) in enumerate(targets):
+        buf = scratch.get(t.dtype)
+        if buf is None:
+            buf = scratch[t.dtype] = torch.empty(w.capacity, dtype=t.dtype)
+        buf.fill_(pad_value)
+        for r0, r1 in lay.blocks:
+            p = merge.plan(r0, r1)
+            _write(t, buf, p, fill)
+            if ti == 0:
+                grown_slots[p[2]:p[3]] = p[4]
+        t.copy_(buf)
+    del scratch
+    w.row_start.copy_(lay.new_rs)
+    w.row_nnz.copy_(lay.new_nnz.to(torch.int32))
+    return grown_slots
 
-    for o in opts:
-        optim_state.reset_slots(o, param, grown_slots)
-    layer.topology_changed(validate=validate)  # what layer.weight.mark_topology_changed() does
-    return RewriteResult(dropped=int(drop_slots.numel()), grown=n_grow, nnz=total,
-                         repacked=resize or relayout or new_rs is not old_rs,
-                         resized=resize, grown_slots=grown_slots)
+
+def _rewrite_resized(merge: _BlockMerge, lay: _Layout, targets) -> tuple[Tensor, list]:
+    """A new capacity: every tensor is built anew; the caller swaps the storage in."""
+    grown_slots = torch.empty(merge.edit.n_grow, dtype=torch.int32)
+    new_cap = int(lay.new_rs[-1])
+    new = [torch.full((new_cap,), pad_value, dtype=t.dtype) for t, pad_value, _ in targets]
+    for r0, r1 in lay.blocks:
+        p = merge.plan(r0, r1)
+        for (t, _, fill), n in zip(targets, new):
+            _write(t, n, p, fill)
+        grown_slots[p[2]:p[3]] = p[4]
+    return grown_slots, new

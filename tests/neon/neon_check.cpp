@@ -1,14 +1,16 @@
 // Correctness check of the aarch64 kernel variants, built as one static binary
 // and run under qemu-aarch64-static (see run.sh).
 //
-// Every variant listed in csrc/variants.def for an aarch64 build (the NEON
-// variants plus the portable scalar ones) is run on deterministic
+// Every variant of the registry of an aarch64 build (the NEON lines of
+// csrc/variants.def plus the portable scalar ones) is run on deterministic
 // pseudo-random padded-CSR cases and compared with the scalar reference
 // (csrc/kernels/scalar_reference.h) computed in double:
 //   spmm_fwd  Y = X W^T + b
 //   spmm_dx   dX = dY W   (SL_DX_T: a forward kernel on W's transposed index,
 //                          built here like csrc/ops/run_ops.cpp does; SL_DX_S: scatter)
 //   sddmm_dw  dW[k] = sum_b dY[b, i] X[b, cols[k]] at live slots, 0 at padding
+// and every form (plain, unrolled, tiled, blocked, block-major, scatter) must
+// have a NEON variant.
 // Tolerance per output: 2 (len + 2) u sum|terms| with u = 2^-24 and len the
 // dot length (the classic bound for a length-len float dot).
 // Also checked: padding values are NaN and padding columns of every leading
@@ -37,31 +39,18 @@
 #include "../../csrc/kernels/kernel_api.h"
 #include "../../csrc/kernels/scalar_reference.h"
 
-// ---- the registry, expanded from variants.def (aarch64 lines only) ----
-
-#define NC_DECLARE(NAME, ARGS)                           \
-  namespace sparselab {                                  \
-  void NAME(const ARGS<int16_t>&);                       \
-  void NAME(const ARGS<int32_t>&);                       \
-  size_t NAME##_scratch(int64_t, int64_t, int64_t, int64_t, int); \
-  }
-#define SL_FWD(NAME, SHORT, ISA, FORM, PARAMS) NC_DECLARE(NAME, FwdArgs)
-#define SL_DX_T(NAME, SHORT, ISA, FORM, PARAMS) NC_DECLARE(NAME, FwdArgs)
-#define SL_DX_S(NAME, SHORT, ISA, FORM, PARAMS) NC_DECLARE(NAME, DxArgs)
-#define SL_DW(NAME, SHORT, ISA, FORM, PARAMS) NC_DECLARE(NAME, DwArgs)
-#include "../../csrc/variants.def"
-#undef SL_FWD
-#undef SL_DX_T
-#undef SL_DX_S
-#undef SL_DW
+#include "../../csrc/registry.h"
 
 using namespace sparselab;
 
 namespace {
 
+// ---- the registry (csrc/registry.cpp over the tables of instantiate_scalar.cpp
+// and instantiate_neon.cpp, expanded from csrc/variants.def) ----
+
 enum class Kind { Fwd, DxT, DxS, Dw };
 
-struct Variant {
+struct NcVariant {
   Kind kind;
   const char* op;
   const char* name;
@@ -75,29 +64,20 @@ struct Variant {
   ScratchFn scratch;
 };
 
-#define F16(NAME, A) static_cast<void (*)(const A<int16_t>&)>(NAME)
-#define F32(NAME, A) static_cast<void (*)(const A<int32_t>&)>(NAME)
-const std::vector<Variant>& registry() {
-#define SL_FWD(NAME, SHORT, ISA, FORM, PARAMS)                                                  \
-  Variant{Kind::Fwd, "spmm_fwd", SHORT, ISA, F16(NAME, FwdArgs), F32(NAME, FwdArgs), nullptr, \
-          nullptr, nullptr, nullptr, NAME##_scratch},
-#define SL_DX_T(NAME, SHORT, ISA, FORM, PARAMS)                                                \
-  Variant{Kind::DxT, "spmm_dx", SHORT, ISA, F16(NAME, FwdArgs), F32(NAME, FwdArgs), nullptr, \
-          nullptr, nullptr, nullptr, NAME##_scratch},
-#define SL_DX_S(NAME, SHORT, ISA, FORM, PARAMS)                                                \
-  Variant{Kind::DxS, "spmm_dx", SHORT, ISA, nullptr, nullptr, F16(NAME, DxArgs), F32(NAME, DxArgs), \
-          nullptr, nullptr, NAME##_scratch},
-#define SL_DW(NAME, SHORT, ISA, FORM, PARAMS)                                                    \
-  Variant{Kind::Dw, "sddmm_dw", SHORT, ISA, nullptr, nullptr, nullptr, nullptr, F16(NAME, DwArgs), \
-          F32(NAME, DwArgs), NAME##_scratch},
-  static const std::vector<Variant> table = {
-#include "../../csrc/variants.def"
-  };
+const std::vector<NcVariant>& registry() {
+  static const std::vector<NcVariant> table = [] {
+    std::vector<NcVariant> t;
+    for (const sparselab::Variant& v : variants()) {
+      const Kind kind = v.op == Op::SpmmFwd ? Kind::Fwd
+                        : v.op == Op::SddmmDw ? Kind::Dw
+                        : v.dx_layout == DxLayout::Transposed ? Kind::DxT
+                                                              : Kind::DxS;
+      t.push_back(NcVariant{kind, op_name(v.op), v.name.c_str(), v.isa.c_str(), v.fwd16, v.fwd32, v.dx16,
+                          v.dx32, v.dw16, v.dw32, v.scratch});
+    }
+    return t;
+  }();
   return table;
-#undef SL_FWD
-#undef SL_DX_T
-#undef SL_DX_S
-#undef SL_DW
 }
 
 // ---- crash reporting ----
@@ -453,28 +433,28 @@ struct Scratch {
 };
 
 template <typename Idx>
-FwdFn<Idx> fwd_fn(const Variant& v);
+FwdFn<Idx> fwd_fn(const NcVariant& v);
 template <>
-FwdFn<int16_t> fwd_fn<int16_t>(const Variant& v) { return v.fwd16; }
+FwdFn<int16_t> fwd_fn<int16_t>(const NcVariant& v) { return v.fwd16; }
 template <>
-FwdFn<int32_t> fwd_fn<int32_t>(const Variant& v) { return v.fwd32; }
+FwdFn<int32_t> fwd_fn<int32_t>(const NcVariant& v) { return v.fwd32; }
 template <typename Idx>
-DxFn<Idx> dx_fn(const Variant& v);
+DxFn<Idx> dx_fn(const NcVariant& v);
 template <>
-DxFn<int16_t> dx_fn<int16_t>(const Variant& v) { return v.dx16; }
+DxFn<int16_t> dx_fn<int16_t>(const NcVariant& v) { return v.dx16; }
 template <>
-DxFn<int32_t> dx_fn<int32_t>(const Variant& v) { return v.dx32; }
+DxFn<int32_t> dx_fn<int32_t>(const NcVariant& v) { return v.dx32; }
 template <typename Idx>
-DwFn<Idx> dw_fn(const Variant& v);
+DwFn<Idx> dw_fn(const NcVariant& v);
 template <>
-DwFn<int16_t> dw_fn<int16_t>(const Variant& v) { return v.dw16; }
+DwFn<int16_t> dw_fn<int16_t>(const NcVariant& v) { return v.dw16; }
 template <>
-DwFn<int32_t> dw_fn<int32_t>(const Variant& v) { return v.dw32; }
+DwFn<int32_t> dw_fn<int32_t>(const NcVariant& v) { return v.dw32; }
 
 // Runs one variant with `threads` threads; returns its output (copied) and
 // an error string for anything wrong besides the numbers.
 template <typename Idx>
-std::vector<float> run_variant(const Variant& v, const Problem<Idx>& p, int threads,
+std::vector<float> run_variant(const NcVariant& v, const Problem<Idx>& p, int threads,
                                std::string& err) {
   const int64_t n = p.n;
   std::vector<float> result;
@@ -539,7 +519,7 @@ void check_case(const CaseSpec& s) {
            s.label.c_str(), (long long)p.out, (long long)p.in, (long long)p.n, (long long)p.nnz,
            (long long)p.cap, int(sizeof(Idx) * 8), (long long)p.ldx, (long long)p.lddy,
            (long long)p.ldy, (long long)p.lddx, p.chunks_w.size() - 1, s.bias ? " bias" : "");
-  for (const Variant& v : registry()) {
+  for (const NcVariant& v : registry()) {
     std::vector<float> first;
     for (int threads : {1, 2}) {
       const std::string what = std::string(v.op) + " " + v.name + " threads=" +
@@ -638,14 +618,28 @@ int main(int argc, char** argv) {
   // The registry must hold NEON variants of every op, or this check is empty.
   const char* ops[] = {"spmm_fwd", "spmm_dx", "sddmm_dw"};
   printf("variants:");
-  for (const Variant& v : registry()) printf(" %s/%s", v.op, v.name);
+  for (const NcVariant& v : registry()) printf(" %s/%s", v.op, v.name);
   printf("\n");
   for (const char* op : ops) {
     int count = 0;
-    for (const Variant& v : registry())
+    for (const NcVariant& v : registry())
       count += std::strcmp(v.op, op) == 0 && std::strcmp(v.isa, "neon") == 0;
     record(count > 0, std::string("registry has a neon variant of ") + op,
-           "none listed in csrc/variants.def under SPARSELAB_AARCH64");
+           "none listed in csrc/variants.def for neon");
+  }
+
+  // Every form exists for NEON too (csrc/kernels/vec/vec_neon.h runs the generic ones).
+  const char* forms[][2] = {{"spmm_fwd", "plain"},       {"spmm_fwd", "unrolled"},     {"spmm_fwd", "tiled"},
+                            {"spmm_fwd", "blocked"},     {"spmm_fwd", "block_major"},  {"spmm_dx", "tiled"},
+                            {"spmm_dx", "blocked"},      {"spmm_dx", "block_major"},   {"spmm_dx", "scatter_block_major"},
+                            {"sddmm_dw", "plain"},       {"sddmm_dw", "unrolled"},     {"sddmm_dw", "tiled"},
+                            {"sddmm_dw", "blocked"},     {"sddmm_dw", "block_major"}};
+  for (const auto& f : forms) {
+    bool found = false;
+    for (const sparselab::Variant& v : variants())
+      found |= v.isa == "neon" && std::strcmp(op_name(v.op), f[0]) == 0 && v.form == f[1];
+    record(found, std::string("registry has a neon ") + f[0] + " variant of form " + f[1],
+           "no such line in csrc/variants.def");
   }
 
   const auto all = cases();

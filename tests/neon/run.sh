@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Cross-compiles the aarch64 kernel variants (NEON + scalar files, chosen by
-# file name exactly like CMakeLists.txt does for an aarch64 build) with the
-# checker in neon_check.cpp into one static binary and runs it under qemu.
+# Cross-compiles the aarch64 kernel variants (the scalar and neon
+# instantiations of csrc/variants.def, as CMakeLists.txt builds them for
+# aarch64) with the checker in neon_check.cpp into one static binary and runs
+# it under qemu.
 #
 #   bash tests/neon/run.sh            # build + run under -cpu cortex-a53 (ARMv8.0-A)
 #   QEMU_CPU=max bash tests/neon/run.sh
@@ -28,18 +29,10 @@ if ((${#missing[@]})); then
   exit 2
 fi
 
-# Kernel files for aarch64: a file's ISA is the token after the op in its name;
-# x86 ISAs (avx2, avx512) are left out, scalar and neon files are built.
-sources=()
-while IFS= read -r f; do
-  name="$(basename "$f" .cpp)"
-  isa=scalar
-  for cand in avx2 avx512 neon; do
-    if [[ "$name" =~ _${cand}(_|$) ]]; then isa=$cand; fi
-  done
-  if [[ "$isa" == scalar || "$isa" == neon ]]; then sources+=("$f"); fi
-done < <(find "$ROOT/csrc/kernels" -name '*.cpp' | LC_ALL=C sort)
-sources+=("$ROOT/csrc/common/parallel.cpp" "$ROOT/tests/neon/neon_check.cpp")
+# What an aarch64 build compiles of the kernels: the scalar and neon
+# instantiations of csrc/variants.def and the registry over them.
+sources=("$ROOT/csrc/kernels/instantiate_scalar.cpp" "$ROOT/csrc/kernels/instantiate_neon.cpp"
+         "$ROOT/csrc/registry.cpp" "$ROOT/csrc/common/parallel.cpp" "$ROOT/tests/neon/neon_check.cpp")
 
 mkdir -p "$BUILD"
 # -march=armv8-a: nothing beyond the AArch64 baseline, so cortex-a53 runs it.

@@ -2,9 +2,11 @@
 // only (no memory traffic), so the rate is the core's FMA throughput. Used by
 // the benchmark report's roofline (sparselab._C.probe_fma_gflops).
 #pragma once
+#include "../isa_namespace.h"
 #include <cstdint>
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 // Runs `iters` rounds of 12 independent FMAs; returns a value that depends on
@@ -25,4 +27,5 @@ float fma_chains(int64_t iters) {
 }
 
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

@@ -13,12 +13,12 @@
 // A slot belongs to one task and tiles are summed in order, so results do not
 // depend on the thread count.
 #pragma once
-#include <vector>
-
+#include "../isa_namespace.h"
 #include "../block_major.h"
 #include "sddmm_dw_panels.h"
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 // Tasks split W's rows when dY is the larger operand (out >= in): then X is
@@ -43,6 +43,7 @@ template <class V, int T, int CB, int G, typename Idx>
 void dw_blockmajor(const DwArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
+  if (a.n == 0) return dw_zero_all(a);
   const int64_t in = a.w.ncols, out = a.w.rows;
   int64_t nnz = 0;
   for (int64_t i = 0; i < out; ++i) nnz += a.w.row_nnz[i];
@@ -57,7 +58,7 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
   block_major_build(bm, a.w, a.threads);
 
   const int64_t nb = bm.nblocks;
-  const std::vector<int64_t> run_start = block_major_run_starts(bm, a.threads);
+  block_major_run_starts(bm, a.threads);
 
   // Tasks are rectangles of (row groups) x (column blocks); every slot lies in
   // one. Each task sweeps all batch tiles, so the shared operand is read once
@@ -65,15 +66,17 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
   const int64_t want = 4 * int64_t(a.threads);
   const int64_t row_parts = split_rows ? min64(bm.ngroups, want) : 1;
   const int64_t col_parts = split_rows ? 1 : min64(nb, want);
-  std::vector<int64_t> first_group(size_t(row_parts) + 1, bm.ngroups);
-  for (int64_t s = 0, g = 0; s < row_parts; ++s) {
-    while (g < bm.ngroups && bm.group_start[g] * row_parts < bm.group_start[bm.ngroups] * s) ++g;
-    first_group[size_t(s)] = g;
-  }
+  const int64_t total = bm.group_start[bm.ngroups];
+  auto first_group = [&](int64_t s) {  // first group of row part s, balanced by live slots
+    if (s >= row_parts) return bm.ngroups;
+    int64_t g = 0;
+    while (g < bm.ngroups && bm.group_start[g] * row_parts < total * s) ++g;
+    return g;
+  };
   const int64_t ntiles = ceil_div(a.n, T);
   parallel_for(a.threads, row_parts * col_parts, [&](int64_t task, int) {
     const int64_t rp = task / col_parts, cp = task % col_parts;
-    const int64_t g_lo = first_group[size_t(rp)], g_hi = first_group[size_t(rp) + 1];
+    const int64_t g_lo = first_group(rp), g_hi = first_group(rp + 1);
     const int64_t b_lo = nb * cp / col_parts, b_hi = nb * (cp + 1) / col_parts;
     if (g_lo == g_hi || b_lo == b_hi) return;
     for (int64_t t = 0; t < ntiles; ++t) {
@@ -95,7 +98,7 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
           const uint16_t* cnt = bm.counts_of(g) + b * G;
           const int64_t i0 = g * G;
           const int gn = int(min64(G, out - i0));
-          const int64_t pos = run_start[size_t(g * (nb + 1) + b)];
+          const int64_t pos = bm.run_start[g * (nb + 1) + b];
           const uint16_t* col = bm.cols + pos;
           float* dst = sums + pos;
           for (int r = 0; r < gn; ++r) {
@@ -120,5 +123,22 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
   });
 }
 
+// The form instantiated from this header (see csrc/variants.def).
+namespace forms {
+namespace sddmm_dw {
+
+template <class V, int T, int CB, int G>
+struct block_major {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T,CB,G";
+  template <typename Idx>
+  static void run(const DwArgs<Idx>& a) { dw_blockmajor<V, T, CB, G>(a); }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return dw_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads); }
+};
+
+}  // namespace sddmm_dw
+}  // namespace forms
+
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

@@ -5,19 +5,20 @@
 // (p = dY^T[i], d = dw + row start; the first block stores, later blocks add).
 // Padding slots are zeroed in the first block. AArch64 baseline only.
 #pragma once
-#include <algorithm>
-
+#include "../isa_namespace.h"
 #include "../../common/parallel.h"
+#include "../index_math.h"
 #include "../kernel_api.h"
 #include "../vec/neon_helpers.h"
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 constexpr int64_t kBlock = 256;     // batch rows packed per block
 constexpr int64_t kPackCols = 64;   // columns per packing task
 
-int64_t block_ld(int64_t n) { return neon::round_up4(std::min(n, kBlock)); }
+int64_t block_ld(int64_t n) { return neon::round_up4(min64(n, kBlock)); }
 
 size_t dw_blocks_scratch(int64_t n, int64_t in, int64_t out) { return size_t(block_ld(n) * (in + out)); }
 
@@ -32,15 +33,15 @@ void dw_batch_blocks(const DwArgs<Idx>& a, RowSlots row_slots) {
   const int64_t nblocks = a.n == 0 ? 1 : (a.n + kBlock - 1) / kBlock;
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     const int64_t b0 = blk * kBlock;
-    const int64_t nb = std::min(kBlock, a.n - b0);
+    const int64_t nb = min64(kBlock, a.n - b0);
     const int64_t ldb = neon::round_up4(nb);
     const bool first = blk == 0;
     parallel_for(a.threads, dy_tasks + x_tasks, [&](int64_t t, int) {
       if (t < dy_tasks) {
-        const int64_t j0 = t * kPackCols, j1 = std::min(out, j0 + kPackCols);
+        const int64_t j0 = t * kPackCols, j1 = min64(out, j0 + kPackCols);
         neon::pack_transposed(a.dy, a.lddy, b0, nb, ldb, j0, j1, dyt);
       } else {
-        const int64_t j0 = (t - dy_tasks) * kPackCols, j1 = std::min(in, j0 + kPackCols);
+        const int64_t j0 = (t - dy_tasks) * kPackCols, j1 = min64(in, j0 + kPackCols);
         neon::pack_transposed(a.x, a.ldx, b0, nb, ldb, j0, j1, xt);
       }
     });
@@ -59,4 +60,5 @@ void dw_batch_blocks(const DwArgs<Idx>& a, RowSlots row_slots) {
 }
 
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

@@ -8,11 +8,13 @@
 // Each row belongs to one task and tiles are summed in order, so results do
 // not depend on the thread count.
 #pragma once
+#include "../isa_namespace.h"
 #include "../../common/parallel.h"
 #include "../kernel_api.h"
 #include "../panels.h"
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 template <int T>
@@ -34,6 +36,13 @@ template <typename Idx>
 void dw_zero_padding(const DwArgs<Idx>& a, int64_t i) {
   const int64_t start = a.w.row_start[i], cap = a.w.row_start[i + 1] - start;
   for (int64_t k = a.w.row_nnz[i]; k < cap; ++k) a.dw[start + k] = 0.0f;
+}
+
+// An empty batch: every slot's sum is 0 (the tile loops below never run).
+template <typename Idx>
+void dw_zero_all(const DwArgs<Idx>& a) {
+  for (int64_t i = 0; i < a.w.rows; ++i)
+    for (int64_t k = a.w.row_start[i]; k < a.w.row_start[i + 1]; ++k) a.dw[k] = 0.0f;
 }
 
 template <class V, int T, int SLOTS, typename Idx>
@@ -149,6 +158,7 @@ void dw_tiled(const DwArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
   constexpr int G = 64;  // rows of W per group (cursors on the stack)
+  if (a.n == 0) return dw_zero_all(a);
   const float *px, *pd;
   dw_pack<T>(a, &px, &pd);
   const int64_t ntiles = ceil_div(a.n, T), in = a.w.ncols, out = a.w.rows;
@@ -185,5 +195,31 @@ void dw_tiled(const DwArgs<Idx>& a) {
   });
 }
 
+// The forms instantiated from dw_tiled (see csrc/variants.def); plain and unrolled are in sddmm_dw_slots.h.
+namespace forms {
+namespace sddmm_dw {
+
+template <class V, int T>
+struct tiled {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T";
+  template <typename Idx>
+  static void run(const DwArgs<Idx>& a) { dw_tiled<V, T, 0>(a); }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return dw_panels_scratch<T>(n, in, out, nnz, threads); }
+};
+
+template <class V, int T, int CB>
+struct blocked {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T,CB";
+  template <typename Idx>
+  static void run(const DwArgs<Idx>& a) { dw_tiled<V, T, CB>(a); }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return dw_panels_scratch<T>(n, in, out, nnz, threads); }
+};
+
+}  // namespace sddmm_dw
+}  // namespace forms
+
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

@@ -9,12 +9,12 @@
 // its column's slots in row order within one task, so results do not depend
 // on the thread count.
 #pragma once
-#include <vector>
-
+#include "../isa_namespace.h"
 #include "../block_major.h"
 #include "../spmm_fwd/spmm_fwd_tiled.h"
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 template <int T, int CB, int G>
@@ -36,7 +36,7 @@ void dx_scatter_blockmajor(const DxArgs<Idx>& a) {
       block_major_carve<CB, G>(pd + panel_floats<T>(a.n, out) + 16, out, in, nnz, true);
   block_major_build(bm, a.w, a.threads);
   const int64_t nb = bm.nblocks;
-  const std::vector<int64_t> run_start = block_major_run_starts(bm, a.threads);
+  block_major_run_starts(bm, a.threads);
 
   // The store helper of the forward kernels writes buf[r][q] to out[(b0+q)][i0+r].
   FwdArgs<Idx> st{a.w, a.n, nullptr, 0, nullptr, a.dx, a.lddx, nullptr, 0, nullptr, a.threads};
@@ -54,7 +54,7 @@ void dx_scatter_blockmajor(const DxArgs<Idx>& a) {
       const uint16_t* cnt = bm.counts_of(g) + b * G;
       const int64_t i0 = g * G;
       const int gn = int(min64(G, out - i0));
-      const int64_t pos = run_start[size_t(g * (nb + 1) + b)];
+      const int64_t pos = bm.run_start[g * (nb + 1) + b];
       const float* v = bm.values + pos;
       const uint16_t* col = bm.cols + pos;
       for (int r = 0; r < gn; ++r) {
@@ -76,5 +76,22 @@ void dx_scatter_blockmajor(const DxArgs<Idx>& a) {
   });
 }
 
+// The form instantiated from this header (see csrc/variants.def).
+namespace forms {
+namespace spmm_dx {
+
+template <class V, int T, int CB, int G>
+struct scatter_block_major {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T,CB,G";
+  template <typename Idx>
+  static void run(const DxArgs<Idx>& a) { dx_scatter_blockmajor<V, T, CB, G>(a); }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return dx_scatter_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads); }
+};
+
+}  // namespace spmm_dx
+}  // namespace forms
+
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

@@ -11,10 +11,12 @@
 // Every output element is produced by one task, summing its row's slots in
 // column order, so results do not depend on the thread count.
 #pragma once
+#include "../isa_namespace.h"
 #include "../block_major.h"
 #include "spmm_fwd_tiled.h"
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 template <int T, int CB, int G>
@@ -98,5 +100,22 @@ void fwd_blockmajor(const FwdArgs<Idx>& a) {
   });
 }
 
+// The form instantiated from this header (see csrc/variants.def).
+namespace forms {
+namespace spmm_fwd {
+
+template <class V, int T, int CB, int G>
+struct block_major {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T,CB,G";
+  template <typename Idx>
+  static void run(const FwdArgs<Idx>& a) { fwd_blockmajor<V, T, CB, G>(a); }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return fwd_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads); }
+};
+
+}  // namespace spmm_fwd
+}  // namespace forms
+
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

@@ -3,10 +3,12 @@
 // it is the form for small batches (N = 1 inference). RB = 1 is the plain
 // form; RB > 1 shares each index/value load across RB batch rows.
 #pragma once
+#include "../isa_namespace.h"
 #include "../../common/parallel.h"
 #include "../kernel_api.h"
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 template <class V, int RB, typename Idx>
@@ -43,5 +45,29 @@ void fwd_rowdot(const FwdArgs<Idx>& a) {
   });
 }
 
+// The forms instantiated from this header (see csrc/variants.def).
+namespace forms {
+namespace spmm_fwd {
+
+template <class V>
+struct plain {
+  static constexpr const char kParams[] = "";
+  template <typename Idx>
+  static void run(const FwdArgs<Idx>& a) { fwd_rowdot<V, 1>(a); }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return 0; }
+};
+
+template <class V, int batch_rows>
+struct unrolled {
+  static constexpr const char kParams[] = "batch_rows";
+  template <typename Idx>
+  static void run(const FwdArgs<Idx>& a) { fwd_rowdot<V, batch_rows>(a); }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return 0; }
+};
+
+}  // namespace spmm_fwd
+}  // namespace forms
+
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

@@ -5,11 +5,13 @@
 // nonzeros so short tiles still have enough independent FMA chains.
 // Results are written back row-major through 8x8 transposes.
 #pragma once
+#include "../isa_namespace.h"
 #include "../../common/parallel.h"
 #include "../kernel_api.h"
 #include "../panels.h"
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 template <int T>
@@ -23,21 +25,7 @@ template <int T, typename Idx>
 void fwd_tiled_store(const FwdArgs<Idx>& a, const float (*buf)[T], int64_t i0, int g, int64_t b0, int nb) {
   for (int q0 = 0; q0 < nb; q0 += 8) {
     if (g == 8 && q0 + 8 <= nb) {
-      __m256 r0 = _mm256_loadu_ps(buf[0] + q0), r1 = _mm256_loadu_ps(buf[1] + q0);
-      __m256 r2 = _mm256_loadu_ps(buf[2] + q0), r3 = _mm256_loadu_ps(buf[3] + q0);
-      __m256 r4 = _mm256_loadu_ps(buf[4] + q0), r5 = _mm256_loadu_ps(buf[5] + q0);
-      __m256 r6 = _mm256_loadu_ps(buf[6] + q0), r7 = _mm256_loadu_ps(buf[7] + q0);
-      transpose8x8(r0, r1, r2, r3, r4, r5, r6, r7);
-      const __m256 bv = a.bias ? _mm256_loadu_ps(a.bias + i0) : _mm256_setzero_ps();
-      float* y = a.y + (b0 + q0) * a.ldy + i0;
-      _mm256_storeu_ps(y + 0 * a.ldy, _mm256_add_ps(r0, bv));
-      _mm256_storeu_ps(y + 1 * a.ldy, _mm256_add_ps(r1, bv));
-      _mm256_storeu_ps(y + 2 * a.ldy, _mm256_add_ps(r2, bv));
-      _mm256_storeu_ps(y + 3 * a.ldy, _mm256_add_ps(r3, bv));
-      _mm256_storeu_ps(y + 4 * a.ldy, _mm256_add_ps(r4, bv));
-      _mm256_storeu_ps(y + 5 * a.ldy, _mm256_add_ps(r5, bv));
-      _mm256_storeu_ps(y + 6 * a.ldy, _mm256_add_ps(r6, bv));
-      _mm256_storeu_ps(y + 7 * a.ldy, _mm256_add_ps(r7, bv));
+      transpose_block8_bias(buf[0] + q0, T, a.bias ? a.bias + i0 : nullptr, a.y + (b0 + q0) * a.ldy + i0, a.ldy);
     } else {
       for (int q = q0; q < nb && q < q0 + 8; ++q)
         for (int r = 0; r < g; ++r) a.y[(b0 + q) * a.ldy + i0 + r] = buf[r][q] + (a.bias ? a.bias[i0 + r] : 0.0f);
@@ -93,5 +81,22 @@ void fwd_tiled(const FwdArgs<Idx>& a) {
   });
 }
 
+// The form instantiated from this header (see csrc/variants.def).
+namespace forms {
+namespace spmm_fwd {
+
+template <class V, int T, int acc_sets>
+struct tiled {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T,acc_sets";
+  template <typename Idx>
+  static void run(const FwdArgs<Idx>& a) { fwd_tiled<V, T, acc_sets>(a); }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return fwd_tiled_scratch<T>(n, in, out, nnz, threads); }
+};
+
+}  // namespace spmm_fwd
+}  // namespace forms
+
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

@@ -5,9 +5,11 @@
 // group live in a small buffer between blocks. Same arithmetic order for any
 // thread count: a row's block segments are summed in column order.
 #pragma once
+#include "../isa_namespace.h"
 #include "spmm_fwd_tiled.h"
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 template <class V, int T, int CB, typename Idx>
@@ -58,5 +60,22 @@ void fwd_tiled_blocked(const FwdArgs<Idx>& a) {
   });
 }
 
+// The form instantiated from this header (see csrc/variants.def).
+namespace forms {
+namespace spmm_fwd {
+
+template <class V, int T, int CB>
+struct blocked {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T,CB";
+  template <typename Idx>
+  static void run(const FwdArgs<Idx>& a) { fwd_tiled_blocked<V, T, CB>(a); }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return fwd_tiled_scratch<T>(n, in, out, nnz, threads); }
+};
+
+}  // namespace spmm_fwd
+}  // namespace forms
+
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

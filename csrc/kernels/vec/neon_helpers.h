@@ -2,11 +2,13 @@
 // (ARMv8.0-A Advanced SIMD) only. Everything sits in an anonymous namespace so
 // each kernel translation unit gets its own private copy (ODR-safe).
 #pragma once
+#include "../isa_namespace.h"
 #include <arm_neon.h>
 
 #include <cstdint>
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 namespace neon {
 
@@ -61,4 +63,5 @@ inline void pack_transposed(const float* src, int64_t ld, int64_t b0, int64_t nb
 
 }  // namespace neon
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

@@ -2,9 +2,11 @@
 // panels and to write tile results back row-major. Needs AVX (every ISA file
 // that includes it is compiled with at least -mavx2).
 #pragma once
+#include "../isa_namespace.h"
 #include <immintrin.h>
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 inline void transpose8x8(__m256& r0, __m256& r1, __m256& r2, __m256& r3, __m256& r4, __m256& r5,
@@ -44,5 +46,25 @@ inline void transpose_block8(const float* src, int64_t lds, float* dst, int64_t 
   _mm256_storeu_ps(dst + 6 * ldd, r6); _mm256_storeu_ps(dst + 7 * ldd, r7);
 }
 
+// dst[q * ldd + r] = src[r * lds + q] + bias[r] (bias may be null) for an 8 x 8 block:
+// 8 rows of a tile buffer written back row-major.
+inline void transpose_block8_bias(const float* src, int64_t lds, const float* bias, float* dst, int64_t ldd) {
+  __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
+  __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
+  __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
+  __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
+  transpose8x8(r0, r1, r2, r3, r4, r5, r6, r7);
+  const __m256 bv = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
+  _mm256_storeu_ps(dst + 0 * ldd, _mm256_add_ps(r0, bv));
+  _mm256_storeu_ps(dst + 1 * ldd, _mm256_add_ps(r1, bv));
+  _mm256_storeu_ps(dst + 2 * ldd, _mm256_add_ps(r2, bv));
+  _mm256_storeu_ps(dst + 3 * ldd, _mm256_add_ps(r3, bv));
+  _mm256_storeu_ps(dst + 4 * ldd, _mm256_add_ps(r4, bv));
+  _mm256_storeu_ps(dst + 5 * ldd, _mm256_add_ps(r5, bv));
+  _mm256_storeu_ps(dst + 6 * ldd, _mm256_add_ps(r6, bv));
+  _mm256_storeu_ps(dst + 7 * ldd, _mm256_add_ps(r7, bv));
+}
+
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

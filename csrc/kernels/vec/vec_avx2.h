@@ -2,11 +2,13 @@
 // compiled with -mavx2 -mfma; internal linkage keeps ISA code out of the
 // baseline (no ODR merging across translation units of different ISAs).
 #pragma once
+#include "../isa_namespace.h"
 #include <immintrin.h>
 
 #include <cstdint>
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 struct VecAvx2 {
@@ -54,4 +56,5 @@ struct VecAvx2 {
 };
 
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

@@ -1,11 +1,13 @@
 // AVX-512 (F/BW/VL/DQ) vector traits: 16 floats per register. Included only
 // by files compiled with the AVX-512 flags; internal linkage (see vec_avx2.h).
 #pragma once
+#include "../isa_namespace.h"
 #include <immintrin.h>
 
 #include <cstdint>
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
 struct VecAvx512 {
@@ -52,4 +54,5 @@ struct VecAvx512 {
 };
 
 }  // namespace
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

@@ -1,16 +1,43 @@
-// spmm_fwd, NEON unrolled: 4 batch rows per pass share each step's index and
-// value loads; 8 nonzeros per step into two accumulators per batch row (8 in
-// flight). Leftover batch rows take a one-row pass with the same two
-// accumulators. NEON has no gather: x vectors are built from lane loads.
-// AArch64 baseline (ARMv8.0-A Advanced SIMD) only.
+// spmm_fwd row-dot forms written for NEON (no gather: x vectors are built
+// from lane loads). AArch64 baseline (ARMv8.0-A Advanced SIMD) only.
+//   plain     one row-dot per (row, batch row), 4 nonzeros per FMA;
+//   unrolled  rows_per_pass batch rows share each step's index and value
+//             loads; 8 nonzeros per step into two accumulators per batch row
+//             (8 in flight); leftover batch rows take a one-row pass.
+#pragma once
 #include "../../common/parallel.h"
+#include "../isa_namespace.h"
 #include "../kernel_api.h"
 #include "../vec/neon_helpers.h"
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
 
-constexpr int kRows = 4;  // batch rows per pass
+template <typename Idx>
+void fwd_plain(const FwdArgs<Idx>& a) {
+  const CsrView<Idx>& w = a.w;
+  parallel_for(a.threads, a.nchunks, [&](int64_t c, int) {
+    for (int64_t i = a.row_chunks[c]; i < a.row_chunks[c + 1]; ++i) {
+      const float* v = w.values + w.row_start[i];
+      const Idx* col = w.cols + w.row_start[i];
+      const int32_t nnz = w.row_nnz[i];
+      const float b0 = a.bias ? a.bias[i] : 0.0f;
+      for (int64_t b = 0; b < a.n; ++b) {
+        const float* xb = a.x + b * a.ldx;
+        float32x4_t acc = vdupq_n_f32(0.0f);
+        int32_t k = 0;
+        for (; k + 4 <= nnz; k += 4) {
+          const float32x4_t xv = neon::gather4(xb, col[k], col[k + 1], col[k + 2], col[k + 3]);
+          acc = vfmaq_f32(acc, vld1q_f32(v + k), xv);
+        }
+        float s = vaddvq_f32(acc);
+        for (; k < nnz; ++k) s += v[k] * xb[col[k]];
+        a.y[b * a.ldy + i] = s + b0;
+      }
+    }
+  });
+}
 
 // y[r] = dot(row, x_r) for R batch rows x_r = xs[r].
 template <int R, typename Idx>
@@ -48,7 +75,7 @@ inline void row_dots(const float* v, const Idx* col, int32_t nnz, const float* c
   }
 }
 
-template <typename Idx>
+template <int kRows, typename Idx>
 void fwd_unrolled(const FwdArgs<Idx>& a) {
   const CsrView<Idx>& w = a.w;
   parallel_for(a.threads, a.nchunks, [&](int64_t c, int) {
@@ -77,10 +104,28 @@ void fwd_unrolled(const FwdArgs<Idx>& a) {
   });
 }
 
+namespace forms {
+namespace spmm_fwd {
+
+template <class V>
+struct plain {
+  static constexpr const char kParams[] = "";
+  template <typename Idx>
+  static void run(const FwdArgs<Idx>& a) { fwd_plain(a); }
+  static size_t scratch(int64_t, int64_t, int64_t, int64_t, int) { return 0; }
+};
+
+template <class V, int rows_per_pass>
+struct unrolled {
+  static constexpr const char kParams[] = "rows_per_pass";
+  template <typename Idx>
+  static void run(const FwdArgs<Idx>& a) { fwd_unrolled<rows_per_pass>(a); }
+  static size_t scratch(int64_t, int64_t, int64_t, int64_t, int) { return 0; }
+};
+
+}  // namespace spmm_fwd
+}  // namespace forms
+
 }  // namespace
-
-void spmm_fwd_neon_unrolled(const FwdArgs<int16_t>& a) { fwd_unrolled(a); }
-void spmm_fwd_neon_unrolled(const FwdArgs<int32_t>& a) { fwd_unrolled(a); }
-size_t spmm_fwd_neon_unrolled_scratch(int64_t, int64_t, int64_t, int64_t, int) { return 0; }
-
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

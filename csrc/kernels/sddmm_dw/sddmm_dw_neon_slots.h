@@ -1,12 +1,31 @@
-// sddmm_dw, NEON unrolled: same batch blocking and batch-contiguous packing of
-// dY and X into caller scratch as the plain form, but 4 live slots per pass
-// share each dY^T vector load, with two accumulators per slot (8 batch rows per
-// step, 8 FMAs in flight); the 4 sums are reduced into one vector and stored
-// together. Leftover slots take a one-slot pass. AArch64 baseline only.
+// sddmm_dw forms written for NEON, on the batch blocks of
+// sddmm_dw_neon_blocks.h (dY and X packed batch-contiguous per block):
+//   plain     every live slot is one contiguous 4-wide dot of dY^T[i] and X^T[col];
+//   unrolled  4 live slots per pass share each dY^T vector load, with two
+//             accumulators per slot (8 batch rows per step, 8 FMAs in flight);
+//             the 4 sums are reduced into one vector and stored together.
+// AArch64 baseline only.
+#pragma once
 #include "sddmm_dw_neon_blocks.h"
 
 namespace sparselab {
+namespace SPARSELAB_ISA_NS {
 namespace {
+
+template <typename Idx>
+void dw_plain(const DwArgs<Idx>& a) {
+  dw_batch_blocks(a, [&](int64_t i, const float* p, const float* xt, int64_t ldb, float* d, bool first) {
+    const Idx* col = a.w.cols + a.w.row_start[i];
+    const int32_t nnz = a.w.row_nnz[i];
+    for (int32_t k = 0; k < nnz; ++k) {
+      const float* q = xt + int64_t(col[k]) * ldb;
+      float32x4_t acc = vdupq_n_f32(0.0f);
+      for (int64_t b = 0; b < ldb; b += 4) acc = vfmaq_f32(acc, vld1q_f32(p + b), vld1q_f32(q + b));
+      const float s = vaddvq_f32(acc);
+      d[k] = first ? s : d[k] + s;
+    }
+  });
+}
 
 constexpr int kSlots = 4;  // live slots per pass
 
@@ -61,12 +80,28 @@ void dw_unrolled(const DwArgs<Idx>& a) {
   });
 }
 
+namespace forms {
+namespace sddmm_dw {
+
+template <class V>
+struct plain {
+  static constexpr const char kParams[] = "";
+  template <typename Idx>
+  static void run(const DwArgs<Idx>& a) { dw_plain(a); }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t, int) { return dw_blocks_scratch(n, in, out); }
+};
+
+template <class V>
+struct unrolled {
+  static constexpr const char kParams[] = "";
+  template <typename Idx>
+  static void run(const DwArgs<Idx>& a) { dw_unrolled(a); }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t, int) { return dw_blocks_scratch(n, in, out); }
+};
+
+}  // namespace sddmm_dw
+}  // namespace forms
+
 }  // namespace
-
-void sddmm_dw_neon_unrolled(const DwArgs<int16_t>& a) { dw_unrolled(a); }
-void sddmm_dw_neon_unrolled(const DwArgs<int32_t>& a) { dw_unrolled(a); }
-size_t sddmm_dw_neon_unrolled_scratch(int64_t n, int64_t in, int64_t out, int64_t, int) {
-  return dw_blocks_scratch(n, in, out);
-}
-
+}  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

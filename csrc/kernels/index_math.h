@@ -1,0 +1,16 @@
+// Integer helpers of the kernel headers (no <algorithm>: see isa_namespace.h).
+#pragma once
+#include "isa_namespace.h"
+
+#include <cstdint>
+
+namespace sparselab {
+namespace SPARSELAB_ISA_NS {
+namespace {
+
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+}  // namespace
+}  // namespace SPARSELAB_ISA_NS
+}  // namespace sparselab

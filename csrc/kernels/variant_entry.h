@@ -1,0 +1,37 @@
+// One kernel variant as an ISA translation unit exports it (instantiate.h):
+// plain data only, constant-initialised, so a table compiled with an ISA's
+// flags holds no code. The registry (csrc/registry.cpp, baseline) reads it.
+#pragma once
+#include <cstdint>
+
+#include "kernel_api.h"
+
+namespace sparselab {
+
+enum class Op { SpmmFwd, SpmmDx, SddmmDw };
+
+// How a spmm_dx variant uses W: through the transposed index (running a
+// forward kernel on W^T) or by scattering from W's rows.
+enum class DxLayout { None, Transposed, Scatter };
+
+constexpr int kMaxTileParams = 6;
+
+struct VariantEntry {
+  int line;         // line of csrc/variants.def: the registry keeps the list's order
+  Op op;
+  DxLayout dx_layout;
+  const char* name;  // nullptr ends a table
+  const char* isa;
+  const char* form;
+  const char* param_names[kMaxTileParams];  // the tile parameters, as listed
+  int param_values[kMaxTileParams];
+  FwdFn<int16_t> fwd16;
+  FwdFn<int32_t> fwd32;
+  DxFn<int16_t> dx16;
+  DxFn<int32_t> dx32;
+  DwFn<int16_t> dw16;
+  DwFn<int32_t> dw32;
+  ScratchFn scratch;
+};
+
+}  // namespace sparselab
