@@ -59,7 +59,17 @@ fi
 
 python bench/summarize.py "$json" --out "$tmp/summary.md"
 grep -q "Headline" "$tmp/summary.md"
-sparselab-bench compare "$json" "$json" --out "$tmp/compare" >/dev/null
+sparselab-bench --version >/dev/null
+# Against this CPU's committed baseline when there is one (timing never fails the smoke run),
+# else the file against itself, so the compare tooling runs either way.
+slug="$(python -c 'from sparselab_bench.storage import this_cpu_slug; print(this_cpu_slug())')"
+base="bench/baselines/$slug.json"
+if [ -f "$base" ]; then
+  echo "smoke: comparing with this CPU's baseline $base"
+  sparselab-bench compare "$base" "$json" --out "$tmp/compare" | grep -E "faster|slower" | head -n 1 || true
+else
+  sparselab-bench compare "$json" "$json" --out "$tmp/compare" >/dev/null
+fi
 [ -s "$tmp/compare/compare.md" ] && [ -s "$tmp/compare/compare.png" ]
 
 echo "smoke: OK in $((SECONDS - start)) s (report: $report_dir)"

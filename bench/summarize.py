@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from sparselab.benchmarking.results import BenchDataError, load_results
-from sparselab.benchmarking.text import fmt_seconds, markdown_table
+from sparselab_bench.results import BenchDataError, load_results
+from sparselab_bench.text import fmt_seconds, markdown_table
 
 KEY = ["op", "out", "in", "n", "sparsity"]
 

@@ -7,17 +7,19 @@ chosen by the autotuned dispatch table.
 
 import torch  # noqa: F401  (before _C: the extension's libgomp.so.1 must resolve to torch's copy)
 
-from . import kernels, ops
+from . import env, kernels, ops
 from .format import PaddedCSR
 from . import autograd, optim_state  # noqa: E402  (autograd registers the torch.ops.sparselab ops)
 from .memory import memory_report
 from .nn import SparseLinear
-from .sparsify import sparsify
+from .sparsify import load_dense_state_dict, sparsify
 from . import dst  # noqa: E402
 from .dst import GMP, SET, SNFS, GraNet, RigL, SparsityAlgorithm, SRigL, Static, TopKAST  # noqa: E402
 
 __version__ = "0.1.0"
 
+env.check_scratch_keep_mb()
+
 __all__ = ["PaddedCSR", "SparseLinear", "autograd", "kernels", "memory_report", "ops", "optim_state",
-           "sparsify", "__version__", "dst", "SparsityAlgorithm", "Static", "SET", "RigL", "SRigL", "GMP", "GraNet",
-           "SNFS", "TopKAST"]
+           "sparsify", "load_dense_state_dict", "__version__", "dst", "SparsityAlgorithm", "Static", "SET", "RigL",
+           "SRigL", "GMP", "GraNet", "SNFS", "TopKAST"]

@@ -90,8 +90,9 @@ def require_available(op: str, name: str) -> VariantInfo:
 
 def describe() -> str:
     """A plain-text table of every variant and its availability."""
-    lines = [f"{'op':9} {'name':22} {'isa':7} {'form':9} {'params':22} available"]
-    for v in variants():
-        avail = "yes" if v.available else f"no: {v.reason}"
-        lines.append(f"{v.op:9} {v.name:22} {v.isa:7} {v.form:9} {json.dumps(v.params):22} {avail}")
-    return "\n".join(lines)
+    header = ["op", "name", "isa", "form", "params", "available"]
+    rows = [[v.op, v.name, v.isa, v.form, json.dumps(v.params) if v.params else "-",
+             "yes" if v.available else f"no: {v.reason}"] for v in variants()]
+    # Columns as wide as their widest cell, so long names or params never shift the next column.
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(r, widths)), r[-1]]) for r in [header, *rows])

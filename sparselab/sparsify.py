@@ -1,4 +1,5 @@
-"""``sparsify(model, sparsity)``: swap a model's ``nn.Linear`` layers for ``SparseLinear``."""
+"""``sparsify(model, sparsity)``: swap a model's ``nn.Linear`` layers for ``SparseLinear``;
+``load_dense_state_dict(model, state_dict)``: load a dense checkpoint into a sparsified model."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import fnmatch
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 
+import torch
 from torch import nn
 
 from .nn import METHODS, SparseLinear, _check_sparsity
 
-__all__ = ["sparsify"]
+__all__ = ["sparsify", "load_dense_state_dict"]
 
 Selector = None | str | Iterable[str] | Callable[[str, nn.Module], bool]
 
@@ -112,3 +114,68 @@ def sparsify(model: nn.Module, sparsity, *, include: Selector = None, exclude: S
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, new)
     return model
+
+
+def _sparse_entries(layer: SparseLinear, prefix: str, weight: torch.Tensor, bias, method: str) -> dict:
+    """The state_dict entries of ``layer`` holding the dense ``weight`` pruned to the layer's
+    live count (and ``bias``), with the layer's per-row spare capacity."""
+    if not isinstance(weight, torch.Tensor) or weight.shape != (layer.out_features, layer.in_features):
+        raise ValueError(f"{prefix}weight: expected a dense tensor of shape "
+                         f"({layer.out_features}, {layer.in_features}), got "
+                         f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}")
+    if not weight.is_floating_point():
+        raise TypeError(f"{prefix}weight: expected floating-point values, got {weight.dtype}")
+    out_f, in_f = layer.out_features, layer.in_features
+    # skip_init: no random init of a weight about to be overwritten. A half-precision checkpoint
+    # is converted to the layer's dtype by the copy.
+    dense = nn.utils.skip_init(nn.Linear, in_f, out_f, bias=bias is not None, dtype=layer.weight_values.dtype)
+    with torch.no_grad():
+        dense.weight.copy_(weight)
+        if bias is not None:
+            dense.bias.copy_(bias)
+    # Keep the layer's live count exactly (from_dense keeps round((1 - s) * out * in) entries) and
+    # its spare slots per row, so the loaded layer has the sizes it had.
+    sparsity = 1.0 - layer.nnz / (out_f * in_f)
+    padding = round((layer.capacity - layer.nnz) / out_f)
+    new = SparseLinear.from_dense(dense, sparsity, method=method, padding=padding,
+                                  index_dtype=layer.weight_cols.dtype)
+    return {prefix + k: v for k, v in new.state_dict().items()}
+
+
+def load_dense_state_dict(model: nn.Module, state_dict: Mapping, *, strict: bool = True,
+                          method: str = "magnitude"):
+    """Load a dense checkpoint (e.g. a pretrained model's ``state_dict()``) into ``model``, whose
+    ``nn.Linear`` layers were replaced by ``SparseLinear`` (:func:`sparsify`).
+
+    For every ``SparseLinear`` at ``name`` whose dense ``name.weight`` is in ``state_dict``, the
+    weight is pruned on load to the layer's current live count (``method='magnitude'`` keeps the
+    largest ``|w|`` of the layer, ``'random'`` a random subset); its bias is copied. Everything else
+    (dense layers, norms, embeddings, already-sparse entries) loads as ``model.load_state_dict``
+    loads it, with the same ``strict`` rule; returns what that returns. The layers keep their
+    sparsity: to choose a new one, load into the dense model and call :func:`sparsify` instead.
+
+    Typical use::
+
+        model = build_model()                       # dense architecture
+        sparsify(model, 0.9)                        # SparseLinear layers, 90% sparse
+        load_dense_state_dict(model, torch.load("pretrained.pt", weights_only=True))
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    converted = dict(state_dict)
+    for name, m in model.named_modules():
+        prefix = f"{name}." if name else ""
+        if not isinstance(m, SparseLinear) or prefix + "weight" not in state_dict:
+            continue
+        if (m.bias is None) != (prefix + "bias" not in state_dict) and strict:
+            raise ValueError(f"{prefix}bias: the checkpoint {'has' if m.bias is None else 'lacks'} a bias "
+                             f"the layer {'lacks' if m.bias is None else 'has'}")
+        bias = state_dict.get(prefix + "bias") if m.bias is not None else None
+        converted.pop(prefix + "weight")
+        converted.pop(prefix + "bias", None)
+        converted.update(_sparse_entries(m, prefix, state_dict[prefix + "weight"], bias, method))
+    return model.load_state_dict(converted, strict=strict)

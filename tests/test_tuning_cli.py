@@ -175,3 +175,58 @@ def test_real_tuning_of_one_tiny_layer(capsys):
     assert code == 0, err
     entries = resolve.get_cache().entries()
     assert len(entries) == 3 and all(k.endswith("|t1") for k in entries)
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith("sparselab-tune ") and cli.version() in out
+
+
+def test_show_json_is_the_table_as_json(capsys, fake_tune):
+    run(capsys, "--model", SPEC, "--batch", "8")
+    code, out, err = run(capsys, "--show", "--json")
+    doc = json.loads(out)  # stdout holds the JSON document and nothing else
+    assert code == 0 and doc["fingerprint"] == FP and len(doc["keys"]) == 6
+    row = doc["keys"][0]
+    assert row["variant"] == "scalar" and row["time_us"] == 200.0 and row["pred_us"] is None
+    code, out, _ = run(capsys, "--clear", "--show", "--json")
+    assert code == 0 and json.loads(out)["keys"] == []
+
+
+def test_table_text_aligns_columns_and_shows_dash_for_missing(capsys, fake_tune):
+    run(capsys, "--model", SPEC, "--batch", "8")
+    code, out, _ = run(capsys, "--show")
+    lines = out.splitlines()[1:]  # the first line names the machine
+    assert "None" not in out and "NaN" not in out and " - " in out
+    header = lines[0]
+    for line in lines[1:]:
+        assert len(line) <= len(header) + 40
+        # each right-aligned number column ends where its header ends
+        assert line[header.index("threads") + len("threads") - 1] != " "
+
+
+def test_any_failed_key_exits_1_and_keeps_the_others(capsys, monkeypatch):
+    def tune(key, **kw):
+        if key.op == "spmm_dx":
+            raise RuntimeError("kernel exploded")
+        return {"variant": "scalar", "median_s": 2e-4, "n_timed": key.n}
+    monkeypatch.setattr(tuner, "tune", tune)
+    code, out, err = run(capsys, "--model", SPEC, "--batch", "8")
+    assert code == 1
+    assert "kernel exploded" in err and "2 of 6 keys failed" in err
+    assert len(resolve.get_cache().entries()) == 4
+
+
+def test_verbose_logs_each_key_at_info(capsys, monkeypatch, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="sparselab")
+
+    def tune(key, **kw):
+        logging.getLogger("sparselab.tuning.tuner").info("tuned %s", key)
+        return {"variant": "scalar", "median_s": 2e-4}
+    monkeypatch.setattr(tuner, "tune", tune)
+    assert run(capsys, "--model", SPEC, "--batch", "8", "-v")[0] == 0
+    assert sum("tuned " in r.getMessage() for r in caplog.records) == 6

@@ -514,7 +514,7 @@ def test_capped_batch_choice_follows_the_key_n_not_the_timed_n():
     assert e["predicted_s"]["avx2_tile128"] == pytest.approx(4e-3 + 3.5e-5 * 2048)
     # The table shows what decided: the predicted times next to the timed ones.
     from sparselab.tuning import table
-    row = table.build({str(make_key("spmm_fwd", 4096, 4096, 2048, 0.1, 2)): e}).iloc[0]
+    row = table.build({str(make_key("spmm_fwd", 4096, 4096, 2048, 0.1, 2)): e})[0]
     assert row["variant"] == "avx2_tile128" and row["time_us"] > row["runner_up_us"]
     assert row["pred_us"] == pytest.approx(1e6 * (4e-3 + 3.5e-5 * 2048), rel=1e-3)
     assert row["runner_up_pred_us"] > row["pred_us"]
@@ -585,8 +585,11 @@ def test_deadline_from_the_environment(monkeypatch):
     assert tuner.deadline_s() == tuner.DEADLINE_S
     monkeypatch.setenv(tuner.ENV_DEADLINE, "2.5")
     assert tuner.deadline_s() == 2.5
-    for bad in ("soon", "0", "-1", "nan"):
+    for bad in ("soon", "0", "-1", "nan", "inf", "-inf", "1e308", "", " "):
         monkeypatch.setenv(tuner.ENV_DEADLINE, bad)
+        if not bad.strip():  # unset in effect: the default, silently
+            assert tuner.deadline_s() == tuner.DEADLINE_S
+            continue
         with pytest.warns(UserWarning, match=tuner.ENV_DEADLINE):
             assert tuner.deadline_s() == tuner.DEADLINE_S
 
@@ -855,3 +858,78 @@ def test_duel_respects_the_budget():
     race.race(cands, check_equals_one, budget_s=0.5, clock=clock)
     # warm-ups (0.2) + rounds within 0.5 + duel within 0.5
     assert clock.t - before <= 0.2 + 0.5 + 0.5 + 0.21
+
+
+# ---------------------------------------------------------------- no global side effects
+
+@needs_c
+def test_tuning_at_first_use_never_changes_torchs_thread_count(isolated, monkeypatch):
+    """torch.set_num_threads is process-wide: a tuning that called it would let other Python
+    threads' ops run (and be memoised) at the wrong count. The tuner times at the caller's count."""
+    from sparselab import planner
+
+    calls = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (calls.append(n), real(n)))
+    before = torch.get_num_threads()
+    planner.invalidate()
+    W = PaddedCSR.random(96, 160, 0.8, seed=1)
+    X = torch.randn(8, 160)
+    seen = []
+
+    def other_thread():
+        for _ in range(200):
+            seen.append(torch.get_num_threads())
+
+    import threading
+    t = threading.Thread(target=other_thread)
+    t.start()
+    out = ops.spmm_fwd(W, X)  # a miss: tunes spmm_fwd for this shape, here, now
+    t.join()
+    assert calls == []
+    assert torch.get_num_threads() == before
+    assert len(resolve.get_cache().entries()) == 1
+    key = next(iter(resolve.get_cache().entries()))
+    assert key.endswith(f"|t{before}")
+    assert set(seen) <= {before}
+    assert torch.allclose(out, X @ W.to_dense().T, atol=1e-4)
+    planner.invalidate()
+
+
+@needs_c
+def test_each_tuned_key_is_logged_at_info(caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="sparselab")
+    k = make_key("spmm_fwd", 96, 160, 8, 0.2, torch.get_num_threads())
+    e = tuner.tune(k)
+    [record] = [r for r in caplog.records if r.name == "sparselab.tuning.tuner"]
+    text = record.getMessage()
+    assert record.levelname == "INFO" and str(k) in text and e["variant"] in text
+    assert f"runner-up {e['runner_up']}" in text and f"in {e['tuning_s']:.3f} s" in text
+
+
+@needs_c
+@pytest.mark.parametrize("content", ["[" * 100_000 + "]" * 100_000, '{"format": 1, "entries": 7}', '{"form'],
+                         ids=["deeply-nested", "wrong-type", "truncated"])
+def test_an_op_survives_a_hostile_cache_file(isolated, monkeypatch, caplog, content):
+    """Whatever the cache file holds, ops run: the file is set aside with a WARNING and the key is
+    tuned again."""
+    import logging
+
+    from sparselab import planner
+
+    caplog.set_level(logging.WARNING, logger="sparselab")
+    monkeypatch.setattr(resolve, "get_cache", REAL_GET_CACHE)
+    resolve.reset()
+    cache = resolve.get_cache()
+    cache.directory.mkdir(parents=True, exist_ok=True)
+    cache.path.write_text(content)
+    resolve.reset()
+    planner.invalidate()
+    W = PaddedCSR.random(40, 24, 0.5, seed=2)
+    X = torch.randn(3, 24)
+    assert torch.allclose(ops.spmm_fwd(W, X), X @ W.to_dense().T, atol=1e-5)
+    assert any("corrupt" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert len(resolve.get_cache().entries()) == 1
+    planner.invalidate()

@@ -7,30 +7,34 @@ It survives real life:
 - writes are atomic (temp file in the same dir + os.replace): a crash mid-write leaves the old file;
 - every write is read-merge-write under a FileLock, so two processes tuning at once keep each
   other's entries;
-- a corrupt file, or one whose fingerprint is not ours, is moved aside (``*.corrupt-<timestamp>``)
-  with one warning and rebuilt;
-- an unwritable location falls back to an in-memory table with exactly one warning.
+- a corrupt file (any JSON at all: truncated, deeply nested, wrong types), or one whose
+  fingerprint is not ours, is moved aside (``*.corrupt-<timestamp>``) under the lock, with one
+  WARNING on the ``sparselab`` logger, and rebuilt;
+- when the lock cannot be taken (timeout, read-only location) nothing on disk is moved or
+  rewritten: the file is ignored (read) or the entry kept in memory (write), with a WARNING;
+- an unwritable location falls back to an in-memory table with exactly one WARNING.
 """
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from . import fingerprint as fingerprint_mod
 from .keys import parse_key
 
 FORMAT = 1
 LOCK_TIMEOUT_S = 30.0
-
-
-class TuningCacheWarning(UserWarning):
-    """The cache file could not be used as is (corrupt, foreign, or unwritable)."""
+log = logging.getLogger(__name__)
+# Optional numeric fields of an entry that the table and dispatch do arithmetic on.
+_NUMBERS = ("median_s", "runner_up_s", "dense_s", "reference_s", "n_timed")
+_NAME_TO_TIME = ("medians", "predicted_s", "second_medians")
 
 
 class ForeignFingerprintError(ValueError):
@@ -46,6 +50,27 @@ def default_dir() -> Path:
     return base / "sparselab"
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _entry_problem(v) -> str | None:
+    """Why ``v`` is not a usable entry (None if it is): the fields the library reads must have
+    the types it reads them as."""
+    if not isinstance(v, dict) or not isinstance(v.get("variant"), str):
+        return "no variant name"
+    if v.get("runner_up") is not None and not isinstance(v["runner_up"], str):
+        return "runner_up is not a name"
+    for name in _NUMBERS:
+        if v.get(name) is not None and not _is_number(v[name]):
+            return f"{name} is not a number"
+    for name in _NAME_TO_TIME:
+        table = v.get(name)
+        if table is not None and not (isinstance(table, dict) and all(_is_number(t) for t in table.values())):
+            return f"{name} is not a table of times"
+    return None
+
+
 def _validate(doc, fp: dict) -> str | None:
     """Why ``doc`` is not a usable cache for fingerprint ``fp`` (None if it is)."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
@@ -58,31 +83,60 @@ def _validate(doc, fp: dict) -> str | None:
             parse_key(k)
         except ValueError:
             return f"bad key {k!r}"
-        if not isinstance(v, dict) or not isinstance(v.get("variant"), str):
-            return f"bad entry for {k!r}"
-    if doc.get("fingerprint") != fp:
+        problem = _entry_problem(v)
+        if problem is not None:
+            return f"bad entry for {k!r}: {problem}"
+    if not isinstance(doc.get("fingerprint"), dict):
+        return "no fingerprint"
+    if doc["fingerprint"] != fp:
         return "foreign"
     return None
 
 
 def read_document(path: str | os.PathLike) -> dict:
-    """Read a tuning JSON document (cache or export); raises OSError / ValueError."""
+    """Read a tuning JSON document (cache or export); raises OSError or ValueError, whatever the
+    file holds (a deeply nested document is a ValueError, not a RecursionError)."""
     with open(path, encoding="utf-8") as f:
-        return json.load(f)
+        text = f.read()
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The rename itself must reach the disk for a crash right after it to keep the new file.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot fsync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
 
 
 def write_atomic(path: Path, doc: dict) -> None:
-    """Write JSON so that readers see the old file or the new one, never a torn one."""
+    """Write JSON so that readers see the old file or the new one, never a torn one: a temp file
+    in the same directory, flushed to disk, then renamed over the target."""
+    text = json.dumps(doc, indent=1, sort_keys=True)  # serialise first: a failure here writes nothing
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, sort_keys=True)
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)
     finally:
         if os.path.exists(tmp):  # only if the replace did not happen
             os.unlink(tmp)
+
+
+def _what(problem: str) -> str:
+    return "was written on another CPU or build" if problem == "foreign" else f"is corrupt ({problem})"
 
 
 class TuningCache:
@@ -122,7 +176,8 @@ class TuningCache:
         self._entries = None
 
     def _read_disk(self, locked: bool = False) -> dict[str, dict]:
-        """Entries of the file on disk; a bad file is set aside (under the lock) and reads empty."""
+        """Entries of the file on disk; a bad file is set aside (only under the lock) and reads
+        empty."""
         try:
             doc = read_document(self.path)
         except (FileNotFoundError, NotADirectoryError):
@@ -137,19 +192,20 @@ class TuningCache:
             problem = _validate(doc, self.fingerprint)
             if problem is None:
                 return dict(doc["entries"])
-        if not locked:
-            # Re-check under the lock: another process may have just rebuilt the file.
-            try:
-                with self._lock():
-                    return self._read_disk(locked=True)
-            except OSError:
-                pass  # cannot lock (read-only location): ignore the file, do not move it
-        self._set_aside(problem)
-        return {}
+        if locked:
+            self._set_aside(problem)
+            return {}
+        # Re-check under the lock: another process may have just rebuilt the file.
+        try:
+            with self._lock():
+                return self._read_disk(locked=True)
+        except (Timeout, OSError) as e:
+            # Without the lock another process may be writing it: leave the file where it is.
+            log.warning("sparselab tuning cache %s %s; could not take its lock (%s: %s): "
+                        "ignored for now, left in place", self.path, _what(problem), type(e).__name__, e)
+            return {}
 
     def _set_aside(self, problem: str) -> None:
-        what = ("was written on another CPU or build" if problem == "foreign"
-                else f"is corrupt ({problem})")
         aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
                                     f"-{time.time_ns() % 1_000_000_000:09d}")
         try:
@@ -157,8 +213,7 @@ class TuningCache:
             action = f"moved aside to {aside.name}; it will be rebuilt"
         except OSError:
             action = "ignored (could not move it aside)"
-        warnings.warn(f"sparselab tuning cache {self.path} {what}: {action}",
-                      TuningCacheWarning, stacklevel=4)
+        log.warning("sparselab tuning cache %s %s: %s", self.path, _what(problem), action)
 
     # ---- writing --------------------------------------------------------------------------
     def put(self, key, entry: dict) -> None:
@@ -178,14 +233,17 @@ class TuningCache:
                 write_atomic(self.path, {"format": FORMAT, "fingerprint": self.fingerprint,
                                          "entries": merged})
                 self._entries = merged
+        except Timeout as e:
+            # Another process holds the lock for too long: keep this entry in memory only.
+            log.warning("sparselab tuning cache %s: could not take its lock (%s); %d new entries "
+                        "kept in memory for this process", self.path, e, len(new))
         except OSError as e:
             self._fall_back(e)
 
     def _fall_back(self, error: OSError) -> None:
         self.in_memory = True
-        warnings.warn(f"sparselab tuning cache location {self.directory} is not writable "
-                      f"({type(error).__name__}: {error}); tuning results are kept in memory "
-                      f"for this process only", TuningCacheWarning, stacklevel=4)
+        log.warning("sparselab tuning cache location %s is not writable (%s: %s); tuning results "
+                    "are kept in memory for this process only", self.directory, type(error).__name__, error)
 
     def clear(self) -> bool:
         """Forget every entry of this fingerprint; True if a file was removed."""
@@ -197,6 +255,9 @@ class TuningCache:
                 self.path.unlink()
             return True
         except FileNotFoundError:
+            return False
+        except Timeout as e:
+            log.warning("sparselab tuning cache %s: could not take its lock (%s); not cleared", self.path, e)
             return False
         except OSError as e:
             self._fall_back(e)

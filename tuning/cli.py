@@ -4,17 +4,20 @@
     sparselab-tune --quick              a tiny grid (CI smoke test)
     sparselab-tune --model SPEC         layers from JSON (file or inline): [{out, in, n?, sparsity}]
     sparselab-tune --module pkg.mod:fn  layers of the model fn() builds (its SparseLinear layers)
-    sparselab-tune --show               print the table of this machine's tuned keys
+    sparselab-tune --show [--json]      print the table of this machine's tuned keys (JSON: for tools)
     sparselab-tune --export FILE        write this machine's table to FILE
     sparselab-tune --import FILE        merge FILE (refused if tuned on another CPU/build; --force)
     sparselab-tune --clear              forget this machine's table
 
-Actions combine in the order clear, import, tune, export, show. User mistakes print
-``error: ...`` and exit with status 2.
+Actions combine in the order clear, import, tune, export, show. Exit status: 0 on success, 1 when
+any key failed to tune (the others are kept), 2 on a user mistake (``error: ...``). ``-v`` shows
+each key's tuning (the ``sparselab`` logger at INFO) on stderr.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import logging
 import sys
 
 
@@ -35,6 +38,9 @@ def _parse_ints(text: str, what: str) -> list[int]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sparselab-tune",
                                 description="Tune SparseLab's kernel choice for this machine.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="log each key's tuning (time, choice, runner-up) to stderr")
     src = p.add_argument_group("what to tune (default: the standard grid)")
     src.add_argument("--quick", action="store_true", help="a tiny grid (seconds; CI smoke test)")
     src.add_argument("--model", metavar="JSON_SPEC",
@@ -47,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--retune", action="store_true", help="re-tune keys already in the cache")
     act = p.add_argument_group("cache actions")
     act.add_argument("--show", action="store_true", help="print the tuning table")
+    act.add_argument("--json", action="store_true",
+                     help="print the table (of --show, or of the keys just tuned) as JSON on stdout")
     act.add_argument("--export", metavar="FILE", help="write the tuning table to FILE")
     act.add_argument("--import", dest="import_file", metavar="FILE", help="merge a table from FILE")
     act.add_argument("--force", action="store_true", help="with --import: accept a foreign CPU/build")
@@ -73,7 +81,14 @@ def _layers_and_batches(args):
     return layers, batches
 
 
-def _tune(args, cache) -> list[str]:
+def version() -> str:
+    try:
+        return importlib.metadata.version("sparselab")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _tune(args, cache) -> tuple[list[str], list[str]]:
     import torch
     from tqdm import tqdm
 
@@ -92,7 +107,7 @@ def _tune(args, cache) -> list[str]:
     _warn_if_busy()
     retune = args.retune or get_mode() == "force"
     done, failed = [], []
-    for key, shape in tqdm(keys, desc="tuning", unit="key", file=sys.stderr):
+    for key, shape in tqdm(keys, desc="tuning", unit="key", file=sys.stderr, disable=args.json):
         if not retune and cache.get(key) is not None:
             done.append(str(key))
             continue
@@ -104,8 +119,8 @@ def _tune(args, cache) -> list[str]:
         cache.put(key, entry)
         done.append(str(key))
     for line in failed:
-        print(f"warning: tuning failed for {line}", file=sys.stderr)
-    return done
+        print(f"error: tuning failed for {line}", file=sys.stderr)
+    return done, failed
 
 
 def _warn_if_busy() -> None:
@@ -132,12 +147,14 @@ def _run(args) -> int:
                         or args.retune)
     other_action = bool(args.show or args.export or args.import_file or args.clear)
     cache = resolve.get_cache()
+    # With --json, stdout holds only the JSON document; progress lines go to stderr.
+    out = sys.stderr if args.json else sys.stdout
 
     if args.clear:
         removed = cache.clear()
         resolve.reset()
         cache = resolve.get_cache()
-        print(f"cleared {cache.path}" if removed else f"nothing to clear at {cache.path}")
+        print(f"cleared {cache.path}" if removed else f"nothing to clear at {cache.path}", file=out)
     if args.import_file:
         try:
             count = cache.import_(args.import_file, force=args.force)
@@ -149,21 +166,28 @@ def _run(args) -> int:
             raise UserError(f"cannot import {args.import_file}: {e}") from None
         resolve.reset()
         cache = resolve.get_cache()
-        print(f"imported {count} entries into {cache.path}")
-    tuned = None
+        print(f"imported {count} entries into {cache.path}", file=out)
+    tuned, failed = None, []
     if tuning_asked or not other_action:
-        tuned = _tune(args, cache)
+        tuned, failed = _tune(args, cache)
     if args.export:
         try:
             count = cache.export(args.export)
         except OSError as e:
             raise UserError(f"cannot write {args.export}: {e}") from None
-        print(f"exported {count} entries to {args.export}")
+        print(f"exported {count} entries to {args.export}", file=out)
     if args.show or tuned is not None:
         fp = cache.fingerprint
-        print(f"# {fp.get('brand', '?')} | build {fp.get('build_hash', '?')} | {cache.path}")
         only = None if args.show else set(tuned)
-        print(table.render(table.build(cache.entries(), only)))
+        rows = table.build(cache.entries(), only)
+        if args.json:
+            print(table.to_json(rows, fp, cache.path))
+        else:
+            print(f"# {fp.get('brand', '?')} | build {fp.get('build_hash', '?')} | {cache.path}")
+            print(table.render(rows))
+    if failed:
+        print(f"error: {len(failed)} of {len(failed) + len(tuned)} keys failed to tune", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -171,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     from .grids import SpecError
 
     args = _parser().parse_args(argv)  # argparse itself exits 2 with "error: ..." on bad flags
+    # The CLI (not the library) decides where log records go: stderr, so --json stays clean.
+    logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("sparselab").setLevel(logging.INFO if args.verbose else logging.WARNING)
     try:
         return _run(args)
     except (UserError, SpecError) as e:

@@ -10,6 +10,7 @@ The environment variable ``SPARSELAB_TUNING`` sets the starting mode; ``set_mode
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import warnings
@@ -26,7 +27,9 @@ def env_choice(name: str, choices: tuple, default: str) -> str:
         return default
     if raw not in choices:
         # A typo in an env var must not crash a training script: say so once, keep the default.
-        warnings.warn(f"{name}={raw!r} is not one of {choices}; using {default!r}", stacklevel=3)
+        message = f"{name}={raw!r} is not one of {choices}; using {default!r}"
+        logging.getLogger(__name__).warning(message)
+        warnings.warn(message, stacklevel=3)
         return default
     return raw
 

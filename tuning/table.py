@@ -1,12 +1,19 @@
-"""The tuning table as a pandas DataFrame (for `sparselab-tune --show` and after a tuning run)."""
+"""The tuning table: one row per tuned key (for `sparselab-tune --show` and after a tuning run).
+
+Rows are plain dicts so the library needs no pandas; `render` aligns them as text, `to_json`
+keeps them as JSON (missing values as null there, as `-` in the text).
+"""
 from __future__ import annotations
 
-import pandas as pd
+import json
 
 from .keys import parse_key
 
 COLUMNS = ["op", "out", "in", "n", "n_timed", "density", "threads", "variant", "time_us", "runner_up",
            "runner_up_us", "pred_us", "runner_up_pred_us", "x_dense", "x_scalar"]
+# Numbers read best right-aligned; names left-aligned.
+_TEXT_COLUMNS = {"op", "variant", "runner_up"}
+SORT = ("op", "out", "in", "n", "density", "threads")
 
 
 def _us(seconds):
@@ -17,7 +24,7 @@ def _ratio(num, den):
     return round(num / den, 2) if num and den else None
 
 
-def build(entries: dict[str, dict], only: set[str] | None = None) -> pd.DataFrame:
+def build(entries: dict[str, dict], only: set[str] | None = None) -> list[dict]:
     """One row per key (its representative shape; times are per call at n_timed rows, see
     problem.py). pred_us / runner_up_pred_us: where the key's N was well above n_timed, the
     times predicted at that N from a second point (second_point.py), which made the choice; so
@@ -43,11 +50,30 @@ def build(entries: dict[str, dict], only: set[str] | None = None) -> pd.DataFram
             "x_dense": _ratio(e.get("dense_s"), e.get("median_s")),
             "x_scalar": _ratio(e.get("reference_s"), e.get("median_s")),
         })
-    df = pd.DataFrame(rows, columns=COLUMNS)
-    return df.sort_values(["op", "out", "in", "n", "density", "threads"], ignore_index=True)
+    return sorted(rows, key=lambda r: tuple(r[c] for c in SORT))
 
 
-def render(df: pd.DataFrame) -> str:
-    if df.empty:
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def render(rows: list[dict]) -> str:
+    """Aligned text columns; a missing value is '-'."""
+    if not rows:
         return "(no tuned keys)"
-    return df.to_string(index=False, na_rep="-")
+    cells = [[_cell(r.get(c)) for c in COLUMNS] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(COLUMNS)]
+
+    def line(values):
+        return "  ".join(v.ljust(w) if c in _TEXT_COLUMNS else v.rjust(w)
+                         for c, v, w in zip(COLUMNS, values, widths)).rstrip()
+    return "\n".join([line(COLUMNS)] + [line(row) for row in cells])
+
+
+def to_json(rows: list[dict], fingerprint: dict, path) -> str:
+    """The rows with the machine they were tuned on, as a JSON document."""
+    return json.dumps({"fingerprint": fingerprint, "cache": str(path), "keys": rows}, indent=1)

@@ -27,7 +27,8 @@ records the load).
 """
 from __future__ import annotations
 
-import contextlib
+import logging
+import math
 import os
 import time
 import warnings
@@ -49,33 +50,23 @@ SECOND_POINT_RESERVE = 0.35
 # chosen by an older method are re-tuned. 2: the second point for capped batches. 3: check and
 # screen on the check part of a large layer; finalists of the second point by form.
 METHOD_VERSION = 3
+log = logging.getLogger(__name__)
 
-
-@contextlib.contextmanager
-def _torch_threads(threads: int):
-    import torch
-
-    before = torch.get_num_threads()
-    if threads != before:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        if threads != before:
-            torch.set_num_threads(before)
+# Threads: the tuner never changes torch's thread count (torch.set_num_threads is process-wide
+# state that other Python threads' ops would see). SparseLab candidates run at key.threads, passed
+# to each call; dense candidates run on torch's pool at the caller's count, which is also the
+# count they run at after dispatch. `sparselab-tune --threads` sets the count for its own process.
 
 
 def _checker(problem, reference: str):
     """check(name, out) for the race: the reference's output becomes the reference (no extra
-    scalar call); every other output is compared with it. Runs on one torch thread: it is not
-    timed, and on a busy 2-core machine a 2-thread torch op can stall for a scheduler slice."""
+    scalar call); every other output is compared with it."""
     def check(name, out):
-        with _torch_threads(1):
-            if name == reference and problem.reference_output is None:
-                problem.reference_output = out
-            if problem.reference_output is None:
-                return f"no reference output ({reference!r} failed)"
-            return problem.check(out)
+        if name == reference and problem.reference_output is None:
+            problem.reference_output = out
+        if problem.reference_output is None:
+            return f"no reference output ({reference!r} failed)"
+        return problem.check(out)
     return check
 
 
@@ -83,8 +74,7 @@ def _sanity_checker(problem):
     """check(name, out) for a race whose outputs were checked on the check part: shape and
     finiteness only."""
     def check(name, out):
-        with _torch_threads(1):
-            return problem.sane(out)
+        return problem.sane(out)
     return check
 
 
@@ -104,19 +94,26 @@ def _check_part_fields(screened, problem, part, infos, reference: str) -> dict:
     return fields
 
 
+# A deadline longer than this is a typo (an hour per key), not a thorough tuning.
+DEADLINE_MAX_S = 3600.0
+
+
 def deadline_s() -> float:
-    """DEADLINE_S, or the positive number of seconds in $SPARSELAB_TUNING_DEADLINE_S."""
+    """DEADLINE_S, or the finite positive number of seconds (at most DEADLINE_MAX_S) in
+    $SPARSELAB_TUNING_DEADLINE_S."""
     raw = os.environ.get(ENV_DEADLINE, "").strip()
     if not raw:
         return DEADLINE_S
     try:
         value = float(raw)
     except ValueError:
-        value = float("nan")
-    if not value > 0:  # also rejects nan
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= DEADLINE_MAX_S):
         # A typo in an env var must not crash a training script: say so, keep the default.
-        warnings.warn(f"{ENV_DEADLINE}={raw!r} is not a positive number of seconds; using {DEADLINE_S}",
-                      stacklevel=2)
+        message = (f"{ENV_DEADLINE}={raw!r} is not a number of seconds in (0, {DEADLINE_MAX_S:g}]; "
+                   f"using {DEADLINE_S}")
+        log.warning(message)
+        warnings.warn(message, stacklevel=2)
         return DEADLINE_S
     return value
 
@@ -147,10 +144,9 @@ def _second_race(key, problem, racers, first, n2: int, target: int, budget_s: fl
     p2 = problem.at_n(n2)
     racers2 = [Candidate(r.name, r.rank, p2.runner(r.name), r.kind) for r in racers if r.name in names]
     try:
-        with _torch_threads(key.threads):
-            # Outputs were checked at the first N; here only the times count.
-            r2 = race(racers2, lambda name, out: None, budget_s=budget_s * second_point.BUDGET_FRACTION,
-                      deadline=deadline, clock=clock)
+        # Outputs were checked at the first N; here only the times count.
+        r2 = race(racers2, lambda name, out: None, budget_s=budget_s * second_point.BUDGET_FRACTION,
+                  deadline=deadline, clock=clock)
     except NoValidCandidate:
         return {}
     kept = [n for n in r2.medians if n not in r2.cut]
@@ -182,8 +178,7 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
     if problem is None:
         from .problem import Problem
 
-        with _torch_threads(1):  # untimed set-up: see _checker
-            problem = Problem(key, shape=shape)
+        problem = Problem(key, shape=shape)
 
     infos = {v.name: v for v in variants}
     if reference not in infos:
@@ -201,9 +196,8 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
     check = _checker(problem, reference)
     screened = None
     if part is not None:
-        with _torch_threads(key.threads):
-            screened = screen.screen([Candidate(r.name, r.rank, part.runner(r.name), r.kind) for r in racers],
-                                     _checker(part, reference), clock=clock)
+        screened = screen.screen([Candidate(r.name, r.rank, part.runner(r.name), r.kind) for r in racers],
+                                 _checker(part, reference), clock=clock)
         racers = [r for r in racers if r.name in screened.kept]
         check = _sanity_checker(problem)
         phases["check_part"] = time.perf_counter() - started - sum(phases.values())
@@ -220,9 +214,8 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
     # race's generous first one: at 4096x4096, N=32 the plain and unrolled loops and dense_torch
     # were 3.7x the best on the part and 4.5x on the whole layer, 60 ms a call.
     cut_ratios = (screen.CUT_RATIO,) + CUT_RATIOS[1:] if screened is not None else CUT_RATIOS
-    with _torch_threads(key.threads):  # dense candidates run on torch's pool
-        result = race(racers, check, budget_s=first_budget, deadline=first_deadline, clock=clock,
-                      duel_reps=0 if n2 is not None else DUEL_REPS, cut_ratios=cut_ratios)
+    result = race(racers, check, budget_s=first_budget, deadline=first_deadline, clock=clock,
+                  duel_reps=0 if n2 is not None else DUEL_REPS, cut_ratios=cut_ratios)
 
     phases["race"] = time.perf_counter() - started - sum(phases.values())
     med = result.medians
@@ -246,7 +239,7 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
         if dense_name is None and "dense_s_scaled_from_check_part" in checked:
             dense_name = checked["dense_scaled_from_check_part"]
             dense_s = checked["dense_s_scaled_from_check_part"]
-    return {
+    entry = {
         "variant": winner,
         "median_s": med[winner],
         "runner_up": runner_up,
@@ -267,3 +260,12 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
         "load": _load(),  # a busy machine makes the choice noisy: keep the evidence
         "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+    _log_entry(key, entry)
+    return entry
+
+
+def _log_entry(key, e: dict) -> None:
+    runner_up = (f"runner-up {e['runner_up']} ({e['runner_up_s'] * 1e6:.1f} us)" if e.get("runner_up_s")
+                 else f"runner-up {e.get('runner_up') or '-'}")
+    log.info("tuned %s in %.3f s: %s (%.1f us at N=%d), %s", key, e["tuning_s"], e["variant"],
+             e["median_s"] * 1e6, e["n_timed"], runner_up)

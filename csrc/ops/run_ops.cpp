@@ -20,9 +20,21 @@ namespace {
 // activations of big batches) is freed when the call returns, so it exists
 // only during a kernel call and never sits in memory between training steps;
 // the page faults of re-allocating it cost a few percent of such a call.
+// SPARSELAB_SCRATCH_KEEP_MB must be a plain decimal integer in [0, kMaxKeepMb] (spaces around it
+// allowed); anything else ("-1", "4x", "1e3") keeps the default. sparselab/env.py applies the same
+// rule and warns, so a bad value is never silently used.
+constexpr unsigned long long kMaxKeepMb = 1ull << 20;
 std::atomic<size_t> g_keep_bytes{[] {
+  const size_t fallback = size_t(4) << 20;
   const char* env = std::getenv("SPARSELAB_SCRATCH_KEEP_MB");
-  return env ? size_t(std::strtoull(env, nullptr, 10)) << 20 : size_t(4) << 20;
+  if (!env) return fallback;
+  while (*env == ' ' || *env == '\t') ++env;
+  if (*env < '0' || *env > '9') return fallback;  // empty, a sign, or text
+  char* end = nullptr;
+  const unsigned long long mb = std::strtoull(env, &end, 10);
+  while (*end == ' ' || *end == '\t') ++end;
+  if (*end != '\0' || mb > kMaxKeepMb) return fallback;
+  return size_t(mb) << 20;
 }()};
 
 // Per-calling-thread scratch, grown on demand and kept up to g_keep_bytes:

@@ -41,6 +41,24 @@ def memory_bandwidth(nbytes: int = 512 * 2**20, repeats: int = 7) -> dict:
     }
 
 
+def cache_bandwidth(cache_bytes: int, repeats: int = 51, copies: int = 20) -> float:
+    """GB/s of torch copy_ between two buffers that together fill half of a cache of
+    ``cache_bytes`` (read + write counted), ``copies`` back to back per timing. Python's call
+    overhead is included, so this is a lower bound of the level's bandwidth."""
+    floats = max(1024, cache_bytes // 4 // 4)
+    src = torch.ones(floats, dtype=torch.float32)
+    dst = torch.zeros_like(src)
+
+    def run():
+        for _ in range(copies):
+            dst.copy_(src)
+    return 2 * src.nbytes * copies / _median_seconds(run, repeats) / 1e9
+
+
+def _as_bytes(size) -> int | None:
+    return int(size) if isinstance(size, (int, float)) and size > 0 else None
+
+
 def _native_probe():
     try:
         from sparselab import _C
@@ -82,19 +100,28 @@ def peak_gflops(threads: int, seconds: float = 1.0, size: int = 2048) -> dict:
     }
 
 
-def run_probes(threads: int, seconds: float = 1.0, nbytes: int = 512 * 2**20, gemm_size: int = 2048) -> dict:
+def run_probes(threads: int, seconds: float = 1.0, nbytes: int = 512 * 2**20, gemm_size: int = 2048,
+               l2_bytes: int | None = None, l3_bytes: int | None = None) -> dict:
+    # The report tool runs in its own process: setting torch's thread count here is its own business.
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         result = {"threads": threads, "torch_version": torch.__version__}
         result.update(memory_bandwidth(nbytes))
+        for key, size in (("l2_gbs", _as_bytes(l2_bytes)), ("l3_gbs", _as_bytes(l3_bytes))):
+            if size:
+                result[key] = cache_bandwidth(size)
+        if "l2_gbs" in result or "l3_gbs" in result:
+            result["cache_method"] = ("torch copy_ of buffers filling half the cache (L2 per core, L3 as "
+                                      "py-cpuinfo reports it), 20 copies per timing, median of 51; a lower bound")
         result.update(peak_gflops(threads, seconds, gemm_size))
     finally:
         torch.set_num_threads(before)
     return result
 
 
-def cached_or_measured(cache: Path, threads: int, measure: bool) -> dict | None:
+def cached_or_measured(cache: Path, threads: int, measure: bool, l2_bytes: int | None = None,
+                       l3_bytes: int | None = None) -> dict | None:
     """probes.json if it was measured with `threads`, else a fresh measurement when allowed."""
     if cache.is_file():
         try:
@@ -105,7 +132,7 @@ def cached_or_measured(cache: Path, threads: int, measure: bool) -> dict | None:
             return cached
     if not measure:
         return None
-    result = run_probes(threads)
+    result = run_probes(threads, l2_bytes=l2_bytes, l3_bytes=l3_bytes)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(result, indent=2) + "\n")
     return result

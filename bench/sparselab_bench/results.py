@@ -119,6 +119,10 @@ def read_bench_file(path: str | Path) -> BenchFile:
     path = Path(path)
     raw = _read_json(path)
     machine = _machine(raw["machine_info"])
+    commit = raw.get("commit_info")
+    if not machine.get("git_commit") and isinstance(commit, dict) and commit.get("id"):
+        # Written where git was not reachable from the package: pytest-benchmark's own record.
+        machine = dict(machine, git_commit=commit["id"], git_dirty=commit.get("dirty"))
     rows = []
     for bench in raw["benchmarks"]:
         if not isinstance(bench, dict):

@@ -48,8 +48,8 @@ def _skip(title: str, reason: str) -> str:
 
 
 def _save(fig: Figure, path: Path, title: str) -> str:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    # bbox_inches: legends placed outside the axes stay inside the image.
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     return f"### {title}\n\n![{title}]({path.name})\n"
 
 
@@ -117,6 +117,10 @@ def machine_section(files: list[BenchFile], probes: dict | None, probe_note: str
     if probes:
         rows.append(["memory bandwidth", f"{probes['bandwidth_gbs']:.1f} GB/s ({probes['bandwidth_method']})"])
         rows.append(["peak compute", f"{probes['peak_gflops']:.1f} GFLOP/s ({probes['peak_method']})"])
+        if probes.get("l2_gbs") or probes.get("l3_gbs"):
+            levels = ", ".join(f"{name} {probes[key]:.0f} GB/s" for name, key in (("L2", "l2_gbs"), ("L3", "l3_gbs"))
+                               if probes.get(key))
+            rows.append(["cache bandwidth", f"{levels} ({probes.get('cache_method', '')})"])
     rows.append(["probes", probe_note])
     rows += [[f"results: `{f.path.name}`", f.datetime or "unknown date"] for f in files]
     return "## Machine\n\n" + markdown_table(["", ""], rows) + "\n"
@@ -140,6 +144,43 @@ def op_tables(best: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
+# Colour and marker cycles of coprime lengths: variant i gets (COLOURS[i % 20], MARKERS[i % 7]),
+# a distinct pair for up to 140 variants, so no two curves of one plot look alike.
+COLOURS = [f"C{i}" for i in range(10)] + ["#393b79", "#8c6d31", "#843c39", "#7b4173", "#3182bd",
+                                          "#31a354", "#e6550d", "#636363", "#9c9ede", "#e7ba52"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
+DENSE_STYLES = {"dense_torch": ("black", "--"), "dense_mkldnn": ("dimgray", ":")}
+
+
+def style(i: int) -> dict:
+    return {"color": COLOURS[i % len(COLOURS)], "marker": MARKERS[i % len(MARKERS)]}
+
+
+def _sweep(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the (shape, N) with the most sparsities (a sweep), the largest weight and
+    then the largest N breaking ties: one readable curve set per op."""
+    keys = ["out", "in", "n"]
+    count = rows.groupby(keys)["sparsity"].nunique().rename("count").reset_index()
+    count["size"] = count["out"] * count["in"]
+    best = count.sort_values(["count", "size", "n"]).iloc[-1]
+    return rows[(rows["out"] == best["out"]) & (rows["in"] == best["in"]) & (rows["n"] == best["n"])]
+
+
+def _dense_rates(df: pd.DataFrame, op: str, first) -> dict[str, float]:
+    """Throughput of each dense baseline on the dense work (2*out*in*N flop per call) at one
+    shape: dense work does not depend on sparsity."""
+    dense = df[df["baseline"].isin(list(DENSE_STYLES)) & (df["op"] == op) & (df["out"] == first["out"])
+               & (df["in"] == first["in"]) & (df["n"] == first["n"])]
+    if "dense_gflops" not in dense:
+        return {}
+    rates = {}
+    for name, g in dense.groupby("baseline"):
+        rate = (pd.to_numeric(g["dense_gflops"], errors="coerce") / g["median"]).median()
+        if pd.notna(rate):
+            rates[name] = float(rate)
+    return rates
+
+
 def plot_gflops_vs_sparsity(df: pd.DataFrame, out_dir: Path) -> str:
     title = "GFLOP/s vs sparsity"
     missing = _missing(_sparse(df), ["op", "variant", "out", "in", "n", "sparsity", "gflop_s"])
@@ -147,16 +188,39 @@ def plot_gflops_vs_sparsity(df: pd.DataFrame, out_dir: Path) -> str:
         return _skip(title, f"variant rows lack {', '.join(missing)}")
     sparse = _sparse(df).dropna(subset=["gflop_s"])  # e.g. tuned-dispatch rows without a flop count
     ops = sorted(sparse["op"].unique())
-    fig = Figure(figsize=(5 * len(ops), 4))
+    fig = Figure(figsize=(5.5 * len(ops), 6.5))
+    single = True
     for ax, op in zip(fig.subplots(1, len(ops), squeeze=False)[0], ops):
-        rows = _largest_shape(sparse[sparse["op"] == op])
-        rows = rows[rows["n"] == rows["n"].max()]
-        for variant, g in rows.groupby("variant"):
-            g = g.sort_values("sparsity")
-            ax.plot(g["sparsity"], g["gflop_s"], marker="o", label=variant)
-        ax.set(title=f"{op} {_shape_label(rows)}, N={rows['n'].iloc[0]}", xlabel="sparsity", ylabel="GFLOP/s")
-        ax.legend(fontsize="small")
-    return _save(fig, out_dir / "gflops_vs_sparsity.png", title)
+        rows = _sweep(sparse[sparse["op"] == op])
+        first = rows.iloc[0]
+        dense = _dense_rates(df, op, first)
+        if rows["sparsity"].nunique() > 1:
+            single = False
+            for i, (variant, g) in enumerate(rows.groupby("variant")):
+                g = g.sort_values("sparsity")
+                ax.plot(g["sparsity"], g["gflop_s"], label=variant, markersize=5, linewidth=1, **style(i))
+            for name, rate in dense.items():
+                colour, dash = DENSE_STYLES[name]
+                ax.axhline(rate, color=colour, linestyle=dash, linewidth=1.5, label=f"{name} (dense work)")
+            ax.set(title=f"{op} {_shape_label(rows)}, N={first['n']}", xlabel="sparsity",
+                   ylabel="GFLOP/s (live weights; dense lines: dense work)")
+            ax.set_ylim(bottom=0)
+            # Below the axes, outside the data.
+            ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
+        else:
+            # One sparsity only (e.g. a headline run): no curve to draw, so one bar per variant.
+            g = rows.sort_values("gflop_s")
+            ax.barh(range(len(g)), g["gflop_s"], color=[COLOURS[i % len(COLOURS)] for i in range(len(g))])
+            ax.set_yticks(range(len(g)), g["variant"], fontsize="x-small")
+            for name, rate in dense.items():
+                colour, dash = DENSE_STYLES[name]
+                ax.axvline(rate, color=colour, linestyle=dash, linewidth=1.5, label=f"{name} (dense work)")
+            ax.set(title=f"{op} {_shape_label(rows)}, N={first['n']}, sparsity {first['sparsity']:g}",
+                   xlabel="GFLOP/s (live weights; dense lines: dense work)")
+            if dense:
+                ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.08), frameon=False)
+    text = "" if not single else "\n_These results hold one sparsity per shape: bars per variant instead of curves._\n"
+    return _save(fig, out_dir / "gflops_vs_sparsity.png", title) + text
 
 
 def plot_speedup(best: pd.DataFrame | None, out_dir: Path) -> str:
@@ -183,6 +247,24 @@ def plot_speedup(best: pd.DataFrame | None, out_dir: Path) -> str:
     return _save(fig, out_dir / "speedup_vs_sparsity.png", title) + "\nCrossovers (x marks):\n\n" + crossing + "\n"
 
 
+FAMILY_MARKERS = {"sparselab": "o", "dispatch": "*", "dense_torch": "s", "dense_mkldnn": "D",
+                  "torch_sparse_csr": "^"}
+
+
+def _marker_size(n: pd.Series) -> pd.Series:
+    # Area grows with log2(N): N=1 small, N=4096 about 13x larger.
+    return 5 + 5 * np.log2(n.clip(lower=1).astype(float))
+
+
+def _roof_levels(probes: dict | None) -> list[tuple[str, float]]:
+    """(name, GB/s) of each measured memory level, slowest first."""
+    if not probes:
+        return []
+    levels = [("DRAM", probes["bandwidth_gbs"])]
+    levels += [(name, probes[key]) for name, key in (("L3", "l3_gbs"), ("L2", "l2_gbs")) if probes.get(key)]
+    return levels
+
+
 def plot_roofline(df: pd.DataFrame, probes: dict | None, out_dir: Path) -> str:
     title = "Roofline"
     missing = _missing(df, ["gflops", "bytes_moved", "gflop_s"])
@@ -191,21 +273,63 @@ def plot_roofline(df: pd.DataFrame, probes: dict | None, out_dir: Path) -> str:
     rows = df.dropna(subset=["gflops", "bytes_moved", "gflop_s"])
     rows = rows[rows["bytes_moved"] > 0]
     intensity = rows["gflops"] * 1e9 / rows["bytes_moved"]
-    labels = rows["baseline"].fillna(rows["op"] if "op" in rows else "sparselab")
-    fig = Figure(figsize=(6, 4.5))
+    family = rows["baseline"].fillna("sparselab")
+    missing_column = pd.Series(np.nan, index=rows.index)
+    n = pd.to_numeric(rows["n"] if "n" in rows else missing_column, errors="coerce").fillna(1).astype(float)
+    sparsity = pd.to_numeric(rows["sparsity"] if "sparsity" in rows else missing_column, errors="coerce")
+    fig = Figure(figsize=(9, 6))
     ax = fig.subplots()
-    for label, g in rows.groupby(labels):
-        ax.scatter(intensity[g.index], g["gflop_s"], s=14, label=label)
-    note = ""
-    if probes:
+    # Colour: sparsity; marker: implementation; size: batch N (log scale).
+    sizes = _marker_size(n)
+    scatter = None
+    for name, g in rows.groupby(family):
+        marker = FAMILY_MARKERS.get(name, "o")
+        scatter = ax.scatter(intensity[g.index], g["gflop_s"], c=sparsity[g.index], cmap="viridis", vmin=0.5,
+                             vmax=1.0, s=sizes[g.index], marker=marker, alpha=0.7, edgecolors="black",
+                             linewidths=0.25)
+        ax.scatter([], [], marker=marker, s=40, color="lightgray", edgecolors="black", linewidths=0.5, label=name)
+    if scatter is not None:
+        fig.colorbar(scatter, ax=ax, label="sparsity", pad=0.01)
+    notes = []
+    levels = _roof_levels(probes)
+    if levels:
         xs = np.logspace(np.log10(intensity.min() / 4), np.log10(intensity.max() * 4), 200)
-        roof = np.minimum(probes["peak_gflops"], probes["bandwidth_gbs"] * xs)
-        ax.plot(xs, roof, "k-", label=f"{probes['bandwidth_gbs']:.0f} GB/s, {probes['peak_gflops']:.0f} GFLOP/s")
+        peak = probes["peak_gflops"]
+        # Faster than DRAM could feed them: above the slanted DRAM roof (a point above the flat
+        # roof is a peak-probe matter, not a cache one).
+        above = rows["gflop_s"] > levels[0][1] * intensity
+        styles = {"DRAM": "-", "L3": "--", "L2": ":"}
+        for name, gbs in levels:
+            if name != "DRAM" and not above.any():
+                continue  # cache roofs only explain points above the DRAM roof
+            ax.plot(xs, np.minimum(peak, gbs * xs), color="black", linestyle=styles[name], linewidth=1.2,
+                    label=f"{name} roof {gbs:.0f} GB/s")
+        ax.axhline(peak, color="firebrick", linewidth=0.8, label=f"peak {peak:.0f} GFLOP/s")
+        if above.any() and len(levels) == 1:
+            notes.append(f"{int(above.sum())} point(s) lie above the DRAM roof (their data came from caches); "
+                         "probes.json has no cache bandwidths to draw cache roofs: re-probe on that CPU "
+                         "(delete probes.json, run `sparselab-bench report --probe`).")
+        elif above.any():
+            notes.append(f"{int(above.sum())} point(s) lie above the DRAM roof: their operands were served by "
+                         "the caches, whose measured roofs are drawn dashed (L3) and dotted (L2).")
     else:
-        note = "\n_No probe data: roof not drawn (run with `--probe` on this CPU)._\n"
-    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (flop/byte)", ylabel="GFLOP/s")
-    ax.legend(fontsize="small")
-    return _save(fig, out_dir / "roofline.png", title) + note
+        notes.append("No probe data: roofs not drawn (run `sparselab-bench report --probe` on the CPU "
+                     "the results came from).")
+    batches = sorted(set(n.astype(int)))
+    for n_value in batches[:: max(1, (len(batches) + 3) // 4)]:
+        ax.scatter([], [], s=float(_marker_size(pd.Series([n_value])).iloc[0]), color="lightgray", edgecolors="black",
+                   linewidths=0.3, label=f"N={n_value}")
+    # Explicit limits: log autoscaling with legend-only (empty) artists can fail on few points.
+    top = max(float(rows["gflop_s"].max()), probes["peak_gflops"] if probes else 0.0)
+    ax.set_xlim(float(intensity.min()) / 4, float(intensity.max()) * 4)
+    ax.set_ylim(float(rows["gflop_s"].min()) / 2, top * 2)
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (flop per byte moved, estimated)",
+           ylabel="GFLOP/s (live weights)",
+           title="Roofline: every benchmark row (colour: sparsity, size: batch N, marker: implementation)")
+    ax.title.set_fontsize("medium")
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.16, 1.0), frameon=False)
+    text = "".join(f"\n{note}\n" for note in notes)
+    return _save(fig, out_dir / "roofline.png", title) + text
 
 
 def plot_tuner_map(df: pd.DataFrame, out_dir: Path) -> str:
@@ -243,7 +367,8 @@ def _probes_for(machine: dict, out_dir: Path, probe: bool) -> tuple[dict | None,
         threads = threads or here["torch_num_threads"]
         if here["cpu_slug"] != machine["cpu_slug"]:
             measure = False  # probing this CPU would draw the wrong roof
-    probes = cached_or_measured(out_dir / "probes.json", threads, measure)
+    probes = cached_or_measured(out_dir / "probes.json", threads, measure,
+                                machine.get("l2_cache_size"), machine.get("l3_cache_size"))
     if probes:
         return probes, f"probes.json, measured with {probes['threads']} threads"
     if probe and not measure:
@@ -251,7 +376,7 @@ def _probes_for(machine: dict, out_dir: Path, probe: bool) -> tuple[dict | None,
     return None, "not measured (`--no-probe` and no matching probes.json)"
 
 
-def write_report(files: list[BenchFile], out_dir: Path, probe: bool) -> Path:
+def write_report(files: list[BenchFile], out_dir: Path, probe: bool, note: str | None = None) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     df = pd.concat([f.frame for f in files], ignore_index=True)
     for column in ("baseline", "variant"):  # absent in files from other suites
@@ -269,6 +394,7 @@ def write_report(files: list[BenchFile], out_dir: Path, probe: bool) -> Path:
     best = None if table_missing else best_vs_dense(df)
     sections = [
         f"# SparseLab benchmark report: {files[0].machine['brand']}\n",
+        *([f"{note}\n"] if note else []),
         machine_section(files, probes, probe_note),
         _skip("Best variant vs dense", f"rows lack {', '.join(table_missing)}") if best is None else op_tables(best),
         "## Plots\n",
@@ -283,10 +409,10 @@ def write_report(files: list[BenchFile], out_dir: Path, probe: bool) -> Path:
     return readme
 
 
-def write_reports(paths: list[str | Path], out_root: Path, probe: bool) -> list[Path]:
+def write_reports(paths: list[str | Path], out_root: Path, probe: bool, note: str | None = None) -> list[Path]:
     """One report directory per CPU found among the files."""
     by_cpu: dict[str, list[BenchFile]] = {}
     for path in paths:
         bench_file = read_bench_file(path)
         by_cpu.setdefault(bench_file.machine["cpu_slug"], []).append(bench_file)
-    return [write_report(files, out_root / slug, probe) for slug, files in by_cpu.items()]
+    return [write_report(files, out_root / slug, probe, note) for slug, files in by_cpu.items()]

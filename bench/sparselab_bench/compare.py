@@ -21,7 +21,7 @@ BOOTSTRAP_RESAMPLES = 1000
 # Resample at most this many rounds per side: keeps µs benchmarks with 10^5 rounds
 # fast; with fewer rounds than recorded the interval only gets wider (conservative).
 BOOTSTRAP_MAX_ROUNDS = 4000
-COLORS = {"REGRESSION": "tab:red", "IMPROVEMENT": "tab:green", "same": "tab:gray"}
+COLORS = {"slower": "tab:red", "faster": "tab:green", "same": "tab:gray"}
 
 
 @dataclass
@@ -59,9 +59,9 @@ def _has_rounds(row: pd.Series) -> bool:
 def verdict(ratio: float, low: float, high: float, threshold: float) -> str:
     # Symmetric in speed: a 5% threshold flags head/base > 1.05 and base/head > 1.05.
     if ratio > 1 + threshold and low > 1:
-        return "REGRESSION"
+        return "slower"
     if ratio < 1 / (1 + threshold) and high < 1:
-        return "IMPROVEMENT"
+        return "faster"
     return "same"
 
 
@@ -123,7 +123,7 @@ def _commit(bench_file: BenchFile) -> str:
 def markdown(comparison: Comparison) -> str:
     rows = comparison.rows
     counts = rows["verdict"].value_counts()
-    summary = (f"**{counts.get('REGRESSION', 0)} regression(s), {counts.get('IMPROVEMENT', 0)} improvement(s), "
+    summary = (f"**{counts.get('faster', 0)} faster, {counts.get('slower', 0)} slower, "
                f"{counts.get('same', 0)} same** (threshold ±{comparison.threshold:.0%}; a verdict also needs "
                "the 95% interval of head/base to exclude 1)")
     table = markdown_table(
@@ -150,7 +150,7 @@ def plot(comparison: Comparison, path: Path) -> None:
     ax.axvline(1, color="black", linewidth=0.8)
     ax.axvspan(1 / (1 + comparison.threshold), 1 + comparison.threshold, color="gray", alpha=0.15)
     ax.set_yticks(y, rows["name"].str.split("::").str[-1])
-    ax.set(xlabel="head / base median time (>1 = slower)", title="red: regression, green: improvement")
+    ax.set(xlabel="head / base median time (>1 = slower)", title="red: slower, green: faster")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -1,0 +1,228 @@
+"""sparselab-bench beyond reports: per-CPU run storage, compare with no files, history, the pr
+command's statistics and its build isolation, readable plots. Synthetic pytest-benchmark files
+(tests/test_benchmarking_tools.py's writers); no real benchmark is timed here."""
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pandas", reason="the [bench] extra (pandas, matplotlib) is not installed")
+pytest.importorskip("matplotlib", reason="the [bench] extra (pandas, matplotlib) is not installed")
+
+from sparselab_bench import pr, report, storage  # noqa: E402
+from sparselab_bench.suite import run_suite  # noqa: E402
+from test_benchmarking_tools import XEON, XEON_FLAGS, bench, run_cli, write_results  # noqa: E402
+
+from sparselab_bench.machine import cpu_slug  # noqa: E402
+
+SLUG = cpu_slug(XEON, XEON_FLAGS)
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A git checkout with this CPU's storage, the current directory inside it."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(storage, "this_cpu_slug", lambda: SLUG)
+    return tmp_path
+
+
+def _saved(root: Path, name: str, median: float, commit: str, when: str, seed: int = 0) -> Path:
+    path = storage.runs_dir(root, SLUG) / "Linux-CPython-3.11-64bit" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_results(path, [bench("test_k[a]", median, {"op": "spmm_fwd"}, seed=seed),
+                         bench("test_k[b]", 2e-3, {"op": "spmm_fwd"}, seed=seed + 1)])
+    doc = json.loads(path.read_text())
+    doc["commit_info"]["id"], doc["datetime"] = commit, when
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_compare_without_files_uses_newest_run_and_this_cpus_baseline(repo, capsys):
+    _saved(repo, "0001_aaaa.json", 1e-3, "aaaa", "2026-11-20T00:00:00")
+    _saved(repo, "0002_bbbb.json", 1.5e-3, "bbbb", "2026-11-21T00:00:00", seed=5)
+    base = storage.baseline_path(repo, SLUG)
+    base.parent.mkdir(parents=True)
+    base.write_bytes((storage.runs_dir(repo, SLUG) / "Linux-CPython-3.11-64bit" / "0001_aaaa.json").read_bytes())
+    code, out, err = run_cli(capsys, "compare", "--out", repo / "cmp", "--fail-on-regression")
+    assert code == 1, err  # test_k[a] got 1.5x slower
+    assert f"base: {base}" in out and "0002_bbbb.json" in out
+    assert "`bench/test_kernels.py::test_k[a]` |" in out and "**slower**" in out
+    assert "0 faster, 1 slower, 1 same" in out
+
+
+def test_compare_without_a_baseline_says_how_to_make_one(repo, capsys):
+    _saved(repo, "0001_aaaa.json", 1e-3, "aaaa", "2026-11-20T00:00:00")
+    code, _, err = run_cli(capsys, "compare")
+    assert code == 2 and "no baseline for this CPU" in err and "--save-baseline" in err
+    code, _, err = run_cli(capsys, "compare", "only_one.json")
+    assert code == 2 and "give both" in err
+
+
+def test_history_plots_one_benchmark_across_commits(repo, capsys):
+    for i, (commit, median) in enumerate([("c1", 1e-3), ("c2", 0.9e-3), ("c3", 1.2e-3)]):
+        _saved(repo, f"000{i + 1}_{commit}.json", median, commit, f"2026-11-2{i}T00:00:00", seed=i)
+    code, out, err = run_cli(capsys, "history", "test_k[a]", "--out", repo / "hist")
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if line.startswith("| 000")]
+    assert [r.split(" | ")[1] for r in rows] == ["c1", "c2", "c3"]  # oldest first
+    assert "| 900 µs |" in out and (repo / "hist" / "test_k_a_.png").stat().st_size > 1000
+    code, _, err = run_cli(capsys, "history", "test_k", "--out", repo / "hist")
+    assert code == 2 and "matches 2 benchmarks" in err and "test_k[b]" in err
+    code, _, err = run_cli(capsys, "history", "nothing_like_it")
+    assert code == 2 and "no benchmark matching" in err
+
+
+def test_runs_are_stored_per_cpu_by_the_bench_conftest(repo):
+    conftest = Path(__file__).resolve().parents[1] / "bench" / "conftest.py"
+    text = conftest.read_text()
+    assert "tryfirst=True" in text and "storage.runs_dir" in text
+    assert storage.runs_dir(repo, SLUG) == repo / ".benchmarks" / SLUG
+
+
+# ------------------------------------------------------------------ pr statistics
+
+def _side(tmp_path: Path, label: str, medians: list[float], spread: float, seed: int) -> pr.Side:
+    side = pr.Side(label, "0" * 40, None)
+    for i, m in enumerate(medians):
+        path = tmp_path / f"{label}-{i}.json"
+        write_results(path, [bench("test_k[x]", m, rounds=20, spread=spread, seed=seed + i),
+                             bench("test_k[y]", 1e-3, rounds=20, spread=spread, seed=seed + 50 + i)])
+        side.runs.append(path)
+    return side
+
+
+def test_pr_rows_have_the_documented_keys_and_verdicts(tmp_path):
+    base = _side(tmp_path, "base", [1e-3, 1.01e-3, 0.99e-3], 0.01, 0)
+    head = _side(tmp_path, "head", [1.3e-3, 1.31e-3, 1.29e-3], 0.01, 10)
+    rows, notes = pr.compare_sides(base, head, threshold=0.05)
+    assert [set(r) for r in rows] == [{"name", "base", "head", "ratio", "ci_low", "ci_high", "verdict"}] * 2
+    x, y = rows
+    assert x["verdict"] == "slower" and x["ratio"] == pytest.approx(1.3, rel=0.02) and x["ci_low"] > 1
+    assert y["verdict"] == "same" and y["ci_low"] < 1 < y["ci_high"]
+    assert notes == []
+    faster, _ = pr.compare_sides(head, base, threshold=0.05)
+    assert faster[0]["verdict"] == "faster"
+
+
+def test_pr_a_noisy_process_widens_the_interval_instead_of_deciding(tmp_path):
+    # Head is 20% slower in one process out of three only (a burst of load): not a verdict.
+    base = _side(tmp_path, "base", [1e-3, 1e-3, 1e-3], 0.01, 0)
+    head = _side(tmp_path, "head", [1e-3, 1.2e-3, 1e-3], 0.01, 10)
+    rows, _ = pr.compare_sides(base, head, threshold=0.05)
+    assert rows[0]["verdict"] == "same"
+
+
+def test_pr_verdict_needs_both_the_threshold_and_the_interval():
+    assert pr.verdict(1.04, 1.01, 1.07, 0.05) == "same"      # within the threshold
+    assert pr.verdict(1.10, 0.98, 1.2, 0.05) == "same"       # interval includes 1
+    assert pr.verdict(1.10, 1.02, 1.2, 0.05) == "slower"
+    assert pr.verdict(0.90, 0.85, 0.97, 0.05) == "faster"
+
+
+def test_pr_markdown_and_json(tmp_path):
+    base = _side(tmp_path, "base", [1e-3] * 3, 0.01, 0)
+    head = _side(tmp_path, "head", [1.3e-3] * 3, 0.01, 10)
+    rows, notes = pr.compare_sides(base, head, 0.05)
+    text = pr.markdown(rows, notes, pr.Side("main", "a" * 40, None), pr.Side("installed", None, None), 0.05, 3,
+                       ["bench/bench_kernels.py", "--quick"], {"brand": XEON, "cpu_slug": SLUG})
+    assert "| benchmark | base | head | head/base | 95% interval | verdict |" in text
+    assert "**1 slower**" not in text and "0 faster, 1 slower, 1 same" in text and "working tree" in text
+    pr.write_json(rows, tmp_path / "rows.json")
+    assert json.loads((tmp_path / "rows.json").read_text()) == json.loads(json.dumps(rows))
+
+
+def test_pr_suite_runs_against_the_build_it_is_given_not_the_installed_one(tmp_path):
+    """The bootstrap puts the build's site directory first and drops an editable install's
+    import hook, so `import sparselab` is the build's."""
+    site = tmp_path / "site" / "sparselab"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("BUILD = 'the base build'\n")
+    suite = tmp_path / "suite" / "bench_probe.py"
+    suite.parent.mkdir()
+    suite.write_text(textwrap.dedent("""
+        import sparselab
+
+        def test_where(benchmark):
+            benchmark.extra_info["from"] = sparselab.__file__
+            benchmark.extra_info["build"] = getattr(sparselab, "BUILD", None)
+            benchmark.pedantic(lambda: None, rounds=3)
+    """))
+    out = tmp_path / "out.json"
+    run_suite(tmp_path, [str(suite)], out, site=tmp_path / "site")
+    extra = json.loads(out.read_text())["benchmarks"][0]["extra_info"]
+    assert extra["build"] == "the base build" and extra["from"].startswith(str(tmp_path / "site"))
+
+
+# ------------------------------------------------------------------ plots
+
+def test_variant_styles_are_distinct_colour_marker_pairs():
+    pairs = {(report.style(i)["color"], report.style(i)["marker"]) for i in range(140)}
+    assert len(pairs) == 140
+
+
+def _sweep_rows(variants: int) -> list[dict]:
+    out = []
+    for s in (0.5, 0.8, 0.9, 0.95):
+        nnz = (1 - s) * 512 * 512
+        for v in range(variants):
+            extra = {"op": "spmm_fwd", "variant": f"v{v:02d}", "out": 512, "in": 512, "n": 64, "sparsity": s,
+                     "gflops": 2 * nnz * 64 / 1e9, "bytes_moved": 8 * nnz + 4 * 1024 * 64, "baseline": None}
+            out.append(bench(f"test_k[{s}-v{v}]", (1 + v / 10) * 2 * nnz * 64 / 8e9, extra))
+        extra = {"op": "spmm_fwd", "variant": "dense_torch", "out": 512, "in": 512, "n": 64, "sparsity": s,
+                 "gflops": 2 * nnz * 64 / 1e9, "dense_gflops": 2 * 512 * 512 * 64 / 1e9,
+                 "bytes_moved": 4 * 512 * 512, "baseline": "dense_torch"}
+        out.append(bench(f"test_d[{s}]", 2 * 512 * 512 * 64 / 50e9, extra))
+    # one point far above a 20 GB/s DRAM roof: intensity 0.1 flop/byte at 10 GFLOP/s
+    extra = {"op": "spmm_fwd", "variant": "v00", "out": 64, "in": 64, "n": 1, "sparsity": 0.9,
+             "gflops": 0.01, "bytes_moved": 10**8, "baseline": None}
+    out.append(bench("test_k[cached]", 1e-3, extra))
+    return out
+
+
+def test_report_plots_many_variants_and_cache_roofs_above_the_dram_roof(tmp_path, capsys, monkeypatch):
+    from sparselab_bench import machine
+
+    results = write_results(tmp_path / "r.json", _sweep_rows(14))
+    out_dir = tmp_path / "out" / SLUG
+    out_dir.mkdir(parents=True)
+    (out_dir / "probes.json").write_text(json.dumps({
+        "threads": 2, "bandwidth_gbs": 20.0, "bandwidth_method": "test", "peak_gflops": 100.0, "peak_method": "test",
+        "l2_gbs": 300.0, "l3_gbs": 120.0, "cache_method": "test copies"}))
+    monkeypatch.setattr(machine, "machine_info", lambda: {"cpu_slug": SLUG, "torch_num_threads": 2})
+    code, _, err = run_cli(capsys, "report", results, "--out", tmp_path / "out", "--probe", "--note",
+                           "Measured elsewhere, on purpose.")
+    text = (out_dir / "README.md").read_text()
+    assert code == 0, err
+    assert "Measured elsewhere, on purpose." in text.split("## Machine")[0]
+    assert "L2 300 GB/s, L3 120 GB/s (test copies)" in text
+    assert "point(s) lie above the DRAM roof" in text and "measured roofs are drawn" in text
+    for png in ("gflops_vs_sparsity.png", "roofline.png"):
+        assert (out_dir / png).stat().st_size > 5000
+
+
+def test_pr_min_statistic_sees_through_lost_scheduler_slices(tmp_path):
+    """Rounds of a kernel on a shared machine: its time plus 0-3 lost 4 ms slices. The median
+    moves with the slices; the fastest round of each process does not."""
+    def side(label, kernel_s, seed):
+        rng = np.random.default_rng(seed)
+        s = pr.Side(label, "0" * 40, None)
+        for i in range(3):
+            data = kernel_s + 4e-3 * rng.integers(0, 4, size=15)
+            data[0] = kernel_s  # every process has a round that lost no slice
+            path = tmp_path / f"{label}-{i}.json"
+            entry = bench("test_k[x]", float(np.median(data)), rounds=15)
+            entry["stats"]["data"] = data.tolist()
+            write_results(path, [entry])
+            s.runs.append(path)
+        return s
+    base, head = side("base", 10e-3, 0), side("head", 11e-3, 1)
+    [by_min], _ = pr.compare_sides(base, head, 0.05, stat="min")
+    assert by_min["verdict"] == "slower" and by_min["ratio"] == pytest.approx(1.1)
+    [by_median], _ = pr.compare_sides(base, head, 0.05, stat="median")
+    assert by_median["ci_high"] - by_median["ci_low"] > by_min["ci_high"] - by_min["ci_low"]
