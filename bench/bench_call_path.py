@@ -29,9 +29,10 @@ def per_call_us(fn, calls: int) -> float:
 
 
 def raw_kernel(layer: sparselab.SparseLinear, x: torch.Tensor):
-    v, threads = layer._plan("spmm_fwd", x.shape[0])
+    d = layer._ensure_fresh()
+    v, threads = layer._plan(d, "spmm_fwd", x.shape[0])
     y = torch.empty(x.shape[0], layer.out_features)
-    args, b = layer._w_args, layer.bias.data_ptr()
+    args, b = d.w_args, layer.bias.data_ptr()
     return lambda: _C.spmm_fwd(v.id, *args, x.shape[0], x.data_ptr(), x.shape[1], b, y.data_ptr(),
                                layer.out_features, threads)
 

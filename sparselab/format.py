@@ -18,7 +18,7 @@ import torch
 
 from . import _C
 from .validation import (INT16_MAX_COLUMNS, PADDING, VALUE_DTYPES, check_topology, check_transposed,
-                         check_weight_layout, validate_padded_csr)
+                         check_weight_layout, tensor_state, validate_padded_csr)
 
 __all__ = ["PaddedCSR", "TransposedIndex", "PADDING", "VALUE_DTYPES", "INT16_MAX_COLUMNS", "index_dtype_for"]
 
@@ -40,7 +40,7 @@ def live_count(row_nnz: torch.Tensor) -> int:
     """``int(row_nnz.sum())``, cached until ``row_nnz`` is modified in place."""
     key = id(row_nnz)
     hit = _LIVE_COUNTS.get(key)
-    state = (row_nnz._version, row_nnz.data_ptr())  # storage swapped by .data does not bump _version
+    state = tensor_state(row_nnz)
     if hit is not None and hit[0]() is row_nnz and hit[1] == state:
         return hit[2]
     n = int(row_nnz.sum())
@@ -51,7 +51,7 @@ def live_count(row_nnz: torch.Tensor) -> int:
 
 def _index_versions(w) -> tuple:
     """Identity and in-place version of W's index tensors: what a derived index depends on."""
-    return tuple((id(t), t._version, t.data_ptr(), t.numel()) for t in (w.cols, w.row_start, w.row_nnz))
+    return tuple((id(t),) + tensor_state(t) for t in (w.cols, w.row_start, w.row_nnz))
 
 
 def _bits(dtype: torch.dtype) -> int:

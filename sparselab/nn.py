@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -38,6 +38,7 @@ from . import ops, optimizer_tracking, planner
 from .autograd import _csr, _row_major, build_transposed, no_transposed, sparse_linear
 from .format import VALUE_DTYPES, PaddedCSR, TransposedIndex, _bits
 from .storage import replace_storage
+from .validation import version_of as _version
 from .tuning.preference import get_prefer
 
 __all__ = ["SparseLinear"]
@@ -105,7 +106,7 @@ class _LayerCSR(PaddedCSR):
 
     def transposed(self):
         layer = self._layer()
-        if layer is None:
+        if layer is None or not layer._t_built:  # no index kept (memory preference): built for the caller
             return super().transposed()
         layer._ensure_fresh()
         return _csr(self.values, self.cols, self.row_start, self.row_nnz, *self.shape,
@@ -311,29 +312,30 @@ class SparseLinear(nn.Module):
     # ---- what a call reuses: plans and the raw view, valid while the storage state holds ----
 
     def _storage_state(self) -> tuple:
-        """What the derived data depends on: the index tensors' in-place versions and storage,
-        the values' storage, and the planner's epoch. Reading it costs well under a microsecond."""
+        """What the derived data depends on: identity, in-place version and storage of the index
+        tensors, the values' storage, and the planner's epoch. Costs about a microsecond."""
         d = self.__dict__  # nn.Module.__getattr__ costs a microsecond a name on this path
         v, b = d["_parameters"]["weight_values"], d["_buffers"]
         c, rs, rn = b["weight_cols"], b["weight_row_start"], b["weight_row_nnz"]
-        # ids are safe to compare: _derive keeps the tensors alive while their ids are recorded
-        # (replace_storage, the library's own storage swap, bumps the version counters).
-        return (id(c), c._version, id(rs), rs._version, id(rn), rn._version, v.data_ptr(), v.numel(), v.dtype,
-                planner.epoch)
+        # ids are safe to compare: the derived record keeps the tensors alive while it holds them.
+        return (id(c), _version(c), c.data_ptr(), id(rs), _version(rs), rs.data_ptr(), id(rn), _version(rn),
+                rn.data_ptr(), c.numel(), v.data_ptr(), v.numel(), v.dtype, planner.epoch)
 
     def _derive(self) -> None:
-        """Recompute what calls reuse, after the topology (already checked) changed."""
-        self._plans: dict[tuple, planner.Plan] = {}
-        self._density = int(self.weight_row_nnz.sum()) / (self.out_features * self.in_features)
+        """Recompute what calls reuse, after the topology (already checked) changed. One record,
+        swapped in whole, so a call in another thread reads one generation of it."""
         c = self.weight_cols
-        self._w_args = (self.weight_values.data_ptr(), c.data_ptr(), _bits(c.dtype), self.weight_row_start.data_ptr(),
-                        self.weight_row_nnz.data_ptr(), self.out_features, self.in_features)
         t = TransposedIndex.__new__(TransposedIndex)
         t.cols, t.row_start, t.row_nnz, t.perm = self._transposed_tensors()
-        self._t_index = t
-        self._view = self.weight
-        self._held = (self.weight_cols, self.weight_row_start, self.weight_row_nnz)  # keeps the recorded ids valid
-        self._fresh = self._storage_state()
+        tensors = (self.weight_values, c, self.weight_row_start, self.weight_row_nnz) + self._transposed_tensors()
+        self._d = _Derived(
+            w_args=(self.weight_values.data_ptr(), c.data_ptr(), _bits(c.dtype), self.weight_row_start.data_ptr(),
+                    self.weight_row_nnz.data_ptr(), self.out_features, self.in_features),
+            t_index=t, view=self.weight, plans={},
+            density=int(self.weight_row_nnz.sum()) / (self.out_features * self.in_features),
+            # The storages, not just the tensor objects: a capacity change swaps storage under the same
+            # objects, and a call still running in another thread must keep reading memory that exists.
+            storages=tuple(x.untyped_storage() for x in tensors), held=tensors, fresh=self._storage_state())
 
     def _build_transposed(self, out: tuple[Tensor, ...] | None = None):
         # Under the memory preference (SPARSELAB_PREFER=memory) spmm_dx runs scatter kernels on
@@ -358,23 +360,25 @@ class SparseLinear(nn.Module):
                 setattr(self, name, new)
         self._t_version = self._topology_version
 
-    def _ensure_fresh(self) -> None:
+    def _ensure_fresh(self) -> "_Derived":
         state = self._storage_state()
         c = self._csr
-        if state == self._fresh and (c is None or c.topology_version == self._topology_version):
-            return
+        d = self._d
+        if state == d.fresh and (c is None or c.topology_version == self._topology_version):
+            return d
         if c is not None and c.topology_version != self._topology_version:
             # Someone bumped the view's version through PaddedCSR's own method.
             self._topology_version = max(self._topology_version, c.topology_version)
             c.topology_version = self._topology_version
             self.topology_changed(validate=True)
-        elif state[:9] != self._fresh[:9]:
+        elif state[:-1] != d.fresh[:-1]:
             # Edited in place or replaced without topology_changed(): checked before any use.
             self.topology_changed(validate=True)
         else:  # only the planner's epoch moved: plans, and the index if the preference changed
             if self._t_built != (get_prefer() != "memory"):
                 self._refresh_transposed()
             self._derive()
+        return self._d
 
     def _transposed_tensors(self) -> tuple:
         return tuple(getattr(self, n) for n in _TRANSPOSED)
@@ -389,6 +393,9 @@ class SparseLinear(nn.Module):
                              f"(*, {self.in_features}), got {tuple(x.shape)}")
         if not x.is_cpu:
             raise ValueError(f"SparseLinear runs on the CPU only; got an input on {x.device}")
+        if x.layout is not torch.strided:
+            raise TypeError(f"SparseLinear expects a dense (strided) input, got layout {x.layout}; "
+                            f"call .to_dense() first")
 
     def _dtype_error(self, x: Tensor) -> TypeError:
         w = self.weight_values.dtype
@@ -420,47 +427,53 @@ class SparseLinear(nn.Module):
             y = sparse_linear(x, self.weight_values, self.weight_cols, self.weight_row_start, self.weight_row_nnz,
                               self._transposed_tensors(), self.bias, self.out_features, self.in_features)
         else:
-            self._ensure_fresh()
+            d = self._ensure_fresh()
+            if x.is_neg():  # a lazy negation the kernels would not see
+                x = x.resolve_neg()
             x2 = _row_major(x if x.dim() == 2 else x.reshape(-1, self.in_features))
             params = self.__dict__["_parameters"]
             values, b = params["weight_values"], params["bias"]
+            if b is not None and (b.dtype is not w_dtype or b.shape != (self.out_features,) or not b.is_contiguous()
+                                  or not b.is_cpu):
+                raise ValueError(f"SparseLinear.bias must be a contiguous CPU {w_dtype} tensor of shape "
+                                 f"({self.out_features},), got {b.dtype} {tuple(b.shape)} strides {b.stride()}")
             if torch.is_grad_enabled() and (x.requires_grad or values.requires_grad
                                             or (b is not None and b.requires_grad)):
-                y = _PlannedLinear.apply(x2, values, b, self)
+                y = _PlannedLinear.apply(x2, values, b, self, d)
             else:
-                y = self._run_fwd(x2, b)
+                y = self._run_fwd(d, x2, b)
             if x.dim() != 2:
                 y = y.reshape(*x.shape[:-1], self.out_features)
         return y if out_dtype is None or out_dtype is torch.float32 else y.to(out_dtype)
 
-    def _plan(self, op: str, n: int):
+    def _plan(self, d: "_Derived", op: str, n: int):
         """(variant, threads) for this op at batch ``n``: the layer's own plan, else the planner's."""
         threads = torch.get_num_threads()
-        if n == 0 or self._fresh[8] is torch.float64:
+        if n == 0 or d.fresh[-2] is torch.float64:
             return None, threads  # no kernel choice: empty batch, or the scalar float64 path
         key = (op, n, threads)
-        p = self._plans.get(key)
+        p = d.plans.get(key)
         if p is None:
-            p = planner.plan(op, self.out_features, self.in_features, n, self._density, threads)
-            if len(self._plans) >= 64:  # batch sizes vary (the last batch of an epoch, eval)
-                self._plans.clear()
-            self._plans[key] = p
+            p = planner.plan(op, self.out_features, self.in_features, n, d.density, threads)
+            if len(d.plans) >= 64:  # batch sizes vary (the last batch of an epoch, eval)
+                d.plans.clear()
+            d.plans[key] = p
         return p.variant, threads
 
-    def _run_fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
-        v, threads = self._plan("spmm_fwd", x.shape[0])
-        return ops.run_spmm_fwd(v, self._view, self._w_args, x, bias, threads)
+    def _run_fwd(self, d: "_Derived", x: Tensor, bias: Optional[Tensor]) -> Tensor:
+        v, threads = self._plan(d, "spmm_fwd", x.shape[0])
+        return ops.run_spmm_fwd(v, d.view, d.w_args, x, bias, threads)
 
-    def _run_dx(self, dy: Tensor) -> Tensor:
-        v, threads = self._plan("spmm_dx", dy.shape[0])
-        t = self._t_index if v is not None and v.dx_layout == "transposed" else None
-        if t is not None and not self._t_built:  # a transposed-layout kernel under the memory preference
-            t = self.weight.transposed()
-        return ops.run_spmm_dx(v, self._view, self._w_args, t, dy, threads)
+    def _run_dx(self, d: "_Derived", dy: Tensor) -> Tensor:
+        v, threads = self._plan(d, "spmm_dx", dy.shape[0])
+        t = d.t_index if v is not None and v.dx_layout == "transposed" else None
+        if t is not None and t.cols.numel() != d.view.nnz:  # the memory preference keeps no index here
+            t = d.view.transposed()
+        return ops.run_spmm_dx(v, d.view, d.w_args, t, dy, threads)
 
-    def _run_dw(self, dy: Tensor, x: Tensor) -> Tensor:
-        v, threads = self._plan("sddmm_dw", dy.shape[0])
-        return ops.run_sddmm_dw(v, self._view, self._w_args, dy, x, threads)
+    def _run_dw(self, d: "_Derived", dy: Tensor, x: Tensor) -> Tensor:
+        v, threads = self._plan(d, "sddmm_dw", dy.shape[0])
+        return ops.run_sddmm_dw(v, d.view, d.w_args, dy, x, threads)
 
     # ---- introspection ----
 
@@ -615,7 +628,7 @@ class SparseLinear(nn.Module):
     def __getstate__(self):
         state = dict(super().__getstate__())
         state["_csr"] = None  # a weakref view; rebuilt on demand
-        for name in ("_plans", "_w_args", "_t_index", "_fresh", "_view", "_held"):  # derived, rebuilt on load
+        for name in ("_d",):  # derived, rebuilt on load
             state.pop(name, None)
         return state
 
@@ -649,23 +662,36 @@ class SparseLinear(nn.Module):
         self._mark_values()
 
 
+class _Derived(NamedTuple):
+    """What a SparseLinear call reuses, for one generation of the layer's storage."""
+
+    w_args: tuple        # W's raw pointers and sizes for the extension
+    t_index: TransposedIndex
+    view: PaddedCSR      # the layer's PaddedCSR view (dense fallbacks, sizes)
+    plans: dict          # (op, n, threads) -> planner.Plan
+    density: float
+    storages: tuple      # pins the memory w_args points into
+    held: tuple          # keeps the tensors whose ids ``fresh`` records alive
+    fresh: tuple         # SparseLinear._storage_state() when derived
+
+
 class _PlannedLinear(torch.autograd.Function):
     """Eager ``y = x W^T + b`` through the layer's plans: no custom-op dispatch, no re-validation
     of tensors the layer owns. (``torch.compile`` traces the custom ops of
-    :mod:`sparselab.autograd` instead.)"""
+    :mod:`sparselab.autograd` instead.) The backward runs on the same storage generation as
+    the forward, or refuses if the topology changed in between."""
 
     @staticmethod
-    def forward(ctx, x, values, bias, layer):
-        ctx.layer = layer
-        ctx.topology = layer._fresh[:9]
+    def forward(ctx, x, values, bias, layer, d):
+        ctx.layer, ctx.d = layer, d
         ctx.save_for_backward(x if values.requires_grad else None, values)
-        return layer._run_fwd(x, bias)
+        return layer._run_fwd(d, x, bias)
 
     @staticmethod
     def backward(ctx, dy):
-        layer = ctx.layer
+        layer, d = ctx.layer, ctx.d
         x, values = ctx.saved_tensors
-        if layer._storage_state()[:9] != ctx.topology:
+        if layer._storage_state()[:-1] != d.fresh[:-1]:
             raise RuntimeError("SparseLinear: the topology changed between this forward and its backward; "
                                "change it after backward (e.g. algo.step() after opt.step())")
         dy = dy.contiguous()
@@ -679,9 +705,9 @@ class _PlannedLinear(torch.autograd.Function):
                 dw = torch.ops.sparselab.sddmm_dw(dy, x, *args, layer.out_features, layer.in_features)
         else:
             if ctx.needs_input_grad[0]:
-                dx = layer._run_dx(dy)
+                dx = layer._run_dx(d, dy)
             if ctx.needs_input_grad[1]:
-                dw = layer._run_dw(dy, x)
+                dw = layer._run_dw(d, dy, x)
         if ctx.needs_input_grad[2]:
             db = dy.sum(0)
-        return dx, dw, db, None
+        return dx, dw, db, None, None

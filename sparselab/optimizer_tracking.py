@@ -64,10 +64,13 @@ def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
         state = optimizer.state.get(p)
         if not state:
             continue
+        if isinstance(optimizer, torch.optim.LBFGS):
+            continue  # its state is flat vectors over all parameters, not per slot
+        old_sizes = getattr(p, "_sparselab_old_numels", ())
         for key, v in list(state.items()):
-            if not isinstance(v, Tensor) or v.dim() == 0 or v.numel() == 1 or v.shape == p.shape:
+            if not isinstance(v, Tensor) or v.shape == p.shape or v.dim() != 1 or v.numel() == 1:
                 continue
-            if v.numel() and bool((v == v.reshape(-1)[0]).all()):
+            if v.numel() in old_sizes and v.numel() and bool((v == v.reshape(-1)[0]).all()):
                 # Constant state (Adagrad's initial accumulator, made before the layer was
                 # resized) means the same at every slot: resizing it loses nothing.
                 state[key] = torch.full_like(p, v.reshape(-1)[0].item(), dtype=v.dtype)

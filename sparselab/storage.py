@@ -24,6 +24,8 @@ def replace_storage(t: Tensor, new: Tensor) -> None:
     """
     if new.dtype != t.dtype:
         raise TypeError(f"replace_storage keeps the dtype ({t.dtype}), got {new.dtype}")
+    if new.numel() != t.numel():  # sizes it had: optimizer state of such a size is stale (optimizer_tracking)
+        t._sparselab_old_numels = getattr(t, "_sparselab_old_numels", frozenset()) | {t.numel()}
     if t.requires_grad and t.is_leaf:
         t.data = torch.empty(0, dtype=torch.float64 if t.dtype != torch.float64 else torch.float32)
     t.data = new

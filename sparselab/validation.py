@@ -115,10 +115,19 @@ def _topology_key(w) -> tuple:
     return (id(w.cols), id(w.row_start), id(w.row_nnz), w.values.numel(), w.shape)
 
 
-def _state(t: torch.Tensor) -> tuple:
+def version_of(t: torch.Tensor) -> int:
+    """``t._version``; -1 for an inference tensor, which has no counter (and cannot be edited
+    outside inference mode)."""
+    return -1 if t.is_inference() else t._version
+
+
+def tensor_state(t: torch.Tensor) -> tuple:
     """What changes when a tensor's contents may have: its in-place version counter, and its
     storage and size (``Tensor.data = ...`` swaps storage without bumping the counter)."""
-    return (t._version, t.data_ptr(), t.numel())
+    return (version_of(t), t.data_ptr(), t.numel())
+
+
+_state = tensor_state
 
 
 def _versions(w) -> tuple:

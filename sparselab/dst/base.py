@@ -210,6 +210,34 @@ class UpdateInfo:
     grown_slots: Tensor
 
 
+class _NoSetup:
+    """What a pending-setup hook becomes in a copy or a pickle of the layer: the copy is not
+    attached to the algorithm, so its first forward sets nothing up."""
+
+    def __call__(self, *args) -> None:
+        return None
+
+
+class _PendingSetup(_NoSetup):
+    """The forward and state_dict pre-hook ``model.apply(algo)`` leaves on each layer: the first
+    forward or state_dict sets the algorithm up (all layers are known by then)."""
+
+    def __init__(self, algo: "SparsityAlgorithm"):
+        self._algo = weakref.ref(algo)
+
+    def __call__(self, *args) -> None:
+        algo = self._algo()
+        if algo is None:
+            return
+        if torch.compiler.is_compiling():
+            raise RuntimeError(f"{type(algo).__name__} was attached with model.apply and is set up at the first "
+                               f"eager forward; call algo.attach(model) before torch.compile(model)")
+        algo._finish_attach()
+
+    def __reduce__(self):
+        return (_NoSetup, ())
+
+
 class SparsityAlgorithm:
     """Base class: see the module docstring for the contract and an example.
 
@@ -314,7 +342,9 @@ class SparsityAlgorithm:
         if isinstance(module, SparseLinear):
             self._attach(module, "")
             if id(module) not in self._pending:
-                self._pending[id(module)] = module.register_forward_pre_hook(self._finish_on_forward)
+                hook = _PendingSetup(self)
+                self._pending[id(module)] = (module.register_forward_pre_hook(hook),
+                                             module.register_state_dict_pre_hook(hook))
         elif self._pending and any(isinstance(m, SparseLinear) and id(m) in self._pending for m in module.modules()):
             # apply visits parents after children: the last such container is the model, whose
             # module names name the layers.
@@ -338,18 +368,14 @@ class SparsityAlgorithm:
         self._finish_attach()
         return module
 
-    def _finish_on_forward(self, module, args) -> None:
-        if torch.compiler.is_compiling():
-            raise RuntimeError(f"{type(self).__name__} was attached with model.apply and is set up at the first "
-                               f"eager forward; call algo.attach(model) before torch.compile(model)")
-        self._finish_attach()
 
     def _finish_attach(self) -> None:
         """Set up the layers attached since the last setup (budgets, spare slots, hooks)."""
         if not self._pending and self._n_set_up == len(self._layers):
             return
-        for handle in self._pending.values():
-            handle.remove()
+        for handles in self._pending.values():
+            for handle in handles:
+                handle.remove()
         self._pending.clear()
         root = self._apply_root() if self._apply_root is not None else None
         names = {id(m): n for n, m in root.named_modules()} if root is not None else {}
@@ -358,7 +384,8 @@ class SparsityAlgorithm:
             L.index = i
             L.name = L.name or names.get(id(L.module)) or f"layer{i}"
         self._n_set_up = len(self._layers)
-        self._setup()
+        with torch.inference_mode(False):  # a first forward under inference_mode must not make inference tensors
+            self._setup()
 
     def _attach(self, module: SparseLinear, name: str) -> None:
         if any(L.module is module for L in self._layers):
@@ -376,8 +403,9 @@ class SparsityAlgorithm:
 
     def detach(self) -> None:
         """Remove hooks and forget the layers (they keep their current topology)."""
-        for handle in self._pending.values():
-            handle.remove()
+        for handles in self._pending.values():
+            for handle in handles:
+                handle.remove()
         self._pending.clear()
         self._disarm()
         for L in self._layers:

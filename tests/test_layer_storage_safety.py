@@ -1,0 +1,137 @@
+"""A layer's storage changed behind its back, odd optimizers and modes: clean errors or right answers."""
+
+from __future__ import annotations
+
+import copy
+import io
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+import sparselab
+from sparselab import SparseLinear
+
+
+def _layer(**kw):
+    torch.manual_seed(0)
+    return SparseLinear(48, 32, sparsity=0.7, **kw)
+
+
+def test_index_storage_swapped_through_data_is_seen():
+    layer = _layer()
+    x = torch.randn(5, 48)
+    with torch.no_grad():
+        layer(x)
+        # Same tensor object and version counter, new storage: the layer must not keep the old pointer.
+        layer.weight_cols.data = layer.weight_cols.data.clone()
+        junk = [torch.full((1 << 16,), 30000, dtype=torch.int16) for _ in range(4)]  # reuse freed memory
+        torch.testing.assert_close(layer(x), x @ layer.dense_weight().T + layer.bias)
+    del junk
+
+
+def test_bias_of_the_wrong_shape_or_dtype_is_refused():
+    layer = _layer()
+    x = torch.randn(3, 48)
+    layer.bias = nn.Parameter(torch.ones(1))
+    with pytest.raises(ValueError, match="bias"), torch.no_grad():
+        layer(x)
+    layer.bias = nn.Parameter(torch.ones(32, dtype=torch.float64))
+    with pytest.raises(ValueError, match="bias"):
+        layer(x)
+
+
+def test_lbfgs_flat_state_is_not_mistaken_for_stale_slot_state():
+    layer = _layer()
+    x = torch.randn(4, 48)
+    opt = torch.optim.LBFGS(layer.parameters(), max_iter=3)
+
+    def closure():
+        opt.zero_grad()
+        loss = layer(x).pow(2).sum()
+        loss.backward()
+        return loss
+
+    first = float(opt.step(closure))
+    opt.step(closure)
+    assert float(closure()) < first
+
+
+def test_inference_mode_build_and_first_forward_after_apply():
+    with torch.inference_mode():
+        assert SparseLinear(16, 8)(torch.randn(2, 16)).shape == (2, 8)
+    torch.manual_seed(0)
+    model = nn.Sequential(SparseLinear(16, 12, sparsity=0.5), nn.ReLU(), SparseLinear(12, 4, sparsity=0.5))
+    algo = sparselab.RigL(0.7, update_freq=2, seed=0)
+    model.apply(algo)
+    with torch.inference_mode():  # an evaluation before training runs the pending setup
+        model(torch.randn(2, 16))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(8, 16)).pow(2).sum().backward()
+        opt.step()
+        algo.step()
+    assert not model[0].weight_values.is_inference()
+
+
+def test_pending_setup_survives_pickling_and_is_not_copied():
+    torch.manual_seed(0)
+    model = nn.Sequential(SparseLinear(16, 12, sparsity=0.5, padding=0))
+    algo = sparselab.RigL(0.75, seed=0)
+    model.apply(algo)
+    buf = io.BytesIO()
+    torch.save(model, buf)  # before the first forward: the pending hook must pickle
+    twin = copy.deepcopy(model)
+    sd = model.state_dict()  # the state_dict pre-hook sets the algorithm up first
+    assert int(sd["0.weight_row_nnz"].sum()) == model[0].nnz == round(0.25 * 16 * 12)
+    twin(torch.randn(2, 16))  # the copy is not attached: its forward re-budgets nothing
+    assert twin[0].nnz == round(0.5 * 16) * 12
+    buf.seek(0)
+    again = torch.load(buf, weights_only=False)
+    again(torch.randn(2, 16))
+    assert again[0].nnz == round(0.5 * 16) * 12
+
+
+def test_negated_view_input_is_resolved():
+    layer = _layer()
+    x = torch.randn(3, 48)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x._neg_view()), layer(-x))
+
+
+def test_forward_in_a_thread_while_another_thread_changes_the_capacity_never_crashes():
+    # A crash would kill the process, so the race runs in a child; errors are allowed (the
+    # loads are not synchronised with the forwards), a dead process is not.
+    code = textwrap.dedent("""
+        import threading, torch
+        from sparselab import SparseLinear
+        torch.manual_seed(0)
+        layer = SparseLinear(256, 256, sparsity=0.5)
+        small = layer.state_dict()
+        big = SparseLinear(256, 256, sparsity=0.5, padding=16).state_dict()
+        stop = threading.Event()
+        def forwards():
+            x = torch.randn(8, 256)
+            with torch.no_grad():
+                while not stop.is_set():
+                    try:
+                        layer(x)
+                    except (RuntimeError, ValueError):
+                        pass
+        t = threading.Thread(target=forwards)
+        t.start()
+        for i in range(60):
+            try:
+                layer.load_state_dict(big if i % 2 else small)
+            except RuntimeError:
+                pass
+        stop.set()
+        t.join()
+        print("done")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr[-2000:]
