@@ -73,10 +73,11 @@ What the base does for you
 - **Topology mutation** (:func:`sparselab.dst.topology.rewrite_layer`): each
   row's live prefix rewritten in place with sorted columns, grown weights
   start at **zero**; when a row lacks spare slots its block of rows is
-  re-laid out in place (same tensors, same Parameter); only a capacity change
-  (attach-time padding, GMP/GraNet compaction, SNFS never) swaps in a new
-  ``weight_values`` Parameter and moves the attached optimizers to it.
-  Optimizer state moves with its connection and is reset at grown slots via
+  re-laid out in place (same tensors, same Parameter); a capacity change
+  (attach-time padding, GMP/GraNet compaction, SNFS never) gives the same
+  Parameter and buffers new storage. Optimizer state (of every optimizer that
+  has stepped the layer or was attached) moves with its connection and is
+  reset at grown slots via
   :mod:`sparselab.optim_state`; then the layer's transposed index is rebuilt
   (``topology_changed``, what ``mark_topology_changed()`` calls; the full
   invariant check runs with ``check=True``).
@@ -88,10 +89,9 @@ What the base does for you
   ``bench/dst_rigl_memory.py`` / ``reports/dst_rigl_memory.md``.
 - **Checkpointing**: ``state_dict()`` / ``load_state_dict()`` (step count, RNG
   state, schedule configuration). The topology itself is in the model's
-  state_dict. Resume: load the model, make the optimizer (after the model, as a
-  repacked layer may have another capacity) and load it, make the algorithm,
-  ``algo.load_state_dict(...)``, then ``model.apply(algo)`` and
-  ``algo.attach_optimizer(opt)`` -- a loaded algorithm never re-budgets layers
+  state_dict. Resume: load the model and the optimizer (made before or after the
+  model is loaded), make the algorithm, ``algo.load_state_dict(...)``, then
+  ``algo.attach(model)`` -- a loaded algorithm never re-budgets layers
   (``load_state_dict`` after attaching works too).
 
 Example: a new algorithm in a few lines

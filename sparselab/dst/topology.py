@@ -17,8 +17,9 @@
    block keeps its slot range, so the rewrite stays block-local); only when a
    whole block overflows are the free slots of the layer re-spread, through
    one reusable scratch buffer. ``row_start`` is rewritten in place. Every
-   tensor keeps its shape and identity, so the Parameter, the optimizer, live
-   autograd graphs and ``torch.compile`` buffers are all unaffected.
+   tensor keeps its shape and identity, so the Parameter, the optimizer and
+   ``torch.compile`` buffers are unaffected (a graph recorded before the change
+   refuses its backward: run updates after ``backward``).
 4. **Resize** only when the capacity must change (spare slots ensured at attach
    time, compaction after pruning, a layer that densifies): the same
    ``weight_values`` Parameter and the same index buffers get new storage of
