@@ -4,9 +4,8 @@ Usage (every algorithm)::
 
     model = nn.Sequential(sparselab.SparseLinear(784, 300, sparsity=0.9, padding=0.25), nn.ReLU(), ...)
     algo = sparselab.RigL(sparsity=0.9, drop_fraction=0.3, update_freq=100, end=total_steps)
-    model.apply(algo)                 # attaches to every SparseLinear (errors if there is none)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    algo.attach_optimizer(opt)        # so optimizer state of changed slots is moved / reset
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)   # before or after attaching
+    algo.attach(model)                # every SparseLinear (TypeError if there is none)
     for x, y in data:
         opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
         algo.step()                   # counts the step; mutates the topology when the schedule says so
@@ -124,7 +123,7 @@ with gradient-based growth::
             return {**super().config(), "lam": self.lam}
 
     algo = MagGradDrop(0.9, lam=0.5, drop_fraction=0.2, update_freq=50, seed=1)
-    model.apply(algo); algo.attach_optimizer(opt)
+    algo.attach(model)
 """
 
 from __future__ import annotations
@@ -435,8 +434,8 @@ class SparsityAlgorithm:
     def _require_layers(self) -> None:
         self._finish_attach()
         if not self._layers:
-            raise RuntimeError(f"{type(self).__name__} has no SparseLinear attached: call model.apply(algo) "
-                               f"(or algo(layer)) first")
+            raise RuntimeError(f"{type(self).__name__} has no SparseLinear attached: call algo.attach(model) "
+                               f"(or model.apply(algo)) first")
 
     # ------------------------------------------------------------------ budgets
 
