@@ -14,10 +14,11 @@ from .memory import memory_report
 from .nn import SparseLinear
 from .sparsify import sparsify
 from . import dst  # noqa: E402
+from . import distributed  # noqa: E402  (lists SparseLinear buffers for DistributedDataParallel to ignore)
 from .dst import GMP, SET, SNFS, GraNet, RigL, SparsityAlgorithm, SRigL, Static  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = ["PaddedCSR", "SparseLinear", "autograd", "kernels", "memory_report", "ops", "optim_state",
-           "sparsify", "__version__", "dst", "SparsityAlgorithm", "Static", "SET", "RigL", "SRigL", "GMP", "GraNet",
+           "sparsify", "distributed", "__version__", "dst", "SparsityAlgorithm", "Static", "SET", "RigL", "SRigL", "GMP", "GraNet",
            "SNFS"]

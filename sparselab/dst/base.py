@@ -133,6 +133,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from .. import distributed as _distributed
 from ..nn import SparseLinear
 from . import distribution as _distribution
 from .capture import GradientCapture
@@ -238,6 +239,11 @@ class SparsityAlgorithm:
         check: run the full O(capacity) invariant check (``PaddedCSR.validate``)
             after every topology change (off by default: it costs time and
             capacity-sized temporaries; the transposed index is rebuilt either way).
+        process_group: the ranks that keep one topology (default: every rank,
+            whenever ``torch.distributed`` is initialized when the algorithm is
+            attached); see :mod:`sparselab.distributed`.
+        check_ranks: after attaching and after every update, all-gather a hash
+            of each layer's topology and raise if the ranks differ (a debug aid).
     """
 
     needs_gradient: bool = False
@@ -248,8 +254,12 @@ class SparsityAlgorithm:
 
     def __init__(self, sparsity=0.9, *, update_freq=100, drop_fraction=0.3, drop_schedule: str | None = None,
                  start: int = 0, end: int | None = None, distribution="uniform", seed: int = 0,
-                 padding: float | None = None, chunk_fraction: float = 1 / 16, check: bool = False):
+                 padding: float | None = None, chunk_fraction: float = 1 / 16, check: bool = False,
+                 process_group=None, check_ranks: bool = False):
         self.check = bool(check)
+        self.process_group = process_group
+        self.check_ranks = bool(check_ranks)
+        self._sync: _distributed.RankSync | None = None
         if isinstance(sparsity, SparsitySchedule):
             self.sparsity_schedule = sparsity
         else:
@@ -324,8 +334,18 @@ class SparsityAlgorithm:
             L.index = i
             if not L.name:
                 L.name = names.get(id(L.module)) or f"layer{i}"
+        self._sync_ranks(module)  # before _setup, so every rank re-budgets the same layers alike
         self._setup()
+        if self._sync is not None:
+            self._sync.verify(self, "attach")
         return module
+
+    def _sync_ranks(self, root: nn.Module) -> None:
+        # Under torch.distributed every rank starts from rank 0's topology, values and generator.
+        group = _distributed.resolve_group(self.process_group)
+        self._sync = None if group is None else _distributed.RankSync(group, check=self.check_ranks)
+        if self._sync is not None:
+            self._sync.on_attach(self, root)
 
     def attach(self, module: nn.Module) -> nn.Module:
         """Same as ``algo(module)``."""
@@ -623,7 +643,7 @@ class SparsityAlgorithm:
         """Apply a drop / grow to the layer (see :func:`sparselab.dst.topology.rewrite_layer`)."""
         spare = max(1, self._spare(layer))
         compact = False
-        if self.compact and drop_slots.numel():
+        if self.compact and drop_slots.numel() and self._sync is None:  # DDP needs fixed Parameter shapes
             # Return pruned slots to memory once the layer holds 1.5x what it needs.
             need = layer.nnz - drop_slots.numel() + rows.numel() + layer.shape[0] * spare
             compact = layer.module.capacity > 1.5 * need
@@ -651,6 +671,8 @@ class SparsityAlgorithm:
                               f"optimizer state of changed slots is not moved or reset", stacklevel=2)
             with torch.no_grad():
                 changed = self._update(t)
+            if self._sync is not None:
+                self._sync.after_update(self, self.last_update)
         self._disarm()
         self._arm_if_update_next()
         return changed
@@ -671,7 +693,7 @@ class SparsityAlgorithm:
         if self.needs_gradient and self._layers and self.is_update_step(self._step + 1):
             for L in self._layers:
                 if L.capture is None:
-                    L.capture = GradientCapture(L.module)
+                    L.capture = GradientCapture(L.module, reduce=self._sync.all_reduce_ if self._sync else None)
 
     def _disarm(self) -> None:
         for L in self._layers:
