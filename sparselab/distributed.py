@@ -61,7 +61,8 @@ def sparse_buffer_names(module: nn.Module) -> list[str]:
 def _merge_ignore(module: nn.Module, names: list[str]) -> None:
     if not names:
         return
-    current = list(getattr(module, DDP_IGNORE_ATTR, None) or [])
+    # Read the instance dict: wrappers such as torch.compile's OptimizedModule forward getattr.
+    current = list(module.__dict__.get(DDP_IGNORE_ATTR) or [])
     known = set(current)
     current.extend(n for n in names if n not in known)
     object.__setattr__(module, DDP_IGNORE_ATTR, current)
