@@ -16,7 +16,7 @@ from torch import Tensor
 
 __all__ = ["random_row_columns"]
 
-_BLOCK_DRAWS = 1 << 22  # candidate draws per row block (32 MiB of int64)
+_BLOCK_DRAWS = 1 << 20  # candidate draws per row block: ~16 MiB of temporaries
 
 
 def _draws(n: int, k: int) -> int:
