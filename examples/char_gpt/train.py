@@ -47,7 +47,7 @@ from sparselab import SparseLinear  # noqa: E402
 
 from data import DEFAULT_TEXT, CharData  # noqa: E402
 from model import CONFIGS, GPT, get_config  # noqa: E402
-from scale import Ranks, build_sparse_direct, memory_per_live_weight  # noqa: E402
+from scale import Ranks, build_sparse_direct, memory_per_live_weight, release_freed_memory  # noqa: E402
 
 ROOT = HERE.parents[1]
 REPORTS = ROOT / "reports" / "e2e"
@@ -212,6 +212,7 @@ class Trainer:
             self.algo.attach_optimizer(self.opt)
         # After attaching: the DST algorithm has aligned every rank's topology to rank 0's.
         self.net = self.ranks.wrap(self.model)
+        release_freed_memory()  # the build's and the attach's temporaries
         if resume_state is not None:
             self.data.load_state_dict(resume_state["data"])
             if self.ranks.rank > 0:  # the checkpoint holds rank 0's batch stream: others draw afresh
