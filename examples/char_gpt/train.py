@@ -171,6 +171,7 @@ class Trainer:
         self.step = 0
         self.history: list[dict] = []
         self.step_ms: list[float] = []
+        self.step_cpu_ms: list[float] = []  # this process's CPU time per step (all its threads)
         t0 = time.perf_counter()
         if args.sparse and init_mode(args) == "direct":
             self.model = build_sparse_direct(GPT, self.cfg, seed=args.seed, sparsities=layer_sparsities(prefix=""))
@@ -365,9 +366,11 @@ def results(tr: Trainer, wall: float, stopped_early: bool) -> dict:
     vals = [h["val_loss"] for h in tr.history if h.get("val_loss") is not None]
     tokens = tr.ranks.world * tr.cfg.batch * tr.cfg.context
     med = statistics.median(ms) if ms else None
+    cpu = tr.step_cpu_ms[min(len(tr.step_cpu_ms) - 1, 10):] if tr.step_cpu_ms else []
     return {"name": run_name(a), "args": vars(a), "config": tr.cfg.as_dict(), "lr": tr.lr,
             "world_size": tr.ranks.world, "tokens_per_step": tokens,
             "tokens_per_second": tokens / (med / 1e3) if med else None, "build_seconds": tr.build_seconds,
+            "median_cpu_ms_per_step": statistics.median(cpu) if cpu else None,
             "memory_per_live_weight": memory_per_live_weight(tr.model, tr.opt) if a.sparse else None,
             "prefer": os.environ.get("SPARSELAB_PREFER", "speed"),
             "steps_done": tr.step, "steps_planned": a.steps, "stopped_early": stopped_early,
@@ -430,10 +433,11 @@ def main(argv=None) -> dict:
     t_wall = time.perf_counter()
     window: list[float] = []
     while tr.step < end:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss = tr.train_step()
         dt = 1e3 * (time.perf_counter() - t0)
         tr.step_ms.append(dt)
+        tr.step_cpu_ms.append(1e3 * (time.process_time() - c0))
         window.append(loss)
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}", ms_step=f"{statistics.median(tr.step_ms[-20:]):.0f}", refresh=False)
