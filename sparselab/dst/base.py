@@ -81,6 +81,10 @@ What the base does for you
   holds 16 bytes per input element), and the rewrite works block by block.
   Measured peak for a 4096x4096 90%-sparse RigL update: see
   ``bench/dst_rigl_memory.py`` / ``reports/dst_rigl_memory.md``.
+- **Data parallelism**: attached while ``torch.distributed`` is initialized, the
+  algorithm starts every rank from rank 0's topology and keeps the ranks
+  identical (gradient scores all-reduced per row block, shared generator);
+  see :mod:`sparselab.distributed`.
 - **Checkpointing**: ``state_dict()`` / ``load_state_dict()`` (step count, RNG
   state, schedule configuration). The topology itself is in the model's
   state_dict. Resume: load the model, make the optimizer (after the model, as a
