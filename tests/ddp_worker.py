@@ -42,10 +42,10 @@ def batches(rank: int):
         yield x, x @ teacher
 
 
-def run(name: str, algo_cls, rank: int, out: Path) -> dict:
+def run(name: str, algo_cls, rank: int, out: Path, **kw) -> dict:
     torch.manual_seed(rank)  # ranks draw different topologies: attach must align them
     model = make_model()
-    algo = algo_cls(0.75, update_freq=UPDATE_FREQ, drop_fraction=0.3, seed=rank, check_ranks=True)
+    algo = algo_cls(0.75, update_freq=UPDATE_FREQ, drop_fraction=0.3, seed=rank, check_ranks=True, **kw)
     model.apply(algo)
     start = [topology_digest(m) for m in model.modules() if isinstance(m, sparselab.SparseLinear)]
     ddp = DDP(model)
@@ -74,6 +74,7 @@ def main() -> None:
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=30))
     result = {name: run(name, cls, rank, out) for name, cls in
               (("rigl", sparselab.RigL), ("set", sparselab.SET), ("snfs", sparselab.SNFS))}
+    result["rigl_group"] = run("rigl_group", sparselab.RigL, rank, out, process_group=dist.new_group([0, 1]))
     # A model with no DST algorithm wraps too (its buffers are listed by the registration hook).
     torch.manual_seed(0)
     plain = DDP(make_model())

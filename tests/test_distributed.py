@@ -54,7 +54,7 @@ def two_ranks(tmp_path_factory):
     return out, [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
-@pytest.mark.parametrize("algo", ["rigl", "set", "snfs"])
+@pytest.mark.parametrize("algo", ["rigl", "set", "snfs", "rigl_group"])
 def test_ranks_keep_one_topology(two_ranks, algo):
     _, (r0, r1) = two_ranks
     a, b = r0[algo], r1[algo]
