@@ -20,5 +20,5 @@ from .dst import GMP, SET, SNFS, GraNet, RigL, SparsityAlgorithm, SRigL, Static 
 __version__ = "0.1.0"
 
 __all__ = ["PaddedCSR", "SparseLinear", "autograd", "kernels", "memory_report", "ops", "optim_state",
-           "sparsify", "distributed", "__version__", "dst", "SparsityAlgorithm", "Static", "SET", "RigL", "SRigL", "GMP", "GraNet",
-           "SNFS"]
+           "sparsify", "distributed", "__version__", "dst", "SparsityAlgorithm", "Static", "SET", "RigL", "SRigL",
+           "GMP", "GraNet", "SNFS"]

@@ -1,9 +1,9 @@
 """Uniformly random columns per row in O(live entries): no dense ``(rows, in_features)`` array.
 
 :func:`random_row_columns` picks, for each of ``rows`` rows, a uniformly random ``k``-subset of
-``range(n)``: of ``m`` columns drawn with replacement, the first ``k`` distinct columns in draw order (sampling without replacement) are a uniform
-``k``-subset. ``m`` is sized so that almost every row has ``k`` distinct draws; the few
-rows that do not are drawn again. Above half density the ``n - k`` excluded columns are drawn
+``range(n)``: of ``m`` columns drawn with replacement, the first ``k`` distinct ones in draw
+order (sequential sampling without replacement) are a uniform ``k``-subset. ``m`` is sized so
+that almost every row has ``k`` distinct draws; the few rows that do not are drawn again. Above half density the ``n - k`` excluded columns are drawn
 instead. Rows are processed in blocks, so the temporaries stay a few bytes per live entry.
 """
 

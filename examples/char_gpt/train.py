@@ -414,7 +414,8 @@ def main(argv=None) -> dict:
     if args.resume:
         state = torch.load(args.checkpoint, weights_only=False)
         saved = {k: v for k, v in state["args"].items() if k not in ("stop_at", "resume", "no_progress", "out",
-                                                                       "eval_every", "ckpt_every", "threads", "backend")}
+                                                                       "eval_every", "ckpt_every", "threads",
+                                                                       "backend")}
         diff = {k: (v, getattr(args, k, None)) for k, v in saved.items() if getattr(args, k, None) != v}
         if diff:
             raise SystemExit(f"--resume: arguments differ from the checkpoint's: {diff}")
