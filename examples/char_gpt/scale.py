@@ -71,6 +71,19 @@ def release_freed_memory() -> None:
             pass
 
 
+def set_mmap_threshold(nbytes: int) -> bool:
+    """glibc: serve every allocation of ``nbytes`` or more with its own mapping, returned to the OS
+    when freed (what ``MALLOC_MMAP_THRESHOLD_`` does). glibc's default threshold rises to 32 MiB
+    once large blocks are freed, after which each step's activations come from a heap that
+    fragments and stays resident. Returns False where this is not glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(ctypes.CDLL("libc.so.6").mallopt(-3, int(nbytes)))  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        return False
+
+
 def _materialize(module: nn.Module) -> None:
     """Move a module's own meta parameters / buffers to the CPU (uninitialized)."""
     module.to_empty(device="cpu", recurse=False)

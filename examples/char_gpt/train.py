@@ -47,7 +47,8 @@ from sparselab import SparseLinear  # noqa: E402
 
 from data import DEFAULT_TEXT, CharData  # noqa: E402
 from model import CONFIGS, GPT, get_config  # noqa: E402
-from scale import Ranks, build_sparse_direct, memory_per_live_weight, release_freed_memory  # noqa: E402
+from scale import (Ranks, build_sparse_direct, memory_per_live_weight, release_freed_memory,  # noqa: E402
+                   set_mmap_threshold)
 
 ROOT = HERE.parents[1]
 REPORTS = ROOT / "reports" / "e2e"
@@ -162,6 +163,9 @@ class Trainer:
     def __init__(self, args):
         self.args = args
         torch.set_num_threads(args.threads)
+        mmap_mb = args.mmap_threshold_mb if args.mmap_threshold_mb is not None else (1 if args.config == "XL" else 0)
+        if mmap_mb > 0:
+            set_mmap_threshold(mmap_mb << 20)
         self.ranks = Ranks(args.backend)
         self.data = CharData(args.data, context=self._cfg0().context if args.context is None else args.context,
                              batch=self._cfg0().batch if args.batch is None else args.batch,
@@ -324,6 +328,9 @@ def parse_args(argv=None):
     ap.add_argument("--checkpoint-activations", action="store_true",
                     help="recompute each block's activations in backward instead of keeping them")
     ap.add_argument("--backend", default="gloo", help="torch.distributed backend under torchrun")
+    ap.add_argument("--mmap-threshold-mb", type=int, default=None,
+                    help="glibc: tensors of this many MiB or more get their own mapping, returned to the OS "
+                         "when freed (default 1 for XL, else glibc's own; 0 keeps glibc's)")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--sparse", dest="sparse", action="store_true", default=True,
                    help="attention projections 70%% / FFN 90%% sparse (default)")
@@ -415,7 +422,7 @@ def main(argv=None) -> dict:
         state = torch.load(args.checkpoint, weights_only=False)
         saved = {k: v for k, v in state["args"].items() if k not in ("stop_at", "resume", "no_progress", "out",
                                                                        "eval_every", "ckpt_every", "threads",
-                                                                       "backend")}
+                                                                       "backend", "mmap_threshold_mb")}
         diff = {k: (v, getattr(args, k, None)) for k, v in saved.items() if getattr(args, k, None) != v}
         if diff:
             raise SystemExit(f"--resume: arguments differ from the checkpoint's: {diff}")
