@@ -14,6 +14,7 @@ from .memory import memory_report
 from .nn import SparseLinear
 from .sparsify import load_dense_state_dict, sparsify
 from . import dst  # noqa: E402
+from . import distributed  # noqa: E402  (lists SparseLinear buffers for DistributedDataParallel to ignore)
 from .dst import GMP, SET, SNFS, GraNet, RigL, SparsityAlgorithm, SRigL, Static, TopKAST  # noqa: E402
 
 __version__ = "0.1.0"
@@ -21,5 +22,5 @@ __version__ = "0.1.0"
 env.check_scratch_keep_mb()
 
 __all__ = ["PaddedCSR", "SparseLinear", "autograd", "kernels", "memory_report", "ops", "optim_state",
-           "sparsify", "load_dense_state_dict", "__version__", "dst", "SparsityAlgorithm", "Static", "SET", "RigL",
+           "sparsify", "load_dense_state_dict", "distributed", "__version__", "dst", "SparsityAlgorithm", "Static", "SET", "RigL",
            "SRigL", "GMP", "GraNet", "SNFS", "TopKAST"]

@@ -19,6 +19,7 @@ import torch
 from . import _C
 from .validation import (INT16_MAX_COLUMNS, PADDING, VALUE_DTYPES, check_topology, check_transposed,
                          check_weight_layout, tensor_state, validate_padded_csr)
+from .random_topology import random_row_columns
 
 __all__ = ["PaddedCSR", "TransposedIndex", "PADDING", "VALUE_DTYPES", "INT16_MAX_COLUMNS", "index_dtype_for"]
 
@@ -203,14 +204,8 @@ class PaddedCSR:
         index_dtype = cls._check_index_dtype(index_dtype, in_features)
         per_row = max(0, min(in_features, round((1.0 - sparsity) * in_features)))
         g = torch.Generator().manual_seed(seed)
-        # Top-k of random keys per row gives a uniform k-subset; sort for CSR order.
-        if per_row == in_features:
-            cols = torch.arange(in_features).repeat(out_features, 1)
-        elif per_row == 0:
-            cols = torch.empty(out_features, 0, dtype=torch.int64)
-        else:
-            keys = torch.rand(out_features, in_features, generator=g)
-            cols = keys.topk(per_row, dim=1).indices.sort(dim=1).values
+        # A uniform per_row-subset of columns per row, sorted, in O(nnz) (no dense random keys).
+        cols = random_row_columns(out_features, in_features, per_row, g)
         std = init_std if init_std is not None else 1.0 / math.sqrt(max(per_row, 1))
         vals = torch.randn(out_features, per_row, generator=g, dtype=torch.float64).mul_(std).to(dtype)
         row_nnz = torch.full((out_features,), per_row, dtype=torch.int64)

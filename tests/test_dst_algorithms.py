@@ -507,7 +507,9 @@ def test_training_loss_decreases(name):
         losses.append(_train_step(model, opt, step).item())
         algo.step()
     first, last = sum(losses[:8]) / 8, sum(losses[-8:]) / 8
-    assert last < 0.7 * first, (first, last)
+    # GraNet prunes from 50% to 90% sparsity during these steps: its loss falls less (0.64-0.82 of
+    # the first steps' over six model seeds), the others' by more than 30%.
+    assert last < (0.85 if name == "granet" else 0.7) * first, (first, last)
 
 
 def test_cosine_drop_is_the_rigl_default_with_end():

@@ -4,6 +4,8 @@
     python train.py --config 10M --dense  --optimizer adamw --steps 2000
     python train.py ... --checkpoint ckpt.pt            # save every --ckpt-every steps and at the end
     python train.py ... --checkpoint ckpt.pt --resume   # continue from it, bit-identically
+    torchrun --nproc-per-node 2 train.py --config 40M --threads 1 ...   # data parallel (DDP over gloo)
+    SPARSELAB_PREFER=memory python train.py --config XL --dst static --steps 3 --out reports/scale
 
 Sparse: the attention projections (``attn.qkv``, ``attn.proj``) are 70% sparse
 and the FFN linears (``mlp.fc1``, ``mlp.fc2``) 90% sparse, through
@@ -45,7 +47,9 @@ import sparselab  # noqa: E402
 from sparselab import SparseLinear  # noqa: E402
 
 from data import DEFAULT_TEXT, CharData  # noqa: E402
-from model import GPT, get_config  # noqa: E402
+from model import CONFIGS, GPT, get_config  # noqa: E402
+from scale import (Ranks, build_sparse_direct, memory_per_live_weight, release_freed_memory,  # noqa: E402
+                   set_mmap_threshold)
 
 ROOT = HERE.parents[1]
 REPORTS = ROOT / "reports" / "e2e"
@@ -101,8 +105,14 @@ def attach_dst(name: str, model: nn.Module, *, steps: int, seed: int, update_fre
                                    end=max(1, int(0.75 * steps)), drop_fraction=drop_fraction)
 
 
-def make_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float) -> torch.optim.Optimizer:
-    """AdamW (betas 0.9/0.95) or SGD (momentum 0.9); weight decay on linear weights only."""
+OPTIMIZER_IMPLS = {"default": {}, "fused": {"fused": True}, "for-loop": {"foreach": False}}
+
+
+def make_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float,
+                   impl: str = "default") -> torch.optim.Optimizer:
+    """AdamW (betas 0.9/0.95) or SGD (momentum 0.9); weight decay on linear weights only.
+    ``impl``: torch's default (foreach: temporaries the size of every parameter at once),
+    ``'fused'`` (one kernel per parameter, no such temporaries) or ``'for-loop'``."""
     decay, no_decay = [], []
     for m in model.modules():
         for pname, p in m.named_parameters(recurse=False):
@@ -111,9 +121,9 @@ def make_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float) 
             (decay if is_weight else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if name == "adamw":
-        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8)
+        return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, **OPTIMIZER_IMPLS[impl])
     if name == "sgd":
-        return torch.optim.SGD(groups, lr=lr, momentum=0.9)
+        return torch.optim.SGD(groups, lr=lr, momentum=0.9, **OPTIMIZER_IMPLS[impl])
     raise ValueError(f"unknown optimizer {name!r}")
 
 
@@ -136,14 +146,27 @@ class Trainer:
     def __init__(self, args):
         self.args = args
         torch.set_num_threads(args.threads)
+        mmap_mb = args.mmap_threshold_mb if args.mmap_threshold_mb is not None else (1 if args.config == "XL" else 0)
+        if mmap_mb > 0:
+            set_mmap_threshold(mmap_mb << 20)
+        self.ranks = Ranks(args.backend)
         self.data = CharData(args.data, context=self._cfg0().context if args.context is None else args.context,
-                             batch=self._cfg0().batch if args.batch is None else args.batch, seed=args.seed)
+                             batch=self._cfg0().batch if args.batch is None else args.batch,
+                             seed=self.ranks.data_seed(args.seed))
         self.cfg = get_config(args.config, self.data.vocab_size, context=args.context, batch=args.batch)
         self.lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
         self.step = 0
         self.history: list[dict] = []
         self.step_ms: list[float] = []
-        self.model = build_model(self.cfg, sparse=args.sparse, seed=args.seed)
+        self.step_cpu_ms: list[float] = []  # this process's CPU time per step (all its threads)
+        t0 = time.perf_counter()
+        if args.sparse and init_mode(args) == "direct":
+            self.model = build_sparse_direct(GPT, self.cfg, seed=args.seed, sparsities=layer_sparsities(prefix=""))
+        else:
+            self.model = build_model(self.cfg, sparse=args.sparse, seed=args.seed)
+        self.build_seconds = time.perf_counter() - t0
+        self.model.checkpoint_blocks = args.checkpoint_activations
+        self.net = self.model  # what the training step calls: the model, or DDP around it
         self.algo = None
         self.opt = None
         self.val = self.data.val_batches(args.eval_batches, seed=args.seed + 1)
@@ -158,14 +181,13 @@ class Trainer:
         a = self.args
         if resume_state is None:
             if a.sparse:
-                # Attach before making the optimizer: attaching may repack a layer (spare slots for DST),
-                # which gives it a new weight_values Parameter that an earlier optimizer would not hold.
+                # Attached before DDP wraps the model (the algorithm aligns every rank's topology first).
                 self.algo = attach_dst(a.dst, self.model, steps=a.steps, seed=a.seed, update_freq=a.update_freq,
                                        drop_fraction=a.drop_fraction)
-            self.opt = make_optimizer(self.model, a.optimizer, self.lr, a.weight_decay)
+            self.opt = make_optimizer(self.model, a.optimizer, self.lr, a.weight_decay, a.optimizer_impl)
         else:
             self.model.load_state_dict(resume_state["model"])  # adopts the saved topology and capacity
-            self.opt = make_optimizer(self.model, a.optimizer, self.lr, a.weight_decay)
+            self.opt = make_optimizer(self.model, a.optimizer, self.lr, a.weight_decay, a.optimizer_impl)
             self.opt.load_state_dict(resume_state["optimizer"])
             if a.sparse:
                 # a loaded algorithm never re-budgets layers
@@ -173,8 +195,13 @@ class Trainer:
                                        drop_fraction=a.drop_fraction, state=resume_state["dst"])
         if self.algo is not None:
             self.algo.attach_optimizer(self.opt)
+        # After attaching: the DST algorithm has aligned every rank's topology to rank 0's.
+        self.net = self.ranks.wrap(self.model)
+        release_freed_memory()  # the build's and the attach's temporaries
         if resume_state is not None:
             self.data.load_state_dict(resume_state["data"])
+            if self.ranks.rank > 0:  # the checkpoint holds rank 0's batch stream: others draw afresh
+                self.data.generator.manual_seed(self.ranks.data_seed(a.seed) + int(resume_state["step"]))
             torch.set_rng_state(resume_state["torch_rng"])
             random.setstate(resume_state["py_rng"])
             self.step = int(resume_state["step"])
@@ -191,7 +218,8 @@ class Trainer:
                 "history": self.history, "step_ms": self.step_ms}
 
     def save(self, path: str | Path) -> None:
-        atomic_torch_save(self.state_dict(), Path(path))
+        if self.ranks.is_main:  # every rank holds the same model, optimizer and algorithm state
+            atomic_torch_save(self.state_dict(), Path(path))
 
     # ---- steps
 
@@ -202,7 +230,7 @@ class Trainer:
             g["lr"] = lr
         x, y = self.data.get_batch("train")
         self.opt.zero_grad(set_to_none=True)
-        _, loss = self.model(x, y)
+        _, loss = self.net(x, y)
         loss.backward()
         if a.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.grad_clip)
@@ -254,14 +282,35 @@ def peak_rss_bytes() -> int:
 
 def run_name(args) -> str:
     mode = f"sparse-{args.dst}" if args.sparse else "dense"
-    return f"{args.config}_{mode}_{args.optimizer}_s{args.seed}"
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return f"{args.config}_{mode}_{args.optimizer}_s{args.seed}" + (f"_{world}ranks" if world > 1 else "")
+
+
+def init_mode(args) -> str:
+    """'direct' (SparseLinear built from its shape, no dense weight) or 'from-dense' (each block's
+    dense init sparsified: the same init draws as a dense run of the same seed)."""
+    if args.init != "auto":
+        return args.init
+    return "direct" if args.config == "XL" else "from-dense"
 
 
 # ---------------------------------------------------------------- CLI
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default="10M", choices=["10M", "40M", "tiny"])
+    ap.add_argument("--config", default="10M", choices=sorted(CONFIGS))
+    ap.add_argument("--init", default="auto", choices=["auto", "direct", "from-dense"],
+                    help="sparse model build: 'direct' never allocates a dense weight; 'from-dense' sparsifies "
+                         "each block's dense init (auto: direct for XL)")
+    ap.add_argument("--optimizer-impl", default="default", choices=sorted(OPTIMIZER_IMPLS),
+                    help="torch's default (foreach), fused, or for-loop (fused/for-loop hold no model-sized "
+                         "temporaries)")
+    ap.add_argument("--checkpoint-activations", action="store_true",
+                    help="recompute each block's activations in backward instead of keeping them")
+    ap.add_argument("--backend", default="gloo", help="torch.distributed backend under torchrun")
+    ap.add_argument("--mmap-threshold-mb", type=int, default=None,
+                    help="glibc: tensors of this many MiB or more get their own mapping, returned to the OS "
+                         "when freed (default 1 for XL, else glibc's own; 0 keeps glibc's)")
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--sparse", dest="sparse", action="store_true", default=True,
                    help="attention projections 70%% / FFN 90%% sparse (default)")
@@ -291,6 +340,9 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     if args.resume and not args.checkpoint:
         ap.error("--resume needs --checkpoint")
+    if args.checkpoint_activations and args.sparse and args.dst in ("rigl", "srigl", "snfs"):
+        ap.error("--checkpoint-activations would capture each block twice for gradient-based growth; "
+                 "use it with --dst static or set")
     return args
 
 
@@ -299,7 +351,15 @@ def results(tr: Trainer, wall: float, stopped_early: bool) -> dict:
     ms = tr.step_ms[min(len(tr.step_ms) - 1, 10):] if tr.step_ms else []
     mem = sparselab.memory_report(tr.model, tr.opt)
     vals = [h["val_loss"] for h in tr.history if h.get("val_loss") is not None]
+    tokens = tr.ranks.world * tr.cfg.batch * tr.cfg.context
+    med = statistics.median(ms) if ms else None
+    cpu = tr.step_cpu_ms[min(len(tr.step_cpu_ms) - 1, 10):] if tr.step_cpu_ms else []
     return {"name": run_name(a), "args": vars(a), "config": tr.cfg.as_dict(), "lr": tr.lr,
+            "world_size": tr.ranks.world, "tokens_per_step": tokens,
+            "tokens_per_second": tokens / (med / 1e3) if med else None, "build_seconds": tr.build_seconds,
+            "median_cpu_ms_per_step": statistics.median(cpu) if cpu else None,
+            "memory_per_live_weight": memory_per_live_weight(tr.model, tr.opt) if a.sparse else None,
+            "prefer": os.environ.get("SPARSELAB_PREFER", "speed"),
             "steps_done": tr.step, "steps_planned": a.steps, "stopped_early": stopped_early,
             "final_train_loss": tr.history[-1]["train_loss"] if tr.history else None,
             "final_val_loss": vals[-1] if vals else None, "best_val_loss": min(vals) if vals else None,
@@ -322,7 +382,14 @@ def summary_table(r: dict) -> str:
             ("best val loss", f(r["best_val_loss"], ".4f")), ("median ms/step", f(r["median_ms_per_step"], ".1f")),
             ("wall time (s)", f(r["wall_seconds"], ".0f")), ("stored parameters", f"{r['params']:,}"),
             ("weights+grads+optim (MiB)", f"{m['total'] / 2**20:.1f} (dense equivalent {m['dense_total'] / 2**20:.1f})"),
-            ("peak RSS (MiB)", f"{r['peak_rss_bytes'] / 2**20:.0f}")]
+            ("peak RSS (MiB)", f"{r['peak_rss_bytes'] / 2**20:.0f}"),
+            ("tokens/s (all ranks)", f(r.get("tokens_per_second"), ".0f"))]
+    per = r.get("memory_per_live_weight")
+    if per:
+        b = per["bytes_per_live_weight"]
+        rows.append(("bytes per live weight", f"{b['total']:.1f} (weight {b['weight']:.1f}, grad {b['grad']:.1f}, "
+                     f"optim {b['optimizer']:.1f}, index {b['index']:.1f}, cache {b['cache']:.1f}); dense "
+                     f"{per['dense_bytes_per_weight']:.1f} per weight"))
     w = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
@@ -334,7 +401,8 @@ def main(argv=None) -> dict:
     if args.resume:
         state = torch.load(args.checkpoint, weights_only=True)  # tensors and plain data only: no code runs
         saved = {k: v for k, v in state["args"].items() if k not in ("stop_at", "resume", "no_progress", "out",
-                                                                       "eval_every", "ckpt_every", "threads")}
+                                                                       "eval_every", "ckpt_every", "threads",
+                                                                       "backend", "mmap_threshold_mb")}
         diff = {k: (v, getattr(args, k, None)) for k, v in saved.items() if getattr(args, k, None) != v}
         if diff:
             raise SystemExit(f"--resume: arguments differ from the checkpoint's: {diff}")
@@ -342,22 +410,26 @@ def main(argv=None) -> dict:
     del state
     end = min(args.steps, args.stop_at) if args.stop_at is not None else args.steps
     out = Path(args.out) / f"{run_name(args)}.json"
-    print(f"{run_name(args)}: {tr.cfg}  lr {tr.lr}  {sum(p.numel() for p in tr.model.parameters()):,} stored "
+    main_rank = tr.ranks.is_main  # only rank 0 evaluates, logs and writes files
+    if main_rank:
+        print(f"{run_name(args)}: {tr.cfg}  lr {tr.lr}  {sum(p.numel() for p in tr.model.parameters()):,} stored "
           f"parameters; steps {tr.step} -> {end} of {args.steps}", flush=True)
 
     from tqdm import tqdm
-    bar = tqdm(total=end, initial=tr.step, disable=args.no_progress, dynamic_ncols=True, mininterval=2.0)
+    bar = tqdm(total=end, initial=tr.step, disable=args.no_progress or not main_rank, dynamic_ncols=True,
+               mininterval=2.0)
     t_wall = time.perf_counter()
     window: list[float] = []
     while tr.step < end:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss = tr.train_step()
         dt = 1e3 * (time.perf_counter() - t0)
         tr.step_ms.append(dt)
+        tr.step_cpu_ms.append(1e3 * (time.process_time() - c0))
         window.append(loss)
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}", ms_step=f"{statistics.median(tr.step_ms[-20:]):.0f}", refresh=False)
-        if tr.step % args.eval_every == 0 or tr.step == end:
+        if main_rank and (tr.step % args.eval_every == 0 or tr.step == end):
             h = {"step": tr.step, "train_loss": sum(window) / len(window), "val_loss": tr.evaluate(),
                  "lr": tr.opt.param_groups[0]["lr"], "ms_per_step": statistics.median(tr.step_ms[-args.eval_every:])}
             window = []
@@ -369,10 +441,12 @@ def main(argv=None) -> dict:
         if args.checkpoint and (tr.step % args.ckpt_every == 0 or tr.step == end):
             tr.save(args.checkpoint)
     bar.close()
-    r = results(tr, time.perf_counter() - t_wall, tr.step < args.steps)
-    atomic_write_text(out, json.dumps(r, indent=1) + "\n")
-    print(summary_table(r))
-    print(f"results: {out}")
+    r = results(tr, time.perf_counter() - t_wall, tr.step < args.steps) if main_rank else {}
+    if main_rank:
+        atomic_write_text(out, json.dumps(r, indent=1) + "\n")
+        print(summary_table(r))
+        print(f"results: {out}")
+    tr.ranks.close()
     return r
 
 

@@ -86,6 +86,10 @@ What the base does for you
   holds 16 bytes per input element), and the rewrite works block by block.
   Measured peak for a 4096x4096 90%-sparse RigL update: see
   ``bench/dst_rigl_memory.py`` / ``reports/dst_rigl_memory.md``.
+- **Data parallelism**: attached while ``torch.distributed`` is initialized, the
+  algorithm starts every rank from rank 0's topology and keeps the ranks
+  identical (gradient scores all-reduced per row block, shared generator);
+  see :mod:`sparselab.distributed`.
 - **Checkpointing**: ``state_dict()`` / ``load_state_dict()`` (step count, RNG
   state, schedule configuration). The topology itself is in the model's
   state_dict. Resume: load the model and the optimizer (made before or after the
@@ -137,6 +141,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import optimizer_tracking
+from .. import distributed as _distributed
 from ..nn import SparseLinear
 from . import distribution as _distribution
 from . import scores as _scores
@@ -264,6 +269,11 @@ class SparsityAlgorithm:
         drop_shaper, grow_shaper, tie_breaker: reshape the drop / growth
             scores and choose how ties are broken (:mod:`sparselab.dst.scores`;
             defaults: unchanged scores, lowest index wins).
+        process_group: the ranks that keep one topology (default: every rank,
+            whenever ``torch.distributed`` is initialized when the algorithm is
+            attached); see :mod:`sparselab.distributed`.
+        check_ranks: after attaching and after every update, all-gather a hash
+            of each layer's topology and raise if the ranks differ (a debug aid).
     """
 
     needs_gradient: bool = False
@@ -275,11 +285,15 @@ class SparsityAlgorithm:
     def __init__(self, sparsity=0.9, *, update_freq=100, drop_fraction=0.3, drop_schedule: str | None = None,
                  start: int = 0, end: int | None = None, distribution="uniform", seed: int = 0,
                  padding: float | None = None, chunk_fraction: float = 1 / 16, check: bool = False,
-                 drop_shaper=None, grow_shaper=None, tie_breaker=None):
+                 drop_shaper=None, grow_shaper=None, tie_breaker=None, process_group=None,
+                 check_ranks: bool = False):
         self.check = bool(check)
         self.drop_shaper = _scores.check_shaper(drop_shaper, "drop_shaper")
         self.grow_shaper = _scores.check_shaper(grow_shaper, "grow_shaper")
         self.tie_breaker = _scores.resolve_tie_breaker(tie_breaker)
+        self.process_group = process_group
+        self.check_ranks = bool(check_ranks)
+        self._sync: _distributed.RankSync | None = None
         if isinstance(sparsity, SparsitySchedule):
             self.sparsity_schedule = sparsity
         else:
@@ -364,9 +378,9 @@ class SparsityAlgorithm:
             self._attach(m, names.get(id(m), ""))
             L = next(L for L in self._layers if L.module is m)
             L.name = L.name or names.get(id(m), "")
+        self._apply_root = weakref.ref(module)
         self._finish_attach()
         return module
-
 
     def _finish_attach(self) -> None:
         """Set up the layers attached since the last setup (budgets, spare slots, hooks)."""
@@ -384,7 +398,17 @@ class SparsityAlgorithm:
             L.name = L.name or names.get(id(L.module)) or f"layer{i}"
         self._n_set_up = len(self._layers)
         with torch.inference_mode(False):  # a first forward under inference_mode must not make inference tensors
+            self._sync_ranks(root)  # before _setup, so every rank re-budgets the same layers alike
             self._setup()
+        if self._sync is not None:
+            self._sync.verify(self, "attach")
+
+    def _sync_ranks(self, root: nn.Module | None) -> None:
+        # Under torch.distributed every rank starts from rank 0's topology, values and generator.
+        group = _distributed.resolve_group(self.process_group)
+        self._sync = None if group is None else _distributed.RankSync(group, check=self.check_ranks)
+        if self._sync is not None:
+            self._sync.on_attach(self, root)
 
     def _attach(self, module: SparseLinear, name: str) -> None:
         if any(L.module is module for L in self._layers):
@@ -702,7 +726,7 @@ class SparsityAlgorithm:
         """Apply a drop / grow to the layer (see :func:`sparselab.dst.topology.rewrite_layer`)."""
         spare = max(1, self._spare(layer))
         compact = False
-        if self.compact and drop_slots.numel():
+        if self.compact and drop_slots.numel() and self._sync is None:  # DDP needs fixed Parameter shapes
             # Return pruned slots to memory once the layer holds 1.5x what it needs.
             need = layer.nnz - drop_slots.numel() + rows.numel() + layer.shape[0] * spare
             compact = layer.module.capacity > 1.5 * need
@@ -732,6 +756,8 @@ class SparsityAlgorithm:
                               stacklevel=2)
             with torch.no_grad():
                 changed = self._update(t)
+            if self._sync is not None:
+                self._sync.after_update(self, self.last_update)
         self._disarm()
         self._arm_if_update_next()
         return changed
@@ -752,7 +778,7 @@ class SparsityAlgorithm:
         if self.needs_gradient and self._layers and self.is_update_step(self._step + 1):
             for L in self._layers:
                 if L.capture is None:
-                    L.capture = GradientCapture(L.module)
+                    L.capture = GradientCapture(L.module, reduce=self._sync.all_reduce_ if self._sync else None)
 
     def _disarm(self) -> None:
         for L in self._layers:

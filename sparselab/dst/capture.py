@@ -10,7 +10,9 @@ layer used twice) are all kept; their dense gradients add up. Forwards under
 ``torch.no_grad()`` (evaluation) are ignored.
 
 :meth:`dense_grad` forms one row block ``dY[:, rows]^T @ X`` at a time, so the
-full dense gradient never exists.
+full dense gradient never exists. Under data parallelism each rank captured its
+own micro-batch, so ``reduce`` (set by the algorithm) sums each block over the
+ranks: growth scores are all-reduced one block at a time.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ __all__ = ["GradientCapture"]
 
 
 class GradientCapture:
-    def __init__(self, module):
+    def __init__(self, module, *, reduce=None):
+        self.reduce = reduce  # sums a dense-gradient block over data-parallel ranks (None: one process)
         self.in_features = module.in_features
         self.out_features = module.out_features
         self.pairs: list[list] = []  # [x (N, in), dy (N, out) or None]
@@ -57,6 +60,8 @@ class GradientCapture:
             n = len(range(*rows.indices(self.out_features)))
             dtype = self.pairs[0][0].dtype if self.pairs else torch.get_default_dtype()
             out = torch.zeros(n, self.in_features, dtype=dtype)
+        if self.reduce is not None:
+            out = self.reduce(out.contiguous())
         return out
 
     def nbytes(self) -> int:

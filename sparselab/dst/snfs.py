@@ -102,6 +102,8 @@ class SNFS(SparsityAlgorithm):
 
     def redistribute(self, counts, t):
         moms = [self.layer_momentum(L) for L in self._layers]
+        if self._sync is not None:  # rank 0's view, so every rank allocates growth alike
+            moms = self._sync.broadcast_floats(moms)
         if any(m is None for m in moms):
             return counts
         total = sum(d for d, _ in counts)
