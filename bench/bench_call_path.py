@@ -33,8 +33,9 @@ def raw_kernel(layer: sparselab.SparseLinear, x: torch.Tensor):
     v, threads = layer._plan(d, "spmm_fwd", x.shape[0])
     y = torch.empty(x.shape[0], layer.out_features)
     args, b = d.w_args, layer.bias.data_ptr()
-    return lambda: _C.spmm_fwd(v.id, *args, x.shape[0], x.data_ptr(), x.shape[1], b, y.data_ptr(),
-                               layer.out_features, threads)
+    return lambda: _C.spmm_fwd(
+        v.id, *args, x.shape[0], x.data_ptr(), x.shape[1], b, y.data_ptr(), layer.out_features, threads
+    )
 
 
 def main(argv=None) -> int:
@@ -47,12 +48,15 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cases = {}
-    for (inp, out, sp) in ((64, 64, 0.9), (640, 2560, 0.9)):
+    for inp, out, sp in ((64, 64, 0.9), (640, 2560, 0.9)):
         sparse = sparselab.SparseLinear(inp, out, sparsity=sp)
         dense = nn.Linear(inp, out)
         x = torch.randn(1, inp)
-        cases[f"{inp}->{out}"] = {"nn.Linear": lambda d=dense, x=x: d(x), "SparseLinear": lambda s=sparse, x=x: s(x),
-                                  "raw kernel": raw_kernel(sparse, x)}
+        cases[f"{inp}->{out}"] = {
+            "nn.Linear": lambda d=dense, x=x: d(x),
+            "SparseLinear": lambda s=sparse, x=x: s(x),
+            "raw kernel": raw_kernel(sparse, x),
+        }
     times: dict[tuple, list] = {}
     with torch.no_grad():
         for _ in range(args.rounds):  # interleaved rounds: load drifts hit every row alike
@@ -64,11 +68,17 @@ def main(argv=None) -> int:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.rounds} rounds x {args.calls} calls")
     for (case, name), t in med.items():
         print(f"  {case:10s} {name:13s} median {t:8.2f} us   best round {best[(case, name)]:8.2f} us")
-    print(f"SparseLinear(64, 64) / nn.Linear:             {med[('64->64', 'SparseLinear')] / med[('64->64', 'nn.Linear')]:.2f}x")
-    print(f"SparseLinear(640->2560) / its raw kernel:     "
-          f"{med[('640->2560', 'SparseLinear')] / med[('640->2560', 'raw kernel')]:.2f}x")
-    print(f"SparseLinear(640->2560) vs nn.Linear speedup: "
-          f"{med[('640->2560', 'nn.Linear')] / med[('640->2560', 'SparseLinear')]:.2f}x")
+    print(
+        f"SparseLinear(64, 64) / nn.Linear:             {med[('64->64', 'SparseLinear')] / med[('64->64', 'nn.Linear')]:.2f}x"
+    )
+    print(
+        f"SparseLinear(640->2560) / its raw kernel:     "
+        f"{med[('640->2560', 'SparseLinear')] / med[('640->2560', 'raw kernel')]:.2f}x"
+    )
+    print(
+        f"SparseLinear(640->2560) vs nn.Linear speedup: "
+        f"{med[('640->2560', 'nn.Linear')] / med[('640->2560', 'SparseLinear')]:.2f}x"
+    )
     return 0
 
 

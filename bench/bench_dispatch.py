@@ -30,6 +30,7 @@ on the issue-2 headline keys at N=2048 (timed at a capped N): it tunes each key 
 cache, and wherever the final choice differs from what the first race alone chose, times both at
 N=2048 interleaved (median of 7) and reports final/first (< 1: the second point helped).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,10 +44,10 @@ import tempfile
 import time
 
 import torch
-
-from sparselab import kernels, ops, planner
 from sparselab.tuning import modes, resolve
 from sparselab.tuning.problem import random_weight
+
+from sparselab import kernels, ops, planner
 
 # ------------------------------------------------------------------ overhead benchmarks
 
@@ -97,8 +98,20 @@ def test_op_overhead_forced(benchmark):
 # ------------------------------------------------------------------ quality of the choice
 
 OPS = ("spmm_fwd", "spmm_dx", "sddmm_dw")
-SHAPES = ((300, 777), (777, 300), (1500, 1000), (1000, 2500), (2500, 640), (333, 3000),
-          (1200, 1200), (96, 4000), (3000, 1500), (640, 200), (1800, 600), (450, 450))
+SHAPES = (
+    (300, 777),
+    (777, 300),
+    (1500, 1000),
+    (1000, 2500),
+    (2500, 640),
+    (333, 3000),
+    (1200, 1200),
+    (96, 4000),
+    (3000, 1500),
+    (640, 200),
+    (1800, 600),
+    (450, 450),
+)
 DENSITIES = (0.03, 0.08, 0.15, 0.3, 0.6)
 BATCHES = (1, 24, 100, 400)
 
@@ -108,8 +121,9 @@ def quality_grid(count: int) -> list[tuple]:
     cases = []
     for i in range(count):
         out_f, in_f = SHAPES[i % len(SHAPES)]
-        cases.append((OPS[i % 3], out_f, in_f, BATCHES[(i // 3) % len(BATCHES)],
-                      DENSITIES[(i * 7 // 3) % len(DENSITIES)]))
+        cases.append(
+            (OPS[i % 3], out_f, in_f, BATCHES[(i // 3) % len(BATCHES)], DENSITIES[(i * 7 // 3) % len(DENSITIES)])
+        )
     return cases
 
 
@@ -144,8 +158,7 @@ def sample_interleaved(runs: dict, rounds: int, calls: int = 1) -> dict[str, lis
     return samples
 
 
-def time_all(op, out_f, in_f, n, density, reps=21, stat=statistics.median,
-             sample_s: float = 1e-3) -> dict[str, float]:
+def time_all(op, out_f, in_f, n, density, reps=21, stat=statistics.median, sample_s: float = 1e-3) -> dict[str, float]:
     """Time (``stat`` of ``reps`` samples, seconds per call) of every available candidate
     on this exact shape, interleaved. A sample times enough back-to-back calls to last about
     ``sample_s`` (the same count for every candidate of the key), so microsecond calls are not
@@ -190,16 +203,29 @@ def quality(count: int, json_path: str | None, stat_name: str = "median") -> int
         tune_s = time.perf_counter() - t0
         times = time_all(op, out_f, in_f, n, density, stat=stat)
         best = min(times, key=times.get)
-        rows.append({"op": op, "out": out_f, "in": in_f, "n": n, "density": density,
-                     "chosen": chosen, "best": best, "ratio": times[chosen] / times[best],
-                     "tune_s": tune_s, "times": times})
-        print(f"[{i + 1:2d}/{count}] {op:8s} {out_f:5d}x{in_f:<5d} n={n:<4d} d={density:<5} "
-              f"chosen={chosen:14s} best={best:14s} chosen/best={rows[-1]['ratio']:.3f} "
-              f"(tuned in {tune_s:.2f}s)", flush=True)
+        rows.append(
+            {
+                "op": op,
+                "out": out_f,
+                "in": in_f,
+                "n": n,
+                "density": density,
+                "chosen": chosen,
+                "best": best,
+                "ratio": times[chosen] / times[best],
+                "tune_s": tune_s,
+                "times": times,
+            }
+        )
+        print(
+            f"[{i + 1:2d}/{count}] {op:8s} {out_f:5d}x{in_f:<5d} n={n:<4d} d={density:<5} "
+            f"chosen={chosen:14s} best={best:14s} chosen/best={rows[-1]['ratio']:.3f} "
+            f"(tuned in {tune_s:.2f}s)",
+            flush=True,
+        )
 
     within = sum(r["ratio"] <= 1.05 for r in rows)
-    print(f"\ntuned choice within 5% of the measured best: {within}/{len(rows)} "
-          f"({100 * within / len(rows):.0f}%)")
+    print(f"\ntuned choice within 5% of the measured best: {within}/{len(rows)} ({100 * within / len(rows):.0f}%)")
     # Geometric-mean speedup of tuned dispatch over each fixed variant available for every op.
     fixed = set.intersection(*(set(r["times"]) for r in rows))
     speedups = {}
@@ -216,16 +242,18 @@ def quality(count: int, json_path: str | None, stat_name: str = "median") -> int
 
 def second_point_check(passes: int) -> int:
     import grid
-    from sparselab.format import PaddedCSR
     from sparselab.tuning import keys, tuner
+
+    from sparselab.format import PaddedCSR
 
     N, density = grid.HEADLINE_N, 1.0 - grid.HEADLINE_SPARSITY
     ratios = []
     for p in range(passes):
         os.environ["SPARSELAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="sparselab-second-point-")
         for op, (out_f, in_f) in itertools.product(OPS, grid.HEADLINE_SHAPES):
-            e = tuner.tune(keys.make_key(op, out_f, in_f, N, density, torch.get_num_threads()),
-                           shape=(out_f, in_f, N, density))
+            e = tuner.tune(
+                keys.make_key(op, out_f, in_f, N, density, torch.get_num_threads()), shape=(out_f, in_f, N, density)
+            )
             first, final = e.get("first_choice"), e["variant"]
             if first is None or first == final:
                 print(f"pass {p + 1} {op:8s} {out_f}x{in_f}: {final} (the first race agreed)", flush=True)
@@ -238,13 +266,17 @@ def second_point_check(passes: int) -> int:
             samples = sample_interleaved(run, 7)
             r = statistics.median(samples[final]) / statistics.median(samples[first])
             ratios.append(r)
-            print(f"pass {p + 1} {op:8s} {out_f}x{in_f}: first race {first} -> {final}: "
-                  f"final/first at N={N} = {r:.3f}", flush=True)
+            print(
+                f"pass {p + 1} {op:8s} {out_f}x{in_f}: first race {first} -> {final}: final/first at N={N} = {r:.3f}",
+                flush=True,
+            )
     if ratios:
         gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
         total = passes * len(OPS) * len(grid.HEADLINE_SHAPES)
-        print(f"\nchanged {len(ratios)} of {total} choices; final/first geomean {gm:.3f}, "
-              f"range {min(ratios):.3f}-{max(ratios):.3f}")
+        print(
+            f"\nchanged {len(ratios)} of {total} choices; final/first geomean {gm:.3f}, "
+            f"range {min(ratios):.3f}-{max(ratios):.3f}"
+        )
     return 0
 
 

@@ -47,10 +47,10 @@ import math
 import time
 import warnings
 
+import grid
 import pytest
 import torch
 
-import grid
 from sparselab import PaddedCSR, kernels, ops, planner
 
 BASELINES = ("dense_torch", "dense_mkldnn", "torch_sparse_csr")
@@ -240,8 +240,9 @@ def _skip_if_too_slow(make_call, case: grid.Case, name: str, quick: bool) -> Non
     cap = grid.CALL_CAP_S["quick" if quick else "full"]
     predicted = _predicted_s(make_call, case.n)
     if predicted is not None and predicted > cap:
-        pytest.skip(f"{case.op}/{name}: predicted call time at this size > {cap:g} s "
-                    f"(grid.CALL_CAP_S); timed at smaller cases")
+        pytest.skip(
+            f"{case.op}/{name}: predicted call time at this size > {cap:g} s (grid.CALL_CAP_S); timed at smaller cases"
+        )
 
 
 def _run(benchmark, fn, quick: bool) -> None:
@@ -259,10 +260,20 @@ def test_kernel(benchmark, item, request):
     w = _weight(case.out, case.inp, case.sparsity)
     a = _acts(n, case.inp, case.out)
     W = w.W
-    info = {"op": op, "out": case.out, "in": case.inp, "n": n, "sparsity": case.sparsity,
-            "density": W.density, "nnz": W.nnz, "gflops": 2.0 * W.nnz * n / 1e9,
-            "dense_gflops": case.dense_gflops, "threads": torch.get_num_threads(),
-            "headline": case.headline, "baseline": None}
+    info = {
+        "op": op,
+        "out": case.out,
+        "in": case.inp,
+        "n": n,
+        "sparsity": case.sparsity,
+        "density": W.density,
+        "nnz": W.nnz,
+        "gflops": 2.0 * W.nnz * n / 1e9,
+        "dense_gflops": case.dense_gflops,
+        "threads": torch.get_num_threads(),
+        "headline": case.headline,
+        "baseline": None,
+    }
     benchmark.group = f"{op} {case.out}x{case.inp} N={n} sparsity={case.sparsity:g}"
 
     if kind == "variant":
@@ -270,12 +281,13 @@ def test_kernel(benchmark, item, request):
         if not v.available:
             pytest.skip(f"{op}/{name} unavailable: {v.reason}")
         if v.isa == "scalar" and W.nnz * n > grid.SCALAR_MAX_MACS:
-            pytest.skip(f"scalar reference skipped above nnz*N = 2^{int(math.log2(grid.SCALAR_MAX_MACS))} "
-                        f"multiply-adds (grid.SCALAR_MAX_MACS); correctness is the tests' job")
+            pytest.skip(
+                f"scalar reference skipped above nnz*N = 2^{int(math.log2(grid.SCALAR_MAX_MACS))} "
+                f"multiply-adds (grid.SCALAR_MAX_MACS); correctness is the tests' job"
+            )
         _skip_if_too_slow(lambda rows: _sparse_call(op, name, W, a.X[:rows], a.dY[:rows]), case, name, quick)
         fn = _sparse_call(op, name, W, a.X, a.dY)
-        info.update(variant=name, isa=v.isa, form=v.form, params=dict(v.params),
-                    bytes_moved=sparse_bytes(op, v, W, n))
+        info.update(variant=name, isa=v.isa, form=v.form, params=dict(v.params), bytes_moved=sparse_bytes(op, v, W, n))
     elif kind == "baseline":
         if name == "torch_sparse_csr":
             _skip_if_too_slow(lambda rows: _baseline_call(op, name, w, a, rows), case, name, quick)
@@ -291,7 +303,12 @@ def test_kernel(benchmark, item, request):
         fn()  # may tune this key (not timed)
         chosen = planner.choose(op, case.out, case.inp, n, W.density)
         v = kernels.get(op, chosen)
-        info.update(variant="dispatch", isa=v.isa, tuned_variant=chosen, baseline="dispatch",
-                    bytes_moved=sparse_bytes(op, v, W, n))
+        info.update(
+            variant="dispatch",
+            isa=v.isa,
+            tuned_variant=chosen,
+            baseline="dispatch",
+            bytes_moved=sparse_bytes(op, v, W, n),
+        )
     benchmark.extra_info.update(info)
     _run(benchmark, fn, quick)

@@ -33,7 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import sparselab
-from sparselab import SparseLinear, _C, memory_report, planner, tuning
+from sparselab import _C, SparseLinear, memory_report, planner, tuning
 
 SPARSITY = 0.9
 ROUNDS = int(os.environ.get("SPARSELAB_BENCH_ROUNDS", "5"))
@@ -102,10 +102,18 @@ class Problem:
         return out
 
     def extra_info(self) -> dict:
-        return {"op": "train_step", "model": self.model, "kind": self.kind,
-                "sparsity": SPARSITY if self.kind == "sparse" else 0.0, "n": self.n,
-                "sizes": "-".join(map(str, self.sizes)), "optimizer": "AdamW",
-                "gflops": self.gflops(), "threads": torch.get_num_threads(), "variants": self.variants()}
+        return {
+            "op": "train_step",
+            "model": self.model,
+            "kind": self.kind,
+            "sparsity": SPARSITY if self.kind == "sparse" else 0.0,
+            "n": self.n,
+            "sizes": "-".join(map(str, self.sizes)),
+            "optimizer": "AdamW",
+            "gflops": self.gflops(),
+            "threads": torch.get_num_threads(),
+            "variants": self.variants(),
+        }
 
 
 def _memory(model: str) -> dict:
@@ -117,12 +125,18 @@ def _memory(model: str) -> dict:
     dn = Problem(model, "dense")
     dn.step()
     dense_rep = memory_report(dn.net, dn.opt)
-    return {"report": rep, "problem": sp, "dense_measured": dense_rep.total,
-            "sparse_layers_ratio": rep.sparse_layers_ratio, "layers_only_ratio": rep.layers_only_ratio,
-            "model_ratio": rep.total / dense_rep.total}
+    return {
+        "report": rep,
+        "problem": sp,
+        "dense_measured": dense_rep.total,
+        "sparse_layers_ratio": rep.sparse_layers_ratio,
+        "layers_only_ratio": rep.layers_only_ratio,
+        "model_ratio": rep.total / dense_rep.total,
+    }
 
 
 # ---- pytest-benchmark ----
+
 
 @pytest.mark.parametrize("kind", ["dense", "sparse"])
 @pytest.mark.parametrize("model", list(MODELS))
@@ -139,22 +153,34 @@ def test_train_step(benchmark, model, kind):
 def test_memory_sparse_vs_dense(benchmark, model):
     m = _memory(model)
     rep = m["report"]
-    print(f"\n[{model}] weights + grads + AdamW state after one step, sparsity {SPARSITY}\n{rep}\n"
-          f"dense model measured: {m['dense_measured'] / 2**20:.3f} MiB; "
-          f"sparse layers {m['sparse_layers_ratio']:.3f}x dense ({m['layers_only_ratio']:.3f}x without the "
-          f"kernel scratch arena), whole model {m['model_ratio']:.3f}x")
+    print(
+        f"\n[{model}] weights + grads + AdamW state after one step, sparsity {SPARSITY}\n{rep}\n"
+        f"dense model measured: {m['dense_measured'] / 2**20:.3f} MiB; "
+        f"sparse layers {m['sparse_layers_ratio']:.3f}x dense ({m['layers_only_ratio']:.3f}x without the "
+        f"kernel scratch arena), whole model {m['model_ratio']:.3f}x"
+    )
     assert rep.dense_total == m["dense_measured"]  # the computed dense equivalent is the real dense model
     benchmark.group = f"memory {model}"
-    benchmark.extra_info.update({"op": "memory", "model": model, "sparsity": SPARSITY, "n": MODELS[model]["n"],
-                                 "sparse_bytes": rep.total, "dense_bytes": m["dense_measured"],
-                                 "sparse_layers_ratio": m["sparse_layers_ratio"],
-                                 "layers_only_ratio": m["layers_only_ratio"], "model_ratio": m["model_ratio"],
-                                 "scratch_bytes": rep.scratch})
+    benchmark.extra_info.update(
+        {
+            "op": "memory",
+            "model": model,
+            "sparsity": SPARSITY,
+            "n": MODELS[model]["n"],
+            "sparse_bytes": rep.total,
+            "dense_bytes": m["dense_measured"],
+            "sparse_layers_ratio": m["sparse_layers_ratio"],
+            "layers_only_ratio": m["layers_only_ratio"],
+            "model_ratio": m["model_ratio"],
+            "scratch_bytes": rep.scratch,
+        }
+    )
     # (pytest-benchmark only collects tests that time something: time the report itself, once)
     benchmark.pedantic(memory_report, args=(m["problem"].net, m["problem"].opt), rounds=1, iterations=1)
 
 
 # ---- quick script ----
+
 
 def _time_interleaved(a: Problem, b: Problem, rounds: int) -> dict:
     """Median wall and process-CPU seconds per step of a and b, alternating a/b steps so load
@@ -177,23 +203,28 @@ def _time_interleaved(a: Problem, b: Problem, rounds: int) -> dict:
 
 def main(argv: list[str]) -> None:
     what = argv[0] if argv else "all"
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, sparsity {SPARSITY}, "
-          f"tuning {tuning.get_mode()}")
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, sparsity {SPARSITY}, tuning {tuning.get_mode()}"
+    )
     for model in MODELS:
         if what in ("all", "time"):
             dense, sparse = Problem(model, "dense"), Problem(model, "sparse")
             r = _time_interleaved(dense, sparse, ROUNDS)
             (td, ts), (cd, cs) = r["wall"], r["cpu"]
-            print(f"[{model}] train step, median of {ROUNDS} interleaved: wall dense {td * 1e3:.1f} ms, "
-                  f"sparse {ts * 1e3:.1f} ms, sparse/dense {ts / td:.3f}x; process CPU time dense "
-                  f"{cd * 1e3:.1f} ms, sparse {cs * 1e3:.1f} ms, sparse/dense {cs / cd:.3f}x "
-                  f"(load avg {os.getloadavg()[0]:.1f})\n  variants {sparse.variants()}")
+            print(
+                f"[{model}] train step, median of {ROUNDS} interleaved: wall dense {td * 1e3:.1f} ms, "
+                f"sparse {ts * 1e3:.1f} ms, sparse/dense {ts / td:.3f}x; process CPU time dense "
+                f"{cd * 1e3:.1f} ms, sparse {cs * 1e3:.1f} ms, sparse/dense {cs / cd:.3f}x "
+                f"(load avg {os.getloadavg()[0]:.1f})\n  variants {sparse.variants()}"
+            )
         if what in ("all", "memory"):
             m = _memory(model)
-            print(f"[{model}] memory after one AdamW step:\n{m['report']}\n"
-                  f"  sparse layers {m['sparse_layers_ratio']:.3f}x dense ({m['layers_only_ratio']:.3f}x without the "
-                  f"kernel scratch arena); whole model {m['model_ratio']:.3f}x "
-                  f"(dense model measured {m['dense_measured'] / 2**20:.2f} MiB)")
+            print(
+                f"[{model}] memory after one AdamW step:\n{m['report']}\n"
+                f"  sparse layers {m['sparse_layers_ratio']:.3f}x dense ({m['layers_only_ratio']:.3f}x without the "
+                f"kernel scratch arena); whole model {m['model_ratio']:.3f}x "
+                f"(dense model measured {m['dense_measured'] / 2**20:.2f} MiB)"
+            )
 
 
 if __name__ == "__main__":

@@ -38,8 +38,13 @@ def run(attach, name: str, config: str, steps: int):
         loss.backward()
         opt.step()
         algo.step()
-        history.append({n: (m.weight_cols.clone(), m.weight_row_nnz.clone(), m.weight_values.detach().clone())
-                        for n, m in model.named_modules() if isinstance(m, ref.SparseLinear)})
+        history.append(
+            {
+                n: (m.weight_cols.clone(), m.weight_row_nnz.clone(), m.weight_values.detach().clone())
+                for n, m in model.named_modules()
+                if isinstance(m, ref.SparseLinear)
+            }
+        )
     return history
 
 
@@ -60,9 +65,12 @@ def main() -> int:
             same = all(torch.equal(x, y) for a, b in zip(old, new) for k in a for x, y in zip(a[k], b[k]))
             moved = sum(int((old[-1][k][0] != old[0][k][0]).sum()) for k in old[0])
             same_all &= same
-            print(f"{args.config} {name}: {len(old[0])} sparse layers, {args.steps} steps (updates every 2): "
-                  f"identical cols/row_nnz/values after every step: {same}; index slots that changed between "
-                  f"step 1 and {args.steps}: {moved}; {time.time() - t0:.0f}s", flush=True)
+            print(
+                f"{args.config} {name}: {len(old[0])} sparse layers, {args.steps} steps (updates every 2): "
+                f"identical cols/row_nnz/values after every step: {same}; index slots that changed between "
+                f"step 1 and {args.steps}: {moved}; {time.time() - t0:.0f}s",
+                flush=True,
+            )
     return 0 if same_all else 1
 
 

@@ -4,7 +4,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from sparselab_bench import machine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -32,16 +31,28 @@ def pytest_benchmark_generate_commit_info(config):
 
 def pytest_addoption(parser):
     group = parser.getgroup("sparselab", "SparseLab benchmark grids (bench/grid.py)")
-    group.addoption("--grid", choices=("quick", "moderate", "full"), default="full",
-                    help="which case grid the kernel suite runs (default: full)")
-    group.addoption("--quick", action="store_const", const="quick", dest="grid",
-                    help="same as --grid quick: every suite in a couple of minutes")
+    group.addoption(
+        "--grid",
+        choices=("quick", "moderate", "full"),
+        default="full",
+        help="which case grid the kernel suite runs (default: full)",
+    )
+    group.addoption(
+        "--quick",
+        action="store_const",
+        const="quick",
+        dest="grid",
+        help="same as --grid quick: every suite in a couple of minutes",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-benchmark (trylast) opens its storage
 def pytest_configure(config):
-    saving = (config.getoption("benchmark_autosave", default=False) or config.getoption("benchmark_save", default=None)
-              or config.getoption("benchmark_compare", default=None))
+    saving = (
+        config.getoption("benchmark_autosave", default=False)
+        or config.getoption("benchmark_save", default=None)
+        or config.getoption("benchmark_compare", default=None)
+    )
     if saving and config.getoption("benchmark_storage", default=None) == DEFAULT_STORAGE:
         # One folder per CPU (sparselab_bench.storage): runs of different CPUs never mix, and
         # `sparselab-bench compare` / `history` find this CPU's runs there.
@@ -58,7 +69,11 @@ def pytest_collect_file(file_path, parent):
     """`pytest bench` collects the suites (bench_*.py), which pytest's default
     file pattern (test_*.py) would not. Files named on the command line are
     collected by pytest itself: do not collect them twice."""
-    if (file_path.suffix == ".py" and file_path.name.startswith("bench_")
-            and str(file_path.parent) == HERE and not parent.session.isinitpath(file_path)):
+    if (
+        file_path.suffix == ".py"
+        and file_path.name.startswith("bench_")
+        and str(file_path.parent) == HERE
+        and not parent.session.isinitpath(file_path)
+    ):
         return pytest.Module.from_parent(parent, path=file_path)
     return None

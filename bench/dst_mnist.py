@@ -55,6 +55,7 @@ INITIAL_SPARSITY = 0.5  # where GMP and GraNet start their cubic ramp
 
 # ---------------------------------------------------------------- data
 
+
 def read_idx(path: Path) -> np.ndarray:
     """An IDX file (optionally gzipped) as a numpy array."""
     opener = gzip.open if path.suffix == ".gz" else open
@@ -63,7 +64,7 @@ def read_idx(path: Path) -> np.ndarray:
     zero, dtype_code, ndim = struct.unpack(">HBB", data[:4])
     if zero != 0 or dtype_code != 0x08:
         raise ValueError(f"{path}: not an unsigned-byte IDX file (magic {data[:4].hex()})")
-    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    dims = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
     arr = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
     if arr.size != math.prod(dims):
         raise ValueError(f"{path}: header says {dims}, file holds {arr.size} values")
@@ -90,6 +91,7 @@ def load_mnist(folder: Path):
 
 # ---------------------------------------------------------------- models and methods
 
+
 def make_model(sparse: bool, sparsity: float, padding: float) -> nn.Module:
     if sparse:
         fc1 = SparseLinear(784, 300, sparsity=sparsity, padding=padding)
@@ -115,11 +117,13 @@ def make_algorithm(method: str, args, total_steps: int):
     if method == "gmp":
         return sparselab.GMP(args.sparsity, initial_sparsity=INITIAL_SPARSITY, **common)
     if method == "granet":
-        return sparselab.GraNet(args.sparsity, initial_sparsity=INITIAL_SPARSITY, drop_fraction=args.drop_fraction,
-                                **common)
+        return sparselab.GraNet(
+            args.sparsity, initial_sparsity=INITIAL_SPARSITY, drop_fraction=args.drop_fraction, **common
+        )
     if method == "topkast":
-        return sparselab.TopKAST(args.sparsity, backward_sparsity=args.topkast_backward_sparsity,
-                                 drop_fraction=args.drop_fraction, **common)
+        return sparselab.TopKAST(
+            args.sparsity, backward_sparsity=args.topkast_backward_sparsity, drop_fraction=args.drop_fraction, **common
+        )
     raise ValueError(method)
 
 
@@ -135,7 +139,7 @@ def initial_sparsity(method: str, args) -> float:
 @torch.no_grad()
 def evaluate(model, x, y, bs=2000) -> float:
     model.eval()
-    correct = sum(int((model(x[i:i + bs]).argmax(1) == y[i:i + bs]).sum()) for i in range(0, len(x), bs))
+    correct = sum(int((model(x[i : i + bs]).argmax(1) == y[i : i + bs]).sum()) for i in range(0, len(x), bs))
     model.train()
     return 100.0 * correct / len(x)
 
@@ -161,7 +165,7 @@ def run(method: str, data, args) -> dict:
         perm = torch.randperm(len(x_tr), generator=g)
         run_loss = 0.0
         for i in range(steps_per_epoch):
-            idx = perm[i * args.batch_size:(i + 1) * args.batch_size]
+            idx = perm[i * args.batch_size : (i + 1) * args.batch_size]
             opt.zero_grad(set_to_none=True)
             loss = F.cross_entropy(model(x_tr[idx]), y_tr[idx])
             loss.backward()
@@ -175,19 +179,29 @@ def run(method: str, data, args) -> dict:
         acc = evaluate(model, x_te, y_te)
         curve.append(acc)
         losses.append(run_loss / steps_per_epoch)
-        print(f"  {method:7s} epoch {epoch:3d}  train loss {losses[-1]:.4f}  test acc {acc:.2f}%  "
-              f"({time.perf_counter() - t0:.0f}s)", flush=True)
+        print(
+            f"  {method:7s} epoch {epoch:3d}  train loss {losses[-1]:.4f}  test acc {acc:.2f}%  "
+            f"({time.perf_counter() - t0:.0f}s)",
+            flush=True,
+        )
     elapsed = time.perf_counter() - t0
     hidden = [m for m in model.modules() if isinstance(m, SparseLinear)]
-    res = {"method": method, "seed": args.seed, "test_acc": curve[-1], "best_acc": max(curve), "curve": curve,
-           "train_loss": losses,
-           "seconds": elapsed, "updates": updates, "update_seconds": update_time}
+    res = {
+        "method": method,
+        "seed": args.seed,
+        "test_acc": curve[-1],
+        "best_acc": max(curve),
+        "curve": curve,
+        "train_loss": losses,
+        "seconds": elapsed,
+        "updates": updates,
+        "update_seconds": update_time,
+    }
     if hidden:
         res["hidden_sparsity"] = [round(m.sparsity, 4) for m in hidden]
         if method == "topkast":  # what the forward pass uses; the stored (backward) set is hidden_nnz
             res["forward_nnz"] = [m.forward_nnz for m in hidden]
-            res["hidden_sparsity"] = [round(1 - m.forward_nnz / (m.in_features * m.out_features), 4)
-                                      for m in hidden]
+            res["hidden_sparsity"] = [round(1 - m.forward_nnz / (m.in_features * m.out_features), 4) for m in hidden]
         res["hidden_nnz"] = [m.nnz for m in hidden]
         res["hidden_capacity"] = [m.capacity for m in hidden]
         if method == "srigl":
@@ -198,8 +212,17 @@ def run(method: str, data, args) -> dict:
 
 # ---------------------------------------------------------------- report
 
-NAMES = {"dense": "Dense", "static": "Static", "set": "SET", "rigl": "RigL", "srigl": "SRigL", "gmp": "GMP",
-         "granet": "GraNet", "snfs": "SNFS", "topkast": "Top-KAST"}
+NAMES = {
+    "dense": "Dense",
+    "static": "Static",
+    "set": "SET",
+    "rigl": "RigL",
+    "srigl": "SRigL",
+    "gmp": "GMP",
+    "granet": "GraNet",
+    "snfs": "SNFS",
+    "topkast": "Top-KAST",
+}
 ALL_METHODS = ",".join(NAMES)
 
 
@@ -220,25 +243,48 @@ def summarize(results: list[dict]) -> list[dict]:
         best, best_sd = _mean_std([r["best_acc"] for r in rs])
         n_ep = min(len(r["curve"]) for r in rs)
         curve = [_mean_std([r["curve"][e] for r in rs]) for e in range(n_ep)]
-        rows.append({"method": method, "seeds": [r.get("seed", 0) for r in rs], "acc": acc, "acc_sd": acc_sd,
-                     "best": best, "best_sd": best_sd, "curve": curve, "runs": rs,
-                     "seconds": sum(r["seconds"] for r in rs) / len(rs)})
+        rows.append(
+            {
+                "method": method,
+                "seeds": [r.get("seed", 0) for r in rs],
+                "acc": acc,
+                "acc_sd": acc_sd,
+                "best": best,
+                "best_sd": best_sd,
+                "curve": curve,
+                "runs": rs,
+                "seconds": sum(r["seconds"] for r in rs) / len(rs),
+            }
+        )
     return rows
 
 
 def write_report(results: list[dict], args, out: Path, cmd: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"command": cmd, "epochs": args.epochs, "padding": args.padding, "batch_size": args.batch_size,
-            "lr": args.lr, "weight_decay": args.weight_decay, "sparsity": args.sparsity,
-            "update_freq": args.update_freq, "drop_fraction": args.drop_fraction,
-            "distribution": args.distribution, "topkast_backward_sparsity": args.topkast_backward_sparsity,
-            "seeds": sorted({r.get("seed", 0) for r in results}), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
-            "cpu_count": os.cpu_count()}
+    meta = {
+        "command": cmd,
+        "epochs": args.epochs,
+        "padding": args.padding,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "weight_decay": args.weight_decay,
+        "sparsity": args.sparsity,
+        "update_freq": args.update_freq,
+        "drop_fraction": args.drop_fraction,
+        "distribution": args.distribution,
+        "topkast_backward_sparsity": args.topkast_backward_sparsity,
+        "seeds": sorted({r.get("seed", 0) for r in results}),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+    }
     (out / "results.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1) + "\n")
     rows = summarize(results)
 
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import matplotlib.ticker
@@ -249,10 +295,16 @@ def write_report(results: list[dict], args, out: Path, cmd: str) -> None:
         mu = [m for m, _ in row["curve"]]
         sd = [s for _, s in row["curve"]]
         lw = 2.2 if row["method"] in ("dense", "rigl") else 1.3
-        line, = ax.plot(ep, mu, marker="o", ms=2.5, lw=lw, label=f"{NAMES[row['method']]} ({len(row['seeds'])})")
-        ax.fill_between(ep, [m - s for m, s in zip(mu, sd)], [m + s for m, s in zip(mu, sd)],
-                        color=line.get_color(), alpha=0.15, lw=0)
-    lo = min(min(m for m, _ in row["curve"][max(0, len(row["curve"]) // 4):]) for row in rows)
+        (line,) = ax.plot(ep, mu, marker="o", ms=2.5, lw=lw, label=f"{NAMES[row['method']]} ({len(row['seeds'])})")
+        ax.fill_between(
+            ep,
+            [m - s for m, s in zip(mu, sd)],
+            [m + s for m, s in zip(mu, sd)],
+            color=line.get_color(),
+            alpha=0.15,
+            lw=0,
+        )
+    lo = min(min(m for m, _ in row["curve"][max(0, len(row["curve"]) // 4) :]) for row in rows)
     hi = max(m + sd for row in rows for m, sd in row["curve"])
     ax.set_ylim(max(90.0, math.floor(lo * 2) / 2 - 0.25), min(100.0, math.ceil((hi + 0.1) * 4) / 4))
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
@@ -268,7 +320,8 @@ def write_report(results: list[dict], args, out: Path, cmd: str) -> None:
     dense = next((r for r in rows if r["method"] == "dense"), None)
     sp = next((r["hidden_sparsity"] for r in results if r.get("hidden_sparsity") and r["method"] == "rigl"), None)
     dist_text = f"by {args.distribution.upper() if args.distribution == 'erk' else args.distribution}" + (
-        f" (fc1 {sp[0]:.1%}, fc2 {sp[1]:.1%} sparse)" if sp else "")
+        f" (fc1 {sp[0]:.1%}, fc2 {sp[1]:.1%} sparse)" if sp else ""
+    )
     lines = [
         "# Dynamic sparse training on MNIST (LeNet-300-100)",
         "",
@@ -289,53 +342,89 @@ def write_report(results: list[dict], args, out: Path, cmd: str) -> None:
         f"{args.topkast_backward_sparsity:.0%} sparse (stored; its extra weights get gradients), random "
         f"regrowth of the backward set at each update.",
         "",
-        f"| method | seeds | final test acc (%), mean +- std | best (%) | final vs dense (pp) | "
-        f"hidden-layer sparsity | train time per run (s) |",
+        "| method | seeds | final test acc (%), mean +- std | best (%) | final vs dense (pp) | "
+        "hidden-layer sparsity | train time per run (s) |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         delta = "" if dense is None or row is dense else f"{row['acc'] - dense['acc']:+.2f}"
         sp = ", ".join(f"{s:.3f}" for s in row["runs"][0].get("hidden_sparsity", [])) or "0 (dense)"
-        lines.append(f"| {NAMES[row['method']]} | {len(row['seeds'])} | {row['acc']:.2f} +- {row['acc_sd']:.2f} | "
-                     f"{row['best']:.2f} +- {row['best_sd']:.2f} | {delta} | {sp} | {row['seconds']:.0f} |")
+        lines.append(
+            f"| {NAMES[row['method']]} | {len(row['seeds'])} | {row['acc']:.2f} +- {row['acc_sd']:.2f} | "
+            f"{row['best']:.2f} +- {row['best_sd']:.2f} | {delta} | {sp} | {row['seconds']:.0f} |"
+        )
     if dense is not None:
-        close = [f"{NAMES[r['method']]} ({r['acc'] - dense['acc']:+.2f})" for r in rows
-                 if r is not dense and abs(r["acc"] - dense["acc"]) <= 0.3]
-        far = [f"{NAMES[r['method']]} ({r['acc'] - dense['acc']:+.2f})" for r in rows
-               if r is not dense and abs(r["acc"] - dense["acc"]) > 0.3]
-        lines += ["", f"Within 0.3 pp of dense (mean final accuracy): {', '.join(close) or 'none'}; further: "
-                      f"{', '.join(far) or 'none'}. Dense's own seed-to-seed std is {dense['acc_sd']:.2f} pp, so "
-                      f"differences of 0.1-0.2 pp between methods are within the noise of 3 seeds. Not the same "
-                      f"training cost: GMP and GraNet hold more weights until the ramp ends, and Top-KAST trains "
-                      f"its {1 - args.topkast_backward_sparsity:.0%}-dense backward set (its sparsity column is the "
-                      f"forward set's, what inference uses)."]
-    lines += ["", "![test accuracy over epochs, mean of the seeds](accuracy.png)", "",
-              "Per seed (final test accuracy, %):", "",
-              "| method | " + " | ".join(f"seed {s}" for s in meta["seeds"]) + " |",
-              "|---|" + "---|" * len(meta["seeds"])]
+        close = [
+            f"{NAMES[r['method']]} ({r['acc'] - dense['acc']:+.2f})"
+            for r in rows
+            if r is not dense and abs(r["acc"] - dense["acc"]) <= 0.3
+        ]
+        far = [
+            f"{NAMES[r['method']]} ({r['acc'] - dense['acc']:+.2f})"
+            for r in rows
+            if r is not dense and abs(r["acc"] - dense["acc"]) > 0.3
+        ]
+        lines += [
+            "",
+            f"Within 0.3 pp of dense (mean final accuracy): {', '.join(close) or 'none'}; further: "
+            f"{', '.join(far) or 'none'}. Dense's own seed-to-seed std is {dense['acc_sd']:.2f} pp, so "
+            f"differences of 0.1-0.2 pp between methods are within the noise of 3 seeds. Not the same "
+            f"training cost: GMP and GraNet hold more weights until the ramp ends, and Top-KAST trains "
+            f"its {1 - args.topkast_backward_sparsity:.0%}-dense backward set (its sparsity column is the "
+            f"forward set's, what inference uses).",
+        ]
+    lines += [
+        "",
+        "![test accuracy over epochs, mean of the seeds](accuracy.png)",
+        "",
+        "Per seed (final test accuracy, %):",
+        "",
+        "| method | " + " | ".join(f"seed {s}" for s in meta["seeds"]) + " |",
+        "|---|" + "---|" * len(meta["seeds"]),
+    ]
     for row in rows:
         by_seed = {r.get("seed", 0): r["test_acc"] for r in row["runs"]}
-        lines.append(f"| {NAMES[row['method']]} | " + " | ".join(
-            f"{by_seed[s]:.2f}" if s in by_seed else "-" for s in meta["seeds"]) + " |")
+        lines.append(
+            f"| {NAMES[row['method']]} | "
+            + " | ".join(f"{by_seed[s]:.2f}" if s in by_seed else "-" for s in meta["seeds"])
+            + " |"
+        )
     lines.append("")
     if any(r["method"] == "snfs" for r in results):
-        lines += ["SNFS moves density between the layers (momentum-based redistribution): its sparsity column is "
-                  "the first seed's final split; the two layers together stay at the target.", ""]
+        lines += [
+            "SNFS moves density between the layers (momentum-based redistribution): its sparsity column is "
+            "the first seed's final split; the two layers together stay at the target.",
+            "",
+        ]
     tk = next((r for r in results if r["method"] == "topkast"), None)
     if tk is not None:
-        lines += [f"Top-KAST stores its backward set (nnz {tk['hidden_nnz']}) and runs the forward and dX "
-                  f"on the forward set (nnz {tk['forward_nnz']}); dW is computed on the backward set.", ""]
+        lines += [
+            f"Top-KAST stores its backward set (nnz {tk['hidden_nnz']}) and runs the forward and dX "
+            f"on the forward set (nnz {tk['forward_nnz']}); dW is computed on the backward set.",
+            "",
+        ]
     run_cmds = sorted({r["command"] for r in results if r.get("command")})
     if run_cmds and run_cmds[0] != cmd:
-        lines += ["Each (method, seed) ran as its own process, two at a time under `nice`, with a command "
-                  "of the form", "", "    " + run_cmds[0], "",
-                  f"({len(run_cmds)} distinct commands: only `--methods` and `--seeds` change); the run files are "
-                  f"in `runs/`.", ""]
-    lines += ["Earlier single-seed probes of the learning rate and the layer-wise distribution: "
-              "[lr_probes.md](lr_probes.md).", ""]
-    lines += [f"Machine: {platform.machine()}, {os.cpu_count()} CPUs shared with other jobs, torch "
-              f"{torch.__version__}, {torch.get_num_threads()} torch thread per run, runs niced; times are "
-              f"not comparable between methods.", ""]
+        lines += [
+            "Each (method, seed) ran as its own process, two at a time under `nice`, with a command of the form",
+            "",
+            "    " + run_cmds[0],
+            "",
+            f"({len(run_cmds)} distinct commands: only `--methods` and `--seeds` change); the run files are "
+            f"in `runs/`.",
+            "",
+        ]
+    lines += [
+        "Earlier single-seed probes of the learning rate and the layer-wise distribution: "
+        "[lr_probes.md](lr_probes.md).",
+        "",
+    ]
+    lines += [
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs shared with other jobs, torch "
+        f"{torch.__version__}, {torch.get_num_threads()} torch thread per run, runs niced; times are "
+        f"not comparable between methods.",
+        "",
+    ]
     (out / "README.md").write_text("\n".join(lines))
 
 
@@ -351,8 +440,12 @@ def main(argv=None) -> int:
     ap.add_argument("--lr", type=float, default=0.15)
     ap.add_argument("--weight-decay", type=float, default=1e-4)
     ap.add_argument("--sparsity", type=float, default=0.9)
-    ap.add_argument("--distribution", default="erk", choices=("uniform", "erk"),
-                    help="how the sparsity is split between the two hidden layers")
+    ap.add_argument(
+        "--distribution",
+        default="erk",
+        choices=("uniform", "erk"),
+        help="how the sparsity is split between the two hidden layers",
+    )
     ap.add_argument("--update-freq", type=int, default=100)
     ap.add_argument("--drop-fraction", type=float, default=0.3)
     ap.add_argument("--topkast-backward-sparsity", type=float, default=0.8)
@@ -407,8 +500,10 @@ def main(argv=None) -> int:
             results.append(r)
             if path is not None:
                 path.write_text(json.dumps(r) + "\n")
-            print(f"{NAMES[m]:8s} seed {seed} final {r['test_acc']:.2f}%  best {r['best_acc']:.2f}%  "
-                  f"{r['seconds']:.0f}s", flush=True)
+            print(
+                f"{NAMES[m]:8s} seed {seed} final {r['test_acc']:.2f}%  best {r['best_acc']:.2f}%  {r['seconds']:.0f}s",
+                flush=True,
+            )
     if runs_dir is None:
         write_report(results, args, Path(args.out), cmd.strip())
         print(f"total {time.perf_counter() - t0:.0f}s; report in {args.out}")

@@ -44,24 +44,26 @@ def _reset_peak() -> None:
         f.write("5")
 
 
-def measure(out_f: int, in_f: int, batch: int, sparsity: float, chunk_fraction: float | None, seed: int,
-            warm_blas: bool = False) -> dict:
+def measure(
+    out_f: int, in_f: int, batch: int, sparsity: float, chunk_fraction: float | None, seed: int, warm_blas: bool = False
+) -> dict:
     """One configuration, in this process. chunk_fraction None = the naive dense gradient.
     ``warm_blas``: run one dense product of a score block's shape first, so the BLAS
     library's own packing buffers (kept for the life of the process, shared by every dense
     matmul) exist before the measurement starts, as they do in any model with a dense layer."""
     import torch
+    from sparselab.tuning import mode
     from torch import nn
 
     import sparselab
-    from sparselab.tuning import mode
 
     torch.manual_seed(seed)
     with mode("off"):
         layer = sparselab.SparseLinear(in_f, out_f, sparsity=sparsity, padding=0.25)
         model = nn.Sequential(layer)
-        algo = sparselab.RigL(sparsity, drop_fraction=0.3, update_freq=1, seed=seed,
-                              chunk_fraction=chunk_fraction or 1 / 16)
+        algo = sparselab.RigL(
+            sparsity, drop_fraction=0.3, update_freq=1, seed=seed, chunk_fraction=chunk_fraction or 1 / 16
+        )
         model.apply(algo)
         opt = algo.attach_optimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
         x = torch.randn(batch, in_f)
@@ -86,7 +88,7 @@ def measure(out_f: int, in_f: int, batch: int, sparsity: float, chunk_fraction: 
         t0 = time.perf_counter()
         if chunk_fraction is None:
             with torch.no_grad():
-                g = cap.dense_grad(slice(0, out_f)).abs_()   # the whole dense gradient at once
+                g = cap.dense_grad(slice(0, out_f)).abs_()  # the whole dense gradient at once
                 g.view(-1)[:1] = 0
                 del g
             changed = True
@@ -96,23 +98,35 @@ def measure(out_f: int, in_f: int, batch: int, sparsity: float, chunk_fraction: 
         peak = _status("VmHWM")
         layer.weight.validate()
         info = algo.last_update[0] if algo.last_update else None
-        return {"out": out_f, "in": in_f, "batch": batch, "sparsity": sparsity,
-                "chunk_fraction": chunk_fraction, "warm_blas": warm_blas, "blas_bytes": blas_bytes,
-                "dense_weight_bytes": dense_bytes,
-                "nnz": layer.nnz, "capacity": layer.capacity,
-                "sparse_weight_bytes": layer.weight.memory_bytes(include_cache=False),
-                "captured_bytes": captured, "chunk_bytes": algo.grow_chunk_bytes(algo.layers[0]),
-                "peak_extra_bytes": max(0, peak - rss0), "seconds": seconds, "changed": bool(changed),
-                "grown": info.grown if info else 0, "repacked": info.repacked if info else False}
+        return {
+            "out": out_f,
+            "in": in_f,
+            "batch": batch,
+            "sparsity": sparsity,
+            "chunk_fraction": chunk_fraction,
+            "warm_blas": warm_blas,
+            "blas_bytes": blas_bytes,
+            "dense_weight_bytes": dense_bytes,
+            "nnz": layer.nnz,
+            "capacity": layer.capacity,
+            "sparse_weight_bytes": layer.weight.memory_bytes(include_cache=False),
+            "captured_bytes": captured,
+            "chunk_bytes": algo.grow_chunk_bytes(algo.layers[0]),
+            "peak_extra_bytes": max(0, peak - rss0),
+            "seconds": seconds,
+            "changed": bool(changed),
+            "grown": info.grown if info else 0,
+            "repacked": info.repacked if info else False,
+        }
 
 
 def phases(out_f: int, in_f: int, batch: int, sparsity: float, seed: int) -> list[dict]:
     """The default-configuration update run phase by phase (same work as ``algo.step()``)."""
     import torch
+    from sparselab.tuning import mode
     from torch import nn
 
     import sparselab
-    from sparselab.tuning import mode
 
     torch.manual_seed(seed)
     rows = []
@@ -137,17 +151,24 @@ def phases(out_f: int, in_f: int, batch: int, sparsity: float, seed: int) -> lis
             _reset_peak()
             t0 = time.perf_counter()
             out = f()
-            rows.append({"phase": name, "peak_extra_bytes": max(0, _status("VmHWM") - rss0),
-                         "held_after_bytes": max(0, _status("VmRSS") - rss0), "seconds": time.perf_counter() - t0})
+            rows.append(
+                {
+                    "phase": name,
+                    "peak_extra_bytes": max(0, _status("VmHWM") - rss0),
+                    "held_after_bytes": max(0, _status("VmRSS") - rss0),
+                    "seconds": time.perf_counter() - t0,
+                }
+            )
             return out
 
         scores = phase("drop scores (|w| per slot)", lambda: algo.drop_scores(L))
-        drop = phase("select_drop (radix select over slots)", lambda: algo.select_drop(L, scores, n_drop))
+        drop = phase("select_drop (radix select over slots)", lambda: algo.select_drop(L, scores, n_drop))  # noqa: F821 (del below)
         del scores
-        grown = phase("select_grow (row blocks of dY^T X, streamed radix select)",
-                      lambda: algo.select_grow(L, lambda r: algo.grow_scores(L, r), n_grow, dropped=drop))
-        phase("rewrite (block-wise merge, state moves, transposed index)",
-              lambda: algo.rewrite(L, drop, *grown))
+        grown = phase(
+            "select_grow (row blocks of dY^T X, streamed radix select)",
+            lambda: algo.select_grow(L, lambda r: algo.grow_scores(L, r), n_grow, dropped=drop),
+        )
+        phase("rewrite (block-wise merge, state moves, transposed index)", lambda: algo.rewrite(L, drop, *grown))
     return rows
 
 
@@ -164,6 +185,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.one is not None:
         import torch
+
         torch.set_num_threads(args.threads)
         if args.one == "phases":
             print(json.dumps(phases(args.out_f, args.in_f, args.batch, args.sparsity, args.seed)))
@@ -179,18 +201,51 @@ def main(argv=None) -> int:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
     rows = []
     for cf in ("0.015625", "0.0625", "warm:0.0625", "0.25", "1.0", "naive"):
-        cmd = [sys.executable, __file__, "--out", str(args.out_f), "--in", str(args.in_f), "--batch",
-               str(args.batch), "--sparsity", str(args.sparsity), "--seed", str(args.seed), "--threads",
-               str(args.threads), "--one", cf]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--out",
+            str(args.out_f),
+            "--in",
+            str(args.in_f),
+            "--batch",
+            str(args.batch),
+            "--sparsity",
+            str(args.sparsity),
+            "--seed",
+            str(args.seed),
+            "--threads",
+            str(args.threads),
+            "--one",
+            cf,
+        ]
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
         r = rows[-1]
-        print(f"chunk_fraction={cf:>8}: peak extra {r['peak_extra_bytes'] / MIB:8.1f} MiB "
-              f"({100 * r['peak_extra_bytes'] / r['dense_weight_bytes']:.1f}% of dense weight), "
-              f"{r['seconds']:.2f}s", flush=True)
-    cmd = [sys.executable, __file__, "--out", str(args.out_f), "--in", str(args.in_f), "--batch", str(args.batch),
-           "--sparsity", str(args.sparsity), "--seed", str(args.seed), "--threads", str(args.threads),
-           "--one", "phases"]
+        print(
+            f"chunk_fraction={cf:>8}: peak extra {r['peak_extra_bytes'] / MIB:8.1f} MiB "
+            f"({100 * r['peak_extra_bytes'] / r['dense_weight_bytes']:.1f}% of dense weight), "
+            f"{r['seconds']:.2f}s",
+            flush=True,
+        )
+    cmd = [
+        sys.executable,
+        __file__,
+        "--out",
+        str(args.out_f),
+        "--in",
+        str(args.in_f),
+        "--batch",
+        str(args.batch),
+        "--sparsity",
+        str(args.sparsity),
+        "--seed",
+        str(args.seed),
+        "--threads",
+        str(args.threads),
+        "--one",
+        "phases",
+    ]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     phase_rows = json.loads(res.stdout.strip().splitlines()[-1])
     r0 = next(r for r in rows if r["chunk_fraction"] == 0.0625 and not r["warm_blas"])
@@ -213,14 +268,19 @@ def main(argv=None) -> int:
         "|---|---|---|---|---|",
     ]
     for r in rows:
-        name = ("naive: whole dense dY^T X" if r["chunk_fraction"] is None else
-                f"row blocks, chunk_fraction {r['chunk_fraction']:g}" +
-                (" (default)" if abs(r["chunk_fraction"] - 1 / 16) < 1e-12 else ""))
+        name = (
+            "naive: whole dense dY^T X"
+            if r["chunk_fraction"] is None
+            else f"row blocks, chunk_fraction {r['chunk_fraction']:g}"
+            + (" (default)" if abs(r["chunk_fraction"] - 1 / 16) < 1e-12 else "")
+        )
         if r["warm_blas"]:
             name += f", BLAS buffers allocated before ({r['blas_bytes'] / MIB:.1f} MiB)"
         block = "" if r["chunk_fraction"] is None else f"{r['chunk_bytes'] / MIB:.1f}"
-        lines.append(f"| {name} | {block} | {r['peak_extra_bytes'] / MIB:.1f} | "
-                     f"{100 * r['peak_extra_bytes'] / dense:.1f}% | {r['seconds']:.2f} |")
+        lines.append(
+            f"| {name} | {block} | {r['peak_extra_bytes'] / MIB:.1f} | "
+            f"{100 * r['peak_extra_bytes'] / dense:.1f}% | {r['seconds']:.2f} |"
+        )
     lines += [
         "",
         "Phase by phase (default chunk_fraction 1/16; each phase's peak is above the memory held when it "
@@ -230,9 +290,11 @@ def main(argv=None) -> int:
         "|---|---|---|---|---|",
     ]
     for p in phase_rows:
-        lines.append(f"| {p['phase']} | {p['peak_extra_bytes'] / MIB:.1f} | "
-                     f"{100 * p['peak_extra_bytes'] / dense:.1f}% | {p['held_after_bytes'] / MIB:.1f} | "
-                     f"{p['seconds']:.2f} |")
+        lines.append(
+            f"| {p['phase']} | {p['peak_extra_bytes'] / MIB:.1f} | "
+            f"{100 * p['peak_extra_bytes'] / dense:.1f}% | {p['held_after_bytes'] / MIB:.1f} | "
+            f"{p['seconds']:.2f} |"
+        )
     lines += [
         "",
         "The naive row forms only the dense gradient and its magnitude (no selection, no rewrite), so it is a "

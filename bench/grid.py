@@ -33,10 +33,10 @@ OPS = ("spmm_fwd", "spmm_dx", "sddmm_dw")
 
 # (out_features, in_features): W is out x in, Y = X @ W^T.
 SHAPES = {
-    "mlp_784_2048": (2048, 784),   # 784 -> 2048 MLP layer
-    "ffn_up_640": (2560, 640),     # transformer FFN 640 -> 2560
-    "ffn_down_640": (640, 2560),   # transformer FFN 2560 -> 640
-    "ffn_up_384": (1536, 384),     # small transformer FFN 384 -> 1536
+    "mlp_784_2048": (2048, 784),  # 784 -> 2048 MLP layer
+    "ffn_up_640": (2560, 640),  # transformer FFN 640 -> 2560
+    "ffn_down_640": (640, 2560),  # transformer FFN 2560 -> 640
+    "ffn_up_384": (1536, 384),  # small transformer FFN 384 -> 1536
     "ffn_down_384": (384, 1536),
     "square_1024": (1024, 1024),
     "square_4096": (4096, 4096),
@@ -55,7 +55,7 @@ HEADLINE_N1_SHAPES = ((4096, 4096), (2560, 640))
 # Cost guards (see bench_kernels.py): the scalar references run only up to this many
 # multiply-adds per call (nnz * N); any implementation whose predicted call time (from a
 # timed call at a smaller N) exceeds the cap is skipped at that case, with the reason.
-SCALAR_MAX_MACS = 2 ** 24
+SCALAR_MAX_MACS = 2**24
 CALL_CAP_S = {"full": 2.0, "quick": 0.3}
 # Rounds: about TARGET_S of timed calls per benchmark, within [min, max] rounds.
 TARGET_S = {"full": 0.25, "quick": 0.04}
@@ -112,8 +112,9 @@ def full_cases() -> list[Case]:
             if (out, inp) != LARGEST:  # the largest shape gets its sweeps below
                 cases |= {Case(out, inp, s, SWEEP_N, op) for s in SPARSITIES_SWEEP}
             # N=4096 at 4096x4096 alone would cost minutes; the largest shape stops at 2048.
-            cases |= {Case(out, inp, HEADLINE_SPARSITY, n, op) for n in BATCHES
-                      if (out, inp) != LARGEST or n <= HEADLINE_N}
+            cases |= {
+                Case(out, inp, HEADLINE_SPARSITY, n, op) for n in BATCHES if (out, inp) != LARGEST or n <= HEADLINE_N
+            }
     for op in OPS:
         cases |= {Case(*LARGEST, s, n, op) for s in SPARSITIES for n in (1, 64)}
         cases |= {Case(*LARGEST, s, HEADLINE_N, op) for s in SPARSITIES_SWEEP}

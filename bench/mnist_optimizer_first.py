@@ -35,8 +35,9 @@ def run(method: str, data, args, seed: int) -> dict:
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
     algo = None
     if method == "rigl":  # attached after the optimizer and scheduler exist
-        algo = sparselab.RigL(args.sparsity, drop_fraction=0.3, update_freq=100, end=int(0.75 * total), seed=seed,
-                              distribution="erk")
+        algo = sparselab.RigL(
+            args.sparsity, drop_fraction=0.3, update_freq=100, end=int(0.75 * total), seed=seed, distribution="erk"
+        )
         model.apply(algo)
         algo.attach_optimizer(opt)
     g = torch.Generator().manual_seed(seed)
@@ -44,7 +45,7 @@ def run(method: str, data, args, seed: int) -> dict:
     for epoch in range(args.epochs):
         perm = torch.randperm(len(x_tr), generator=g)
         for i in range(steps_per_epoch):
-            idx = perm[i * args.batch_size:(i + 1) * args.batch_size]
+            idx = perm[i * args.batch_size : (i + 1) * args.batch_size]
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(model(x_tr[idx]), y_tr[idx]).backward()
             opt.step()
@@ -71,14 +72,20 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     data = M.load_mnist(Path(args.data))
     results = [run(m, data, args, int(s)) for s in args.seeds.split(",") for m in ("dense", "rigl")]
-    mean = {m: sum(r["test_acc"] for r in results if r["method"] == m) / len(args.seeds.split(","))
-            for m in ("dense", "rigl")}
-    print(f"mean test acc: dense {mean['dense']:.2f}%  rigl (optimizer first) {mean['rigl']:.2f}%  "
-          f"gap {mean['dense'] - mean['rigl']:.2f} pp")
+    mean = {
+        m: sum(r["test_acc"] for r in results if r["method"] == m) / len(args.seeds.split(","))
+        for m in ("dense", "rigl")
+    }
+    print(
+        f"mean test acc: dense {mean['dense']:.2f}%  rigl (optimizer first) {mean['rigl']:.2f}%  "
+        f"gap {mean['dense'] - mean['rigl']:.2f} pp"
+    )
     if args.out:
         out = Path(args.out) / "mnist_optimizer_first.json"
-        out.write_text(json.dumps({"command": " ".join(sys.argv), "args": vars(args), "results": results,
-                                   "mean": mean}, indent=1) + "\n")
+        out.write_text(
+            json.dumps({"command": " ".join(sys.argv), "args": vars(args), "results": results, "mean": mean}, indent=1)
+            + "\n"
+        )
     return 0
 
 

@@ -16,7 +16,6 @@ import random
 from pathlib import Path
 
 import numpy as np
-
 from sparselab_bench.pr import Side, compare_sides
 
 
@@ -43,10 +42,13 @@ def main() -> None:
             counts[r["verdict"]] += 1
         shares.append(sum(r["verdict"] != "same" for r in rows) / len(rows))
     shares = np.asarray(shares)
-    print(f"{len(pairs)} pairs of processes, {a.splits} draws of {a.per_side} pairs, {len(rows)} rows each, "
-          f"stat {a.stat}")
-    print(f"rows not 'same': mean {shares.mean():.1%}, median {np.median(shares):.1%}, max {shares.max():.1%}; "
-          f"verdicts over all splits: {counts}")
+    print(
+        f"{len(pairs)} pairs of processes, {a.splits} draws of {a.per_side} pairs, {len(rows)} rows each, stat {a.stat}"
+    )
+    print(
+        f"rows not 'same': mean {shares.mean():.1%}, median {np.median(shares):.1%}, max {shares.max():.1%}; "
+        f"verdicts over all splits: {counts}"
+    )
     print(f"draws with at most 10% of rows not 'same': {np.mean(shares <= 0.10):.1%}")
 
 

@@ -53,14 +53,19 @@ def main() -> None:
     p.add_argument("--variants", required=True)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                   help="cpu: the process's CPU time (time.process_time), which a busy shared "
-                        "machine inflates far less than wall time; meaningful with --threads 1")
+    p.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="cpu: the process's CPU time (time.process_time), which a busy shared "
+        "machine inflates far less than wall time; meaningful with --threads 1",
+    )
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     if a.variants == "all-x86":
-        names = [v.name for v in kernels.variants(a.op)
-                 if not v.is_dense and v.available and v.isa in ("avx2", "avx512")]
+        names = [
+            v.name for v in kernels.variants(a.op) if not v.is_dense and v.available and v.isa in ("avx2", "avx512")
+        ]
     else:
         names = a.variants.split(",")
     for shape in a.shapes.split(","):
@@ -78,7 +83,7 @@ def main() -> None:
             # Rotated each round, and each timed call right after an untimed one of the same
             # implementation: otherwise whichever ran after the dense baseline (which sweeps
             # the caches) was timed cold, up to 1.9x slower at N=1.
-            for k in order[rnd % len(order):] + order[:rnd % len(order)]:
+            for k in order[rnd % len(order) :] + order[: rnd % len(order)]:
                 f = calls[k]
                 f()
                 t0 = clock()
@@ -88,8 +93,10 @@ def main() -> None:
         print(f"{a.op} {out_f}x{in_f} N={a.n} sparsity={a.sparsity} nnz={nnz} threads={a.threads} clock={a.clock}")
         for k, ts in times.items():
             med = statistics.median(ts)
-            print(f"  {k:34s} {med * 1e3:9.3f} ms {gflop / med:8.1f} GFLOP/s  x{first / med:5.2f}"
-                  f"   (best round {gflop / min(ts):6.1f} GFLOP/s)")
+            print(
+                f"  {k:34s} {med * 1e3:9.3f} ms {gflop / med:8.1f} GFLOP/s  x{first / med:5.2f}"
+                f"   (best round {gflop / min(ts):6.1f} GFLOP/s)"
+            )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-
 from sparselab_bench.results import BenchDataError, load_results
 from sparselab_bench.text import fmt_seconds, markdown_table
 
@@ -70,26 +69,57 @@ def headline(df: pd.DataFrame) -> str:
         dtt = None if dt is None else dt["median"]
         mkt = None if mk is None else mk["median"]
         cst = None if csr is None else csr["median"]
-        line = [op, f"{out}×{inp}", n, f"{s:g}", best["variant"], fmt_seconds(t), f"{best['gflop_s']:.1f}",
-                fmt_seconds(dtt) if dtt else "n/a", _ratio(t, dtt),
-                f"{dt['gflop_s']:.1f} / {dt['gflop_s'] * dt['dense_gflops'] / dt['gflops']:.1f}" if dt is not None else "n/a",
-                fmt_seconds(mkt) if mkt else "n/a", _ratio(t, mkt), _ratio(t, cst)]
+        line = [
+            op,
+            f"{out}×{inp}",
+            n,
+            f"{s:g}",
+            best["variant"],
+            fmt_seconds(t),
+            f"{best['gflop_s']:.1f}",
+            fmt_seconds(dtt) if dtt else "n/a",
+            _ratio(t, dtt),
+            f"{dt['gflop_s']:.1f} / {dt['gflop_s'] * dt['dense_gflops'] / dt['gflops']:.1f}"
+            if dt is not None
+            else "n/a",
+            fmt_seconds(mkt) if mkt else "n/a",
+            _ratio(t, mkt),
+            _ratio(t, cst),
+        ]
         (n1 if n == 1 else table).append(line)
         if n == 1:
             line.append(f"{dtt / t:.2f}×" if dtt else "n/a")
             line.append(f"{mkt / t:.2f}×" if mkt else "n/a")
-    head = ["op", "out×in", "N", "sparsity", "best variant", "time", "GFLOP/s (live)", "dense torch",
-            "sparse/torch time", "torch GFLOP/s live / dense", "oneDNN", "sparse/oneDNN time", "sparse/CSR time"]
-    parts = ["## Headline (issue 2)\n",
-             "Best SparseLab variant vs dense torch and oneDNN (`mkldnn_linear`, operands converted "
-             "outside the timed region) doing the same job, timed in the same run. "
-             "Time ratios: sparse/dense, < 1 means sparse is faster. GFLOP/s on live weights "
-             "(2·nnz·N per call) for both; torch also at its own dense flop count.\n"]
+    head = [
+        "op",
+        "out×in",
+        "N",
+        "sparsity",
+        "best variant",
+        "time",
+        "GFLOP/s (live)",
+        "dense torch",
+        "sparse/torch time",
+        "torch GFLOP/s live / dense",
+        "oneDNN",
+        "sparse/oneDNN time",
+        "sparse/CSR time",
+    ]
+    parts = [
+        "## Headline (issue 2)\n",
+        "Best SparseLab variant vs dense torch and oneDNN (`mkldnn_linear`, operands converted "
+        "outside the timed region) doing the same job, timed in the same run. "
+        "Time ratios: sparse/dense, < 1 means sparse is faster. GFLOP/s on live weights "
+        "(2·nnz·N per call) for both; torch also at its own dense flop count.\n",
+    ]
     if table:
         parts.append(markdown_table(head, table) + "\n")
     if n1:
-        parts.append("N = 1 forward (bandwidth-bound):\n\n"
-                     + markdown_table(head + ["speedup vs torch", "speedup vs oneDNN"], n1) + "\n")
+        parts.append(
+            "N = 1 forward (bandwidth-bound):\n\n"
+            + markdown_table(head + ["speedup vs torch", "speedup vs oneDNN"], n1)
+            + "\n"
+        )
     return "\n".join(parts)
 
 
@@ -109,9 +139,21 @@ def dispatch_section(df: pd.DataFrame) -> str:
         ratios.append(r)
         ratios_all.append(r_all)
         op, out, inp, n, s = key
-        table.append([op, f"{out}×{inp}", n, f"{s:g}", d["tuned_variant"], fmt_seconds(d["median"]),
-                      best["variant"], fmt_seconds(best["median"]), f"{r:.3f}",
-                      top["variant"], f"{r_all:.3f}"])
+        table.append(
+            [
+                op,
+                f"{out}×{inp}",
+                n,
+                f"{s:g}",
+                d["tuned_variant"],
+                fmt_seconds(d["median"]),
+                best["variant"],
+                fmt_seconds(best["median"]),
+                f"{r:.3f}",
+                top["variant"],
+                f"{r_all:.3f}",
+            ]
+        )
     if not ratios:
         return "## Tuned dispatch vs best fixed variant\n\n_No case has both dispatch and variant rows._\n"
 
@@ -121,25 +163,43 @@ def dispatch_section(df: pd.DataFrame) -> str:
     # Where dispatch ran the very kernel that was fastest as a fixed variant, the ratio is that
     # kernel timed twice (plus a sub-microsecond lookup): its spread is the measurement noise.
     same = [r for r, row in zip(ratios, table) if row[4] == row[6]]
-    noise = (f" Noise reference: on the {len(same)} cases where dispatch ran the same kernel as the "
-             f"fastest fixed variant, dispatch/best has geometric mean {geo(same):.3f} and spans "
-             f"{min(same):.2f}-{max(same):.2f}; differences within that spread are not the tuner's."
-             if same else "")
+    noise = (
+        f" Noise reference: on the {len(same)} cases where dispatch ran the same kernel as the "
+        f"fastest fixed variant, dispatch/best has geometric mean {geo(same):.3f} and spans "
+        f"{min(same):.2f}-{max(same):.2f}; differences within that spread are not the tuner's."
+        if same
+        else ""
+    )
     within5 = sum(r <= 1.05 for r in ratios)
     within10 = sum(r <= 1.10 for r in ratios)
-    summary = (f"{len(ratios)} cases: dispatch within 5% of the fastest fixed SparseLab variant on "
-               f"{within5} ({100 * within5 / len(ratios):.0f}%), within 10% on {within10} "
-               f"({100 * within10 / len(ratios):.0f}%); geometric mean dispatch/best {geo(ratios):.3f}, "
-               f"dispatch/best-of-everything (dense baselines included) {geo(ratios_all):.3f}.{noise}")
-    head = ["op", "out×in", "N", "sparsity", "tuned variant", "dispatch time", "best fixed", "its time",
-            "dispatch/best", "best of all", "dispatch/best of all"]
-    return ("## Tuned dispatch vs best fixed variant\n\n"
-            "The dispatched call (`variant=None`, cached choice; timing includes the dispatch "
-            "lookup and, for a dense choice, densifying W) vs the fastest fixed variant of the "
-            "same case in the same run. A tuner's choice is made on its own synthetic data at the "
-            "key's representative shape. For a noise-robust choice-quality figure (all candidates "
-            "timed interleaved on each key) run `python bench/bench_dispatch.py quality`.\n\n"
-            f"{summary}\n\n" + markdown_table(head, table) + "\n")
+    summary = (
+        f"{len(ratios)} cases: dispatch within 5% of the fastest fixed SparseLab variant on "
+        f"{within5} ({100 * within5 / len(ratios):.0f}%), within 10% on {within10} "
+        f"({100 * within10 / len(ratios):.0f}%); geometric mean dispatch/best {geo(ratios):.3f}, "
+        f"dispatch/best-of-everything (dense baselines included) {geo(ratios_all):.3f}.{noise}"
+    )
+    head = [
+        "op",
+        "out×in",
+        "N",
+        "sparsity",
+        "tuned variant",
+        "dispatch time",
+        "best fixed",
+        "its time",
+        "dispatch/best",
+        "best of all",
+        "dispatch/best of all",
+    ]
+    return (
+        "## Tuned dispatch vs best fixed variant\n\n"
+        "The dispatched call (`variant=None`, cached choice; timing includes the dispatch "
+        "lookup and, for a dense choice, densifying W) vs the fastest fixed variant of the "
+        "same case in the same run. A tuner's choice is made on its own synthetic data at the "
+        "key's representative shape. For a noise-robust choice-quality figure (all candidates "
+        "timed interleaved on each key) run `python bench/bench_dispatch.py quality`.\n\n"
+        f"{summary}\n\n" + markdown_table(head, table) + "\n"
+    )
 
 
 OVERHEAD = {
@@ -154,15 +214,23 @@ def overhead_section(df: pd.DataFrame) -> str:
     rows = df[df["name"].isin(OVERHEAD)]
     if rows.empty:
         return ""
-    table = [[f"`{r['name']}`", OVERHEAD[r["name"]], fmt_seconds(r["median"]), fmt_seconds(r["min"])]
-             for _, r in rows.iterrows()]
+    table = [
+        [f"`{r['name']}`", OVERHEAD[r["name"]], fmt_seconds(r["median"]), fmt_seconds(r["min"])]
+        for _, r in rows.iterrows()
+    ]
     by = dict(zip(rows["name"], rows["median"]))
     extra = ""
     if "test_op_overhead_dispatched" in by and "test_op_overhead_forced" in by:
-        extra = (f"\nDispatched minus forced tiny call: "
-                 f"{fmt_seconds(by['test_op_overhead_dispatched'] - by['test_op_overhead_forced'])} (medians).\n")
-    return ("## Cached-dispatch overhead (bench/bench_dispatch.py)\n\n"
-            + markdown_table(["benchmark", "what", "median", "min"], table) + "\n" + extra)
+        extra = (
+            f"\nDispatched minus forced tiny call: "
+            f"{fmt_seconds(by['test_op_overhead_dispatched'] - by['test_op_overhead_forced'])} (medians).\n"
+        )
+    return (
+        "## Cached-dispatch overhead (bench/bench_dispatch.py)\n\n"
+        + markdown_table(["benchmark", "what", "median", "min"], table)
+        + "\n"
+        + extra
+    )
 
 
 def summarize(paths: list[str], section: str = "all") -> str:

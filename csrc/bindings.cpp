@@ -80,8 +80,8 @@ const Variant& variant_at(int64_t id) {
   return t[size_t(id)];
 }
 
-RawCsr raw(uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz,
-           int64_t rows, int64_t ncols) {
+RawCsr raw(uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz, int64_t rows,
+           int64_t ncols) {
   if (idx_bits != 16 && idx_bits != 32) throw py::value_error("idx_bits must be 16 or 32");
   return RawCsr{values, cols, idx_bits, row_start, row_nnz, rows, ncols};
 }
@@ -114,20 +114,35 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("variant_table", &variant_table, "Every compiled variant with its availability on this CPU.");
   m.def("isa_unavailable_reason", [](const std::string& isa) { return isa_unavailable_reason(isa); });
-  m.def("_isa_unavailable_reason_for", [](const std::string& isa, const py::dict& features) {
-    CpuFeatures f;
-    auto flag = [&](const char* k) { return features.contains(k) && features[k].cast<bool>(); };
-    f.avx2 = flag("avx2"); f.fma = flag("fma"); f.avx512f = flag("avx512f"); f.avx512bw = flag("avx512bw");
-    f.avx512vl = flag("avx512vl"); f.avx512dq = flag("avx512dq"); f.os_avx = flag("os_avx");
-    f.os_avx512 = flag("os_avx512"); f.neon = flag("neon");
-    return isa_unavailable_reason(isa, f);
-  }, "The run-time gate of an ISA for a given feature dict (as cpu_features() returns), for tests.");
+  m.def(
+      "_isa_unavailable_reason_for",
+      [](const std::string& isa, const py::dict& features) {
+        CpuFeatures f;
+        auto flag = [&](const char* k) { return features.contains(k) && features[k].cast<bool>(); };
+        f.avx2 = flag("avx2");
+        f.fma = flag("fma");
+        f.avx512f = flag("avx512f");
+        f.avx512bw = flag("avx512bw");
+        f.avx512vl = flag("avx512vl");
+        f.avx512dq = flag("avx512dq");
+        f.os_avx = flag("os_avx");
+        f.os_avx512 = flag("os_avx512");
+        f.neon = flag("neon");
+        return isa_unavailable_reason(isa, f);
+      },
+      "The run-time gate of an ISA for a given feature dict (as cpu_features() returns), for tests.");
   m.def("cpu_features", [] {
     const CpuFeatures& f = cpu_features();
     py::dict d;
-    d["avx2"] = f.avx2; d["fma"] = f.fma; d["avx512f"] = f.avx512f; d["avx512bw"] = f.avx512bw;
-    d["avx512vl"] = f.avx512vl; d["avx512dq"] = f.avx512dq; d["os_avx"] = f.os_avx;
-    d["os_avx512"] = f.os_avx512; d["neon"] = f.neon;
+    d["avx2"] = f.avx2;
+    d["fma"] = f.fma;
+    d["avx512f"] = f.avx512f;
+    d["avx512bw"] = f.avx512bw;
+    d["avx512vl"] = f.avx512vl;
+    d["avx512dq"] = f.avx512dq;
+    d["os_avx"] = f.os_avx;
+    d["os_avx512"] = f.os_avx512;
+    d["neon"] = f.neon;
     return d;
   });
   m.def("build_info", [] {
@@ -150,115 +165,116 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
 
+  m.def("spmm_fwd", [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
+                       uintptr_t row_nnz, int64_t rows, int64_t ncols, int64_t n, uintptr_t x, int64_t ldx,
+                       uintptr_t bias, uintptr_t y, int64_t ldy, int threads) {
+    const Variant& v = variant_at(id);
+    const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+    py::gil_scoped_release nogil;
+    run_spmm_fwd(v, w, n, x, ldx, bias, y, ldy, threads);
+  });
+  m.def("spmm_dx",
+        [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz,
+           int64_t rows, int64_t ncols, uintptr_t t_cols, int t_idx_bits, uintptr_t t_row_start, uintptr_t t_row_nnz,
+           uintptr_t perm, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
+          const Variant& v = variant_at(id);
+          const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+          const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
+          if (v.dx_layout == DxLayout::Transposed && (!t_cols || !t_row_start || !perm))
+            throw py::value_error("variant '" + v.name + "' needs W's transposed index");
+          py::gil_scoped_release nogil;
+          run_spmm_dx(v, w, wt, perm, n, dy, lddy, dx, lddx, threads);
+        });
+  m.def("sddmm_dw", [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
+                       uintptr_t row_nnz, int64_t rows, int64_t ncols, int64_t n, uintptr_t dy, int64_t lddy,
+                       uintptr_t x, int64_t ldx, uintptr_t dw, int threads) {
+    const Variant& v = variant_at(id);
+    const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+    py::gil_scoped_release nogil;
+    run_sddmm_dw(v, w, n, dy, lddy, x, ldx, dw, threads);
+  });
+
+  m.def("spmm_fwd_f64",
+        [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz, int64_t rows,
+           int64_t ncols, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy, int threads) {
+          const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+          py::gil_scoped_release nogil;
+          run_spmm_fwd_f64(w, n, x, ldx, bias, y, ldy, threads);
+        });
+  m.def("spmm_dx_f64",
+        [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz, int64_t rows,
+           int64_t ncols, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
+          const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+          py::gil_scoped_release nogil;
+          run_spmm_dx_f64(w, n, dy, lddy, dx, lddx, threads);
+        });
+  m.def("sddmm_dw_f64",
+        [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz, int64_t rows,
+           int64_t ncols, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw, int threads) {
+          const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+          py::gil_scoped_release nogil;
+          run_sddmm_dw_f64(w, n, dy, lddy, x, ldx, dw, threads);
+        });
+
   m.def(
-      "spmm_fwd",
-      [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
-         uintptr_t row_nnz, int64_t rows, int64_t ncols, int64_t n, uintptr_t x, int64_t ldx,
-         uintptr_t bias, uintptr_t y, int64_t ldy, int threads) {
-        const Variant& v = variant_at(id);
-        const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
-        py::gil_scoped_release nogil;
-        run_spmm_fwd(v, w, n, x, ldx, bias, y, ldy, threads);
-      });
-  m.def(
-      "spmm_dx",
-      [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
-         uintptr_t row_nnz, int64_t rows, int64_t ncols, uintptr_t t_cols, int t_idx_bits,
-         uintptr_t t_row_start, uintptr_t t_row_nnz, uintptr_t perm, int64_t n, uintptr_t dy,
-         int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
-        const Variant& v = variant_at(id);
-        const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+      "build_transpose",
+      [](uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz, int64_t rows, int64_t ncols,
+         uintptr_t t_cols, int t_idx_bits, uintptr_t t_row_start, uintptr_t t_row_nnz, uintptr_t perm,
+         int64_t t_capacity) {
+        const RawCsr w = raw(0, cols, idx_bits, row_start, row_nnz, rows, ncols);
         const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
-        if (v.dx_layout == DxLayout::Transposed && (!t_cols || !t_row_start || !perm))
-          throw py::value_error("variant '" + v.name + "' needs W's transposed index");
         py::gil_scoped_release nogil;
-        run_spmm_dx(v, w, wt, perm, n, dy, lddy, dx, lddx, threads);
-      });
-  m.def(
-      "sddmm_dw",
-      [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
-         uintptr_t row_nnz, int64_t rows, int64_t ncols, int64_t n, uintptr_t dy, int64_t lddy,
-         uintptr_t x, int64_t ldx, uintptr_t dw, int threads) {
-        const Variant& v = variant_at(id);
-        const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
-        py::gil_scoped_release nogil;
-        run_sddmm_dw(v, w, n, dy, lddy, x, ldx, dw, threads);
-      });
-
-  m.def("spmm_fwd_f64", [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
-                           uintptr_t row_nnz, int64_t rows, int64_t ncols, int64_t n, uintptr_t x,
-                           int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy, int threads) {
-    const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
-    py::gil_scoped_release nogil;
-    run_spmm_fwd_f64(w, n, x, ldx, bias, y, ldy, threads);
-  });
-  m.def("spmm_dx_f64", [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
-                          uintptr_t row_nnz, int64_t rows, int64_t ncols, int64_t n, uintptr_t dy,
-                          int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
-    const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
-    py::gil_scoped_release nogil;
-    run_spmm_dx_f64(w, n, dy, lddy, dx, lddx, threads);
-  });
-  m.def("sddmm_dw_f64", [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
-                           uintptr_t row_nnz, int64_t rows, int64_t ncols, int64_t n, uintptr_t dy,
-                           int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw, int threads) {
-    const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
-    py::gil_scoped_release nogil;
-    run_sddmm_dw_f64(w, n, dy, lddy, x, ldx, dw, threads);
-  });
-
-  m.def("build_transpose", [](uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz,
-                              int64_t rows, int64_t ncols, uintptr_t t_cols, int t_idx_bits,
-                              uintptr_t t_row_start, uintptr_t t_row_nnz, uintptr_t perm, int64_t t_capacity) {
-    const RawCsr w = raw(0, cols, idx_bits, row_start, row_nnz, rows, ncols);
-    const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
-    py::gil_scoped_release nogil;
-    build_transpose(w, wt, perm, t_capacity);
-  }, py::arg("cols"), py::arg("idx_bits"), py::arg("row_start"), py::arg("row_nnz"), py::arg("rows"),
-     py::arg("ncols"), py::arg("t_cols"), py::arg("t_idx_bits"), py::arg("t_row_start"), py::arg("t_row_nnz"),
-     py::arg("perm"), py::arg("t_capacity") = -1,
-     "t_capacity: the slots t_cols and perm hold (-1: unchecked); more live slots raise.");
+        build_transpose(w, wt, perm, t_capacity);
+      },
+      py::arg("cols"), py::arg("idx_bits"), py::arg("row_start"), py::arg("row_nnz"), py::arg("rows"), py::arg("ncols"),
+      py::arg("t_cols"), py::arg("t_idx_bits"), py::arg("t_row_start"), py::arg("t_row_nnz"), py::arg("perm"),
+      py::arg("t_capacity") = -1, "t_capacity: the slots t_cols and perm hold (-1: unchecked); more live slots raise.");
   m.def("probe_fma", &probe_fma, py::arg("threads"), py::arg("seconds") = 0.5,
         "Peak FP32 FMA GFLOP/s of the widest x86 ISA here: {'gflops', 'isa', 'method'}.");
-  m.def("probe_fma_gflops", [](int threads, double seconds) {
-          const py::dict d = probe_fma(threads, seconds);
-          return d["gflops"].cast<double>();
-        },
-        py::arg("threads"), py::arg("seconds") = 0.5);
-  m.def("scatter_to_dense", [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
-                               uintptr_t row_nnz, int64_t rows, int64_t ncols, int value_bits,
-                               uintptr_t dense, int threads) {
-    if (value_bits != 32 && value_bits != 64) throw py::value_error("value_bits must be 32 or 64");
-    const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
-    py::gil_scoped_release nogil;
-    scatter_to_dense(w, value_bits, dense, threads);
-  }, "Write W's live values into a zeroed dense row-major buffer.");
+  m.def(
+      "probe_fma_gflops",
+      [](int threads, double seconds) {
+        const py::dict d = probe_fma(threads, seconds);
+        return d["gflops"].cast<double>();
+      },
+      py::arg("threads"), py::arg("seconds") = 0.5);
+  m.def(
+      "scatter_to_dense",
+      [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz, int64_t rows,
+         int64_t ncols, int value_bits, uintptr_t dense, int threads) {
+        if (value_bits != 32 && value_bits != 64) throw py::value_error("value_bits must be 32 or 64");
+        const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+        py::gil_scoped_release nogil;
+        scatter_to_dense(w, value_bits, dense, threads);
+      },
+      "Write W's live values into a zeroed dense row-major buffer.");
   // DST selection helpers (radix_select.h): raw float32 score buffers, checked by the Python caller.
-  m.def("radix_hist", [](uintptr_t scores, int64_t n, bool largest, uintptr_t valid_cols, int valid_bits,
-                         int level, uint32_t prefix, uintptr_t hist) {
-    const RadixScores s{reinterpret_cast<const float*>(scores), n, largest,
-                        reinterpret_cast<const void*>(valid_cols), valid_bits};
+  m.def("radix_hist", [](uintptr_t scores, int64_t n, bool largest, uintptr_t valid_cols, int valid_bits, int level,
+                         uint32_t prefix, uintptr_t hist) {
+    const RadixScores s{reinterpret_cast<const float*>(scores), n, largest, reinterpret_cast<const void*>(valid_cols),
+                        valid_bits};
     py::gil_scoped_release nogil;
     radix_hist(s, level, prefix, reinterpret_cast<int64_t*>(hist));
   });
-  m.def("radix_emit", [](uintptr_t scores, int64_t n, bool largest, uintptr_t valid_cols, int valid_bits,
-                         uint32_t thr, int64_t eq_left, int64_t div, int64_t a_base, uintptr_t out_a,
-                         uintptr_t out_b, int out_bits, int64_t cap) {
-    const RadixScores s{reinterpret_cast<const float*>(scores), n, largest,
-                        reinterpret_cast<const void*>(valid_cols), valid_bits};
+  m.def(
+      "radix_emit",
+      [](uintptr_t scores, int64_t n, bool largest, uintptr_t valid_cols, int valid_bits, uint32_t thr, int64_t eq_left,
+         int64_t div, int64_t a_base, uintptr_t out_a, uintptr_t out_b, int out_bits, int64_t cap) {
+        const RadixScores s{reinterpret_cast<const float*>(scores), n, largest,
+                            reinterpret_cast<const void*>(valid_cols), valid_bits};
+        py::gil_scoped_release nogil;
+        const int64_t written = radix_emit(s, thr, &eq_left, div, a_base, reinterpret_cast<void*>(out_a),
+                                           reinterpret_cast<void*>(out_b), out_bits, cap);
+        return std::make_pair(written, eq_left);
+      },
+      "Emit the winners of a radix selection; returns (entries written, ties still to take).");
+  m.def("mask_live_positions", [](uintptr_t scores, int64_t r0, int64_t r1, int64_t ncols, uintptr_t cols, int idx_bits,
+                                  uintptr_t row_start, uintptr_t row_nnz, uintptr_t skip, int skip_bits,
+                                  int64_t n_skip) {
     py::gil_scoped_release nogil;
-    const int64_t written = radix_emit(s, thr, &eq_left, div, a_base, reinterpret_cast<void*>(out_a),
-                                       reinterpret_cast<void*>(out_b), out_bits, cap);
-    return std::make_pair(written, eq_left);
-  }, "Emit the winners of a radix selection; returns (entries written, ties still to take).");
-  m.def("mask_live_positions", [](uintptr_t scores, int64_t r0, int64_t r1, int64_t ncols, uintptr_t cols,
-                                  int idx_bits, uintptr_t row_start, uintptr_t row_nnz, uintptr_t skip,
-                                  int skip_bits, int64_t n_skip) {
-    py::gil_scoped_release nogil;
-    mask_live_positions(reinterpret_cast<float*>(scores), r0, r1, ncols, reinterpret_cast<const void*>(cols),
-                        idx_bits, reinterpret_cast<const int64_t*>(row_start),
-                        reinterpret_cast<const int32_t*>(row_nnz), reinterpret_cast<const void*>(skip), skip_bits,
-                        n_skip);
+    mask_live_positions(reinterpret_cast<float*>(scores), r0, r1, ncols, reinterpret_cast<const void*>(cols), idx_bits,
+                        reinterpret_cast<const int64_t*>(row_start), reinterpret_cast<const int32_t*>(row_nnz),
+                        reinterpret_cast<const void*>(skip), skip_bits, n_skip);
   });
   m.def("scratch_bytes_retained", &scratch_bytes_retained,
         "Bytes of kernel scratch kept by the calling thread's arena.");

@@ -4,12 +4,20 @@
 
 // The per-ISA tables (csrc/kernels/instantiate.h); each ends with a nullptr name.
 namespace sparselab {
-namespace isa_scalar { extern const VariantEntry kVariants[]; }
+namespace isa_scalar {
+extern const VariantEntry kVariants[];
+}
 #if defined(SPARSELAB_X86)
-namespace isa_avx2 { extern const VariantEntry kVariants[]; }
-namespace isa_avx512 { extern const VariantEntry kVariants[]; }
+namespace isa_avx2 {
+extern const VariantEntry kVariants[];
+}
+namespace isa_avx512 {
+extern const VariantEntry kVariants[];
+}
 #elif defined(SPARSELAB_AARCH64)
-namespace isa_neon { extern const VariantEntry kVariants[]; }
+namespace isa_neon {
+extern const VariantEntry kVariants[];
+}
 #endif
 }  // namespace sparselab
 
@@ -17,9 +25,12 @@ namespace sparselab {
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::SpmmFwd: return "spmm_fwd";
-    case Op::SpmmDx: return "spmm_dx";
-    case Op::SddmmDw: return "sddmm_dw";
+    case Op::SpmmFwd:
+      return "spmm_fwd";
+    case Op::SpmmDx:
+      return "spmm_dx";
+    case Op::SddmmDw:
+      return "sddmm_dw";
   }
   return "?";
 }
@@ -39,7 +50,8 @@ std::vector<Variant> build() {
   const VariantEntry* tables[] = {
       isa_scalar::kVariants,
 #if defined(SPARSELAB_X86)
-      isa_avx2::kVariants,   isa_avx512::kVariants,
+      isa_avx2::kVariants,
+      isa_avx512::kVariants,
 #elif defined(SPARSELAB_AARCH64)
       isa_neon::kVariants,
 #endif

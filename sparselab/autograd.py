@@ -45,8 +45,16 @@ __all__ = ["spmm_fwd", "spmm_dx", "sddmm_dw", "sparse_linear", "build_transposed
 
 # ---- helpers (eager only: they touch data pointers) ----
 
-def _csr(values: Tensor, cols: Tensor, row_start: Tensor, row_nnz: Tensor, out_features: int,
-         in_features: int, transposed: tuple | None = None) -> PaddedCSR:
+
+def _csr(
+    values: Tensor,
+    cols: Tensor,
+    row_start: Tensor,
+    row_nnz: Tensor,
+    out_features: int,
+    in_features: int,
+    transposed: tuple | None = None,
+) -> PaddedCSR:
     """A PaddedCSR wrapper around existing tensors: no copy, no validation.
     ``transposed`` (t_cols, t_row_start, t_row_nnz, t_perm) is installed as its
     cached transposed index so ops never rebuild it. An empty placeholder (a layer that keeps
@@ -63,9 +71,14 @@ def _csr(values: Tensor, cols: Tensor, row_start: Tensor, row_nnz: Tensor, out_f
     return w
 
 
-def build_transposed(cols: Tensor, row_start: Tensor, row_nnz: Tensor, out_features: int,
-                     in_features: int, out: tuple[Tensor, ...] | None = None
-                     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def build_transposed(
+    cols: Tensor,
+    row_start: Tensor,
+    row_nnz: Tensor,
+    out_features: int,
+    in_features: int,
+    out: tuple[Tensor, ...] | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The transposed index ``(t_cols, t_row_start, t_row_nnz, t_perm)`` of a
     topology. Costs one pass over the live slots; call it when the topology
     changes, not per step. ``out``: the current index, overwritten in place when
@@ -78,8 +91,12 @@ def build_transposed(cols: Tensor, row_start: Tensor, row_nnz: Tensor, out_featu
 def no_transposed(cols: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The placeholder a layer holds instead of a transposed index when it keeps none:
     four empty tensors (the custom ops take the index as tensor arguments)."""
-    return (cols.new_empty(0), torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int32),
-            torch.empty(0, dtype=torch.int32))
+    return (
+        cols.new_empty(0),
+        torch.empty(0, dtype=torch.int64),
+        torch.empty(0, dtype=torch.int32),
+        torch.empty(0, dtype=torch.int32),
+    )
 
 
 def _row_major(t: Tensor) -> Tensor:
@@ -90,10 +107,22 @@ def _row_major(t: Tensor) -> Tensor:
 
 # ---- custom ops ----
 
+
 @torch.library.custom_op("sparselab::spmm_fwd", mutates_args=(), device_types="cpu")
-def spmm_fwd(x: Tensor, values: Tensor, cols: Tensor, row_start: Tensor, row_nnz: Tensor,
-             t_cols: Tensor, t_row_start: Tensor, t_row_nnz: Tensor, t_perm: Tensor,
-             bias: Optional[Tensor], out_features: int, in_features: int) -> Tensor:
+def spmm_fwd(
+    x: Tensor,
+    values: Tensor,
+    cols: Tensor,
+    row_start: Tensor,
+    row_nnz: Tensor,
+    t_cols: Tensor,
+    t_row_start: Tensor,
+    t_row_nnz: Tensor,
+    t_perm: Tensor,
+    bias: Optional[Tensor],
+    out_features: int,
+    in_features: int,
+) -> Tensor:
     """``Y[N, out] = x[N, in] @ W^T (+ bias)``. The transposed index is not
     read here; it is an input so the backward can use it."""
     w = _csr(values.detach(), cols, row_start, row_nnz, out_features, in_features)
@@ -101,32 +130,49 @@ def spmm_fwd(x: Tensor, values: Tensor, cols: Tensor, row_start: Tensor, row_nnz
 
 
 @spmm_fwd.register_fake
-def _(x, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, bias,
-      out_features, in_features):
+def _(x, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, bias, out_features, in_features):
     torch._check(x.dim() == 2, lambda: f"x must be 2-D, got {x.dim()}-D")
     torch._check(x.shape[1] == in_features, lambda: f"x must have {in_features} columns")
     return x.new_empty((x.shape[0], out_features))
 
 
 @torch.library.custom_op("sparselab::spmm_dx", mutates_args=(), device_types="cpu")
-def spmm_dx(dy: Tensor, values: Tensor, cols: Tensor, row_start: Tensor, row_nnz: Tensor,
-            t_cols: Tensor, t_row_start: Tensor, t_row_nnz: Tensor, t_perm: Tensor,
-            out_features: int, in_features: int) -> Tensor:
+def spmm_dx(
+    dy: Tensor,
+    values: Tensor,
+    cols: Tensor,
+    row_start: Tensor,
+    row_nnz: Tensor,
+    t_cols: Tensor,
+    t_row_start: Tensor,
+    t_row_nnz: Tensor,
+    t_perm: Tensor,
+    out_features: int,
+    in_features: int,
+) -> Tensor:
     """``dX[N, in] = dy[N, out] @ W``, on the given transposed index."""
-    w = _csr(values.detach(), cols, row_start, row_nnz, out_features, in_features,
-             (t_cols, t_row_start, t_row_nnz, t_perm))
+    w = _csr(
+        values.detach(), cols, row_start, row_nnz, out_features, in_features, (t_cols, t_row_start, t_row_nnz, t_perm)
+    )
     return _ops.spmm_dx(w, _row_major(dy.detach()))
 
 
 @spmm_dx.register_fake
-def _(dy, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm,
-      out_features, in_features):
+def _(dy, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, out_features, in_features):
     return dy.new_empty((dy.shape[0], in_features))
 
 
 @torch.library.custom_op("sparselab::sddmm_dw", mutates_args=(), device_types="cpu")
-def sddmm_dw(dy: Tensor, x: Tensor, values: Tensor, cols: Tensor, row_start: Tensor,
-             row_nnz: Tensor, out_features: int, in_features: int) -> Tensor:
+def sddmm_dw(
+    dy: Tensor,
+    x: Tensor,
+    values: Tensor,
+    cols: Tensor,
+    row_start: Tensor,
+    row_nnz: Tensor,
+    out_features: int,
+    in_features: int,
+) -> Tensor:
     """Gradient of the loss w.r.t. ``values``: ``dW[k] = dy[:, row(k)] . x[:, col(k)]``
     at live slots, 0 at padding slots. Shaped like ``values``."""
     w = _csr(values.detach(), cols, row_start, row_nnz, out_features, in_features)
@@ -140,13 +186,16 @@ def _(dy, x, values, cols, row_start, row_nnz, out_features, in_features):
 
 # ---- autograd ----
 
+
 def _fwd_setup_context(ctx, inputs, output):
-    (x, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, bias,
-     out_features, in_features) = inputs
-    need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    (x, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, bias, out_features, in_features) = (
+        inputs
+    )
+    need_w = ctx.needs_input_grad[1]
     # x only if dW is needed (the one saved tensor that costs activation memory).
-    ctx.save_for_backward(x if need_w else None, values, cols, row_start, row_nnz, t_cols,
-                          t_row_start, t_row_nnz, t_perm)
+    ctx.save_for_backward(
+        x if need_w else None, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm
+    )
     ctx.shape = (out_features, in_features)
 
 
@@ -157,8 +206,9 @@ def _fwd_backward(ctx, dy):
     dy = dy.contiguous()
     dx = dw = db = None
     if need_x:
-        dx = torch.ops.sparselab.spmm_dx(dy, values, cols, row_start, row_nnz, t_cols, t_row_start,
-                                         t_row_nnz, t_perm, out_f, in_f)
+        dx = torch.ops.sparselab.spmm_dx(
+            dy, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, out_f, in_f
+        )
     if need_w:
         dw = torch.ops.sparselab.sddmm_dw(dy, x, values, cols, row_start, row_nnz, out_f, in_f)
     if need_b:
@@ -167,8 +217,7 @@ def _fwd_backward(ctx, dy):
 
 
 def _dx_setup_context(ctx, inputs, output):
-    (dy, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm,
-     out_features, in_features) = inputs
+    (dy, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, out_features, in_features) = inputs
     ctx.save_for_backward(dy, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm)
     ctx.shape = (out_features, in_features)
 
@@ -180,8 +229,9 @@ def _dx_backward(ctx, g):
     g = g.contiguous()
     d_dy = d_vals = None
     if ctx.needs_input_grad[0]:
-        d_dy = torch.ops.sparselab.spmm_fwd(g, values, cols, row_start, row_nnz, t_cols, t_row_start,
-                                            t_row_nnz, t_perm, None, out_f, in_f)
+        d_dy = torch.ops.sparselab.spmm_fwd(
+            g, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, None, out_f, in_f
+        )
     if ctx.needs_input_grad[1]:
         d_vals = torch.ops.sparselab.sddmm_dw(dy, g, values, cols, row_start, row_nnz, out_f, in_f)
     return d_dy, d_vals, None, None, None, None, None, None, None, None, None
@@ -214,13 +264,22 @@ torch.library.register_autograd("sparselab::spmm_dx", _dx_backward, setup_contex
 torch.library.register_autograd("sparselab::sddmm_dw", _dw_backward, setup_context=_dw_setup_context)
 
 
-def sparse_linear(x: Tensor, values: Tensor, cols: Tensor, row_start: Tensor, row_nnz: Tensor,
-                  transposed: tuple, bias: Optional[Tensor], out_features: int,
-                  in_features: int) -> Tensor:
+def sparse_linear(
+    x: Tensor,
+    values: Tensor,
+    cols: Tensor,
+    row_start: Tensor,
+    row_nnz: Tensor,
+    transposed: tuple,
+    bias: Optional[Tensor],
+    out_features: int,
+    in_features: int,
+) -> Tensor:
     """Functional ``y = x @ W^T + bias`` for ``x`` of shape ``(*, in_features)``,
     differentiable in ``x``, ``values`` and ``bias``. ``transposed`` is
     :func:`build_transposed` of the same topology."""
     lead = x.shape[:-1]
-    y = torch.ops.sparselab.spmm_fwd(x.reshape(-1, in_features), values, cols, row_start, row_nnz,
-                                     *transposed, bias, out_features, in_features)
+    y = torch.ops.sparselab.spmm_fwd(
+        x.reshape(-1, in_features), values, cols, row_start, row_nnz, *transposed, bias, out_features, in_features
+    )
     return y.reshape(*lead, out_features)

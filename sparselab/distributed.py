@@ -41,13 +41,20 @@ from torch import Tensor, nn
 
 from .nn import SparseLinear
 
-__all__ = ["ignore_sparse_buffers", "sparse_buffer_names", "broadcast_topology", "topology_digest", "RankSync",
-           "resolve_group"]
+__all__ = [
+    "ignore_sparse_buffers",
+    "sparse_buffer_names",
+    "broadcast_topology",
+    "topology_digest",
+    "RankSync",
+    "resolve_group",
+]
 
 DDP_IGNORE_ATTR = "_ddp_params_and_buffers_to_ignore"
 
 
 # ------------------------------------------------------------------ DDP's ignore list
+
 
 def sparse_buffer_names(module: nn.Module) -> list[str]:
     """Qualified names of every buffer of every SparseLinear in ``module`` (itself included)."""
@@ -89,6 +96,7 @@ _HOOK = nn.modules.module.register_module_module_registration_hook(_on_module_re
 
 # ------------------------------------------------------------------ collectives on any dtype
 
+
 def resolve_group(process_group=None):
     """The group an algorithm synchronises over: ``process_group`` if given, else the default group
     when ``torch.distributed`` is initialized with more than one rank, else ``None`` (single process)."""
@@ -112,26 +120,30 @@ def _broadcast_tensors(tensors: list[Tensor], group, src: int) -> None:
         offset = 0
         for t in tensors:
             n = t.numel() * t.element_size()
-            _as_bytes(t).copy_(flat[offset:offset + n])
+            _as_bytes(t).copy_(flat[offset : offset + n])
             offset += n
 
 
 def _check_same_shapes(layers: list[SparseLinear], group) -> None:
-    sig = torch.tensor([[m.out_features, m.in_features, m.capacity, m.weight_cols.element_size()]
-                        for m in layers], dtype=torch.int64).reshape(-1)
+    sig = torch.tensor(
+        [[m.out_features, m.in_features, m.capacity, m.weight_cols.element_size()] for m in layers], dtype=torch.int64
+    ).reshape(-1)
     n = torch.tensor([sig.numel()], dtype=torch.int64)
     sizes = [torch.zeros_like(n) for _ in range(dist.get_world_size(group))]
     dist.all_gather(sizes, n, group=group)
     if any(int(s) != sig.numel() for s in sizes):
-        raise RuntimeError("ranks attached a different number of SparseLinear layers; every rank must build "
-                           "the same model")
+        raise RuntimeError(
+            "ranks attached a different number of SparseLinear layers; every rank must build the same model"
+        )
     sigs = [torch.zeros_like(sig) for _ in sizes]
     dist.all_gather(sigs, sig, group=group)
     for r, s in enumerate(sigs):
         if not torch.equal(s, sig):
-            raise RuntimeError(f"SparseLinear shapes or capacities differ between ranks (this rank vs rank "
-                               f"{r}: (out, in, capacity, index bytes) {sig.view(-1, 4).tolist()} vs "
-                               f"{s.view(-1, 4).tolist()}); every rank must build the same model")
+            raise RuntimeError(
+                f"SparseLinear shapes or capacities differ between ranks (this rank vs rank "
+                f"{r}: (out, in, capacity, index bytes) {sig.view(-1, 4).tolist()} vs "
+                f"{s.view(-1, 4).tolist()}); every rank must build the same model"
+            )
 
 
 @torch.no_grad()
@@ -163,6 +175,7 @@ def topology_digest(layer: SparseLinear, *, values: bool = False) -> int:
 
 
 # ------------------------------------------------------------------ what an algorithm does per rank
+
 
 class RankSync:
     """The cross-rank duties of one DST algorithm (created at attach time when a group is resolved).
@@ -218,7 +231,8 @@ class RankSync:
             raise RuntimeError(
                 f"{type(algo).__name__}: the capacity of {resized} changed at step {algo.step_count}, and "
                 f"DistributedDataParallel's gradient buckets were laid out for the old size. Re-create "
-                f"DistributedDataParallel, or give the layers more padding (algorithm padding=...)")
+                f"DistributedDataParallel, or give the layers more padding (algorithm padding=...)"
+            )
         self.verify(algo, f"step {algo.step_count}")
 
     def verify(self, algo, when: str) -> None:

@@ -5,6 +5,7 @@ default on a bad value; it cannot warn, so this module applies the same rule and
 variables (``SPARSELAB_TUNING``, ``SPARSELAB_PREFER``, ``SPARSELAB_TUNING_DEADLINE_S``) are checked
 where tuning reads them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,7 +35,9 @@ def check_scratch_keep_mb() -> None:
     """Warn (once, at import) if $SPARSELAB_SCRATCH_KEEP_MB is not a usable number."""
     raw = os.environ.get(SCRATCH_KEEP_MB)
     if scratch_keep_mb(raw) is None:
-        message = (f"{SCRATCH_KEEP_MB}={raw!r} is not a whole number of MiB in [0, {SCRATCH_KEEP_MB_MAX}]; "
-                   f"using {SCRATCH_KEEP_MB_DEFAULT}")
+        message = (
+            f"{SCRATCH_KEEP_MB}={raw!r} is not a whole number of MiB in [0, {SCRATCH_KEEP_MB_MAX}]; "
+            f"using {SCRATCH_KEEP_MB_DEFAULT}"
+        )
         log.warning(message)
         warnings.warn(message, stacklevel=3)

@@ -11,15 +11,23 @@ index bytes), int32 otherwise.
 from __future__ import annotations
 
 import math
-import weakref
 import operator
+import weakref
 
 import torch
 
 from . import _C
-from .validation import (INT16_MAX_COLUMNS, PADDING, VALUE_DTYPES, check_topology, check_transposed,
-                         check_weight_layout, tensor_state, validate_padded_csr)
 from .random_topology import random_row_columns
+from .validation import (
+    INT16_MAX_COLUMNS,
+    PADDING,
+    VALUE_DTYPES,
+    check_topology,
+    check_transposed,
+    check_weight_layout,
+    tensor_state,
+    validate_padded_csr,
+)
 
 __all__ = ["PaddedCSR", "TransposedIndex", "PADDING", "VALUE_DTYPES", "INT16_MAX_COLUMNS", "index_dtype_for"]
 
@@ -78,15 +86,27 @@ class TransposedIndex:
         self.source = _index_versions(w)  # the topology it was built from
         self.index_dtype = index_dtype_for(rows)
         want = ((nnz, self.index_dtype), (cols + 1, torch.int64), (cols, torch.int32), (nnz, torch.int32))
-        if out is not None and all(t.numel() == n and t.dtype == d and t.is_contiguous()
-                                   for t, (n, d) in zip(out, want)):
+        if out is not None and all(
+            t.numel() == n and t.dtype == d and t.is_contiguous() for t, (n, d) in zip(out, want)
+        ):
             self.cols, self.row_start, self.row_nnz, self.perm = out
         else:
             self.cols, self.row_start, self.row_nnz, self.perm = (torch.empty(n, dtype=d) for n, d in want)
         # t_capacity: a row_nnz changed by another thread since nnz was read raises instead of overflowing.
         _C.build_transpose(
-            w_args[1], w_args[2], w_args[3], w_args[4], rows, cols, self.cols.data_ptr(), _bits(self.index_dtype),
-            self.row_start.data_ptr(), self.row_nnz.data_ptr(), self.perm.data_ptr(), nnz)
+            w_args[1],
+            w_args[2],
+            w_args[3],
+            w_args[4],
+            rows,
+            cols,
+            self.cols.data_ptr(),
+            _bits(self.index_dtype),
+            self.row_start.data_ptr(),
+            self.row_nnz.data_ptr(),
+            self.perm.data_ptr(),
+            nnz,
+        )
 
     def memory_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.row_start, self.row_nnz, self.cols, self.perm))
@@ -101,8 +121,16 @@ class PaddedCSR:
     ``nn.Parameter`` can own it without a copy.
     """
 
-    def __init__(self, values: torch.Tensor, cols: torch.Tensor, row_start: torch.Tensor,
-                 row_nnz: torch.Tensor, shape: tuple[int, int], *, check: bool = True):
+    def __init__(
+        self,
+        values: torch.Tensor,
+        cols: torch.Tensor,
+        row_start: torch.Tensor,
+        row_nnz: torch.Tensor,
+        shape: tuple[int, int],
+        *,
+        check: bool = True,
+    ):
         try:
             out_f, in_f = (operator.index(d) for d in shape)
         except (TypeError, ValueError):
@@ -123,10 +151,16 @@ class PaddedCSR:
     def _layout(row_nnz: torch.Tensor, padding: float | int) -> torch.Tensor:
         """Per-row capacity: live count plus spare slots (``padding`` as a
         fraction of the mean row count, or an int count per row)."""
-        if (isinstance(padding, bool) or not isinstance(padding, (int, float)) or not math.isfinite(padding)
-                or padding < 0):
-            raise ValueError(f"padding must be a non-negative int (slots per row) or float "
-                             f"(fraction of the mean row count), got {padding!r}")
+        if (
+            isinstance(padding, bool)
+            or not isinstance(padding, (int, float))
+            or not math.isfinite(padding)
+            or padding < 0
+        ):
+            raise ValueError(
+                f"padding must be a non-negative int (slots per row) or float "
+                f"(fraction of the mean row count), got {padding!r}"
+            )
         if isinstance(padding, float):
             mean = float(row_nnz.double().mean()) if row_nnz.numel() else 0.0
             spare = math.ceil(padding * mean)
@@ -135,8 +169,9 @@ class PaddedCSR:
         return row_nnz.to(torch.int64) + spare
 
     @classmethod
-    def _from_rows(cls, shape, row_nnz: torch.Tensor, live_cols: torch.Tensor, live_vals: torch.Tensor,
-                   padding, index_dtype) -> "PaddedCSR":
+    def _from_rows(
+        cls, shape, row_nnz: torch.Tensor, live_cols: torch.Tensor, live_vals: torch.Tensor, padding, index_dtype
+    ) -> "PaddedCSR":
         """Lay out live entries (given row by row, columns sorted) with padding."""
         out_f, in_f = shape
         cap = cls._layout(row_nnz, padding)
@@ -158,8 +193,9 @@ class PaddedCSR:
         return cls(values, cols, row_start, row_nnz.to(torch.int32).contiguous(), shape, check=False)
 
     @classmethod
-    def from_dense(cls, dense: torch.Tensor, *, padding: float | int = 0.0,
-                   index_dtype: torch.dtype | None = None) -> "PaddedCSR":
+    def from_dense(
+        cls, dense: torch.Tensor, *, padding: float | int = 0.0, index_dtype: torch.dtype | None = None
+    ) -> "PaddedCSR":
         """Keep the nonzeros of a 2-D dense float tensor (explicit zeros are dropped)."""
         if not isinstance(dense, torch.Tensor):
             raise TypeError(f"dense must be a torch.Tensor, got {type(dense).__name__}")
@@ -168,8 +204,9 @@ class PaddedCSR:
         if dense.device.type != "cpu":
             raise ValueError(f"dense must be on the CPU, got device {dense.device}")
         if dense.dim() != 2 or dense.shape[0] < 1 or dense.shape[1] < 1:
-            raise ValueError(f"dense must be 2-D (out_features, in_features) with both sizes >= 1, "
-                             f"got shape {tuple(dense.shape)}")
+            raise ValueError(
+                f"dense must be 2-D (out_features, in_features) with both sizes >= 1, got shape {tuple(dense.shape)}"
+            )
         dense = dense.detach()  # the weight owns plain values, not a piece of the caller's graph
         if not torch.isfinite(dense).all():
             raise ValueError("dense contains NaN or Inf; a sparse weight must be finite")
@@ -180,9 +217,18 @@ class PaddedCSR:
         return cls._from_rows(tuple(dense.shape), row_nnz, c, dense[r, c], padding, index_dtype)
 
     @classmethod
-    def random(cls, out_features: int, in_features: int, sparsity: float, *, seed: int = 0,
-               dtype: torch.dtype = torch.float32, padding: float | int = 0.0,
-               index_dtype: torch.dtype | None = None, init_std: float | None = None) -> "PaddedCSR":
+    def random(
+        cls,
+        out_features: int,
+        in_features: int,
+        sparsity: float,
+        *,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        padding: float | int = 0.0,
+        index_dtype: torch.dtype | None = None,
+        init_std: float | None = None,
+    ) -> "PaddedCSR":
         """Uniformly random positions with the same live count in every row
         (``round((1 - sparsity) * in_features)``) and normal values.
 
@@ -198,8 +244,9 @@ class PaddedCSR:
             raise TypeError(f"dtype must be float32 or float64, got {dtype}")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-        if init_std is not None and (not isinstance(init_std, (int, float)) or not math.isfinite(init_std)
-                                     or init_std < 0):
+        if init_std is not None and (
+            not isinstance(init_std, (int, float)) or not math.isfinite(init_std) or init_std < 0
+        ):
             raise ValueError(f"init_std must be a finite number >= 0 or None, got {init_std!r}")
         index_dtype = cls._check_index_dtype(index_dtype, in_features)
         per_row = max(0, min(in_features, round((1.0 - sparsity) * in_features)))
@@ -209,12 +256,14 @@ class PaddedCSR:
         std = init_std if init_std is not None else 1.0 / math.sqrt(max(per_row, 1))
         vals = torch.randn(out_features, per_row, generator=g, dtype=torch.float64).mul_(std).to(dtype)
         row_nnz = torch.full((out_features,), per_row, dtype=torch.int64)
-        return cls._from_rows((out_features, in_features), row_nnz, cols.reshape(-1), vals.reshape(-1),
-                              padding, index_dtype)
+        return cls._from_rows(
+            (out_features, in_features), row_nnz, cols.reshape(-1), vals.reshape(-1), padding, index_dtype
+        )
 
     @classmethod
-    def from_torch_sparse_csr(cls, t: torch.Tensor, *, padding: float | int = 0.0,
-                              index_dtype: torch.dtype | None = None) -> "PaddedCSR":
+    def from_torch_sparse_csr(
+        cls, t: torch.Tensor, *, padding: float | int = 0.0, index_dtype: torch.dtype | None = None
+    ) -> "PaddedCSR":
         """From a ``torch.sparse_csr`` tensor. Columns are sorted within rows."""
         if not isinstance(t, torch.Tensor) or t.layout != torch.sparse_csr:
             raise TypeError("t must be a torch tensor with layout torch.sparse_csr")
@@ -229,8 +278,10 @@ class PaddedCSR:
         index_dtype = cls._check_index_dtype(index_dtype, in_f)
         row_nnz = (crow[1:] - crow[:-1]).to(torch.int64)
         if int(crow[0]) != 0 or int(crow[-1]) != col.numel() or bool((row_nnz < 0).any()):
-            raise ValueError(f"t has invalid crow_indices (must start at 0, never decrease and end at "
-                             f"nnz = {col.numel()}), got first {int(crow[0])}, last {int(crow[-1])}")
+            raise ValueError(
+                f"t has invalid crow_indices (must start at 0, never decrease and end at "
+                f"nnz = {col.numel()}), got first {int(crow[0])}, last {int(crow[-1])}"
+            )
         if col.numel() and (col.min() < 0 or col.max() >= in_f):
             raise ValueError(f"t has column indices outside [0, {in_f})")
         rows_of = torch.repeat_interleave(torch.arange(out_f), row_nnz)
@@ -302,8 +353,13 @@ class PaddedCSR:
         live = self.live_mask()
         crow = torch.zeros(self.shape[0] + 1, dtype=torch.int64)
         torch.cumsum(self.row_nnz.to(torch.int64), 0, out=crow[1:])
-        return torch.sparse_csr_tensor(crow, self.cols[live].to(torch.int64), self.values.detach()[live].clone(),
-                                       size=self.shape, check_invariants=False)  # valid by construction
+        return torch.sparse_csr_tensor(
+            crow,
+            self.cols[live].to(torch.int64),
+            self.values.detach()[live].clone(),
+            size=self.shape,
+            check_invariants=False,
+        )  # valid by construction
 
     def transposed(self) -> TransposedIndex:
         """W's transposed index, rebuilt only when the topology changed."""
@@ -331,12 +387,20 @@ class PaddedCSR:
         return total
 
     def clone(self) -> "PaddedCSR":
-        return PaddedCSR(self.values.detach().clone(), self.cols.clone(), self.row_start.clone(),
-                         self.row_nnz.clone(), self.shape, check=False)
+        return PaddedCSR(
+            self.values.detach().clone(),
+            self.cols.clone(),
+            self.row_start.clone(),
+            self.row_nnz.clone(),
+            self.shape,
+            check=False,
+        )
 
     def __repr__(self) -> str:
-        return (f"PaddedCSR(shape={self.shape}, nnz={self.nnz}, capacity={self.capacity}, "
-                f"density={self.density:.4f}, values={self.values.dtype}, index={self.cols.dtype})")
+        return (
+            f"PaddedCSR(shape={self.shape}, nnz={self.nnz}, capacity={self.capacity}, "
+            f"density={self.density:.4f}, values={self.values.dtype}, index={self.cols.dtype})"
+        )
 
     # ---- invariants ----
 
@@ -359,5 +423,12 @@ class PaddedCSR:
     def raw_args(self) -> tuple:
         """Pointers and sizes for the extension, after :meth:`check`."""
         self.check()
-        return (self.values.data_ptr(), self.cols.data_ptr(), _bits(self.cols.dtype), self.row_start.data_ptr(),
-                self.row_nnz.data_ptr(), self.shape[0], self.shape[1])
+        return (
+            self.values.data_ptr(),
+            self.cols.data_ptr(),
+            _bits(self.cols.dtype),
+            self.row_start.data_ptr(),
+            self.row_nnz.data_ptr(),
+            self.shape[0],
+            self.shape[1],
+        )

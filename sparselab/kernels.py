@@ -26,8 +26,8 @@ class VariantInfo:
     params: dict = field(default_factory=dict, hash=False, compare=False)
     available: bool = True
     reason: str = ""
-    id: int = -1           # index in the compiled table; -1 for dense pseudo-variants
-    dx_layout: str = ""    # spmm_dx: 'transposed' or 'scatter'
+    id: int = -1  # index in the compiled table; -1 for dense pseudo-variants
+    dx_layout: str = ""  # spmm_dx: 'transposed' or 'scatter'
 
     @property
     def is_dense(self) -> bool:
@@ -38,9 +38,17 @@ def _build() -> dict[str, dict[str, VariantInfo]]:
     table: dict[str, dict[str, VariantInfo]] = {op: {} for op in OPS}
     for row in _C.variant_table():
         reason = row["unavailable_reason"]
-        v = VariantInfo(op=row["op"], name=row["name"], isa=row["isa"], form=row["form"],
-                        params=json.loads(row["params"]), available=not reason, reason=reason,
-                        id=row["id"], dx_layout=row["dx_layout"])
+        v = VariantInfo(
+            op=row["op"],
+            name=row["name"],
+            isa=row["isa"],
+            form=row["form"],
+            params=json.loads(row["params"]),
+            available=not reason,
+            reason=reason,
+            id=row["id"],
+            dx_layout=row["dx_layout"],
+        )
         if v.name in table[v.op]:
             raise RuntimeError(f"duplicate variant name {v.op}/{v.name} in the compiled registry")
         table[v.op][v.name] = v
@@ -91,8 +99,17 @@ def require_available(op: str, name: str) -> VariantInfo:
 def describe() -> str:
     """A plain-text table of every variant and its availability."""
     header = ["op", "name", "isa", "form", "params", "available"]
-    rows = [[v.op, v.name, v.isa, v.form, json.dumps(v.params) if v.params else "-",
-             "yes" if v.available else f"no: {v.reason}"] for v in variants()]
+    rows = [
+        [
+            v.op,
+            v.name,
+            v.isa,
+            v.form,
+            json.dumps(v.params) if v.params else "-",
+            "yes" if v.available else f"no: {v.reason}",
+        ]
+        for v in variants()
+    ]
     # Columns as wide as their widest cell, so long names or params never shift the next column.
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
     return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(r, widths)), r[-1]]) for r in [header, *rows])

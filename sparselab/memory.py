@@ -91,8 +91,9 @@ def layer_memory(layer, optimizer: torch.optim.Optimizer | None = None, name: st
     dense_w = layer.out_features * layer.in_features * el
     m = LayerMemory(name=name, kind="sparse")
     m.weight = _nbytes(v) + _nbytes(b)
-    m.index = sum(_nbytes(t) for t in (layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz,
-                                       layer.weight_shape))
+    m.index = sum(
+        _nbytes(t) for t in (layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz, layer.weight_shape)
+    )
     m.cache = sum(_nbytes(getattr(layer, n)) for n in _TRANSPOSED)
     # Index tensors a SparseLinear subclass keeps besides its own (e.g. Top-KAST's forward set).
     m.cache += sum(_nbytes(t) for t in getattr(layer, "extra_index_tensors", tuple)())
@@ -152,37 +153,53 @@ class MemoryReport:
         return self.total / self.dense_total if self.dense_total else float("nan")
 
     def as_dict(self) -> dict:
-        return {"layers": [m.as_dict() for m in self.layers], "other": self.other.as_dict(),
-                "scratch": self.scratch, "sparse_layers_total": self.sparse_layers_total,
-                "sparse_layers_dense_total": self.sparse_layers_dense_total,
-                "sparse_layers_ratio": self.sparse_layers_ratio, "layers_only_ratio": self.layers_only_ratio,
-                "total": self.total,
-                "dense_total": self.dense_total, "ratio": self.ratio}
+        return {
+            "layers": [m.as_dict() for m in self.layers],
+            "other": self.other.as_dict(),
+            "scratch": self.scratch,
+            "sparse_layers_total": self.sparse_layers_total,
+            "sparse_layers_dense_total": self.sparse_layers_dense_total,
+            "sparse_layers_ratio": self.sparse_layers_ratio,
+            "layers_only_ratio": self.layers_only_ratio,
+            "total": self.total,
+            "dense_total": self.dense_total,
+            "ratio": self.ratio,
+        }
 
     def __str__(self) -> str:
         def mb(b):
             return f"{b / 2**20:9.3f}"
 
-        head = (f"{'layer':28} {'weight':>9} {'index':>9} {'cache':>9} {'grad':>9} {'optim':>9} "
-                f"{'total':>9} {'dense':>9} {'ratio':>6}  (MiB)")
+        head = (
+            f"{'layer':28} {'weight':>9} {'index':>9} {'cache':>9} {'grad':>9} {'optim':>9} "
+            f"{'total':>9} {'dense':>9} {'ratio':>6}  (MiB)"
+        )
         lines = [head]
         for m in self.layers + ([self.other] if self.other.total else []):
-            lines.append(f"{m.name[:28]:28} {mb(m.weight)} {mb(m.index)} {mb(m.cache)} {mb(m.grad)} "
-                         f"{mb(m.optimizer)} {mb(m.total)} {mb(m.dense_total)} {m.ratio:6.3f}")
+            lines.append(
+                f"{m.name[:28]:28} {mb(m.weight)} {mb(m.index)} {mb(m.cache)} {mb(m.grad)} "
+                f"{mb(m.optimizer)} {mb(m.total)} {mb(m.dense_total)} {m.ratio:6.3f}"
+            )
         if self.scratch:
-            lines.append(f"{'(kernel scratch)':28} {'':9} {'':9} {mb(self.scratch)} {'':9} {'':9} "
-                         f"{mb(self.scratch)} {'':9}")
+            lines.append(
+                f"{'(kernel scratch)':28} {'':9} {'':9} {mb(self.scratch)} {'':9} {'':9} {mb(self.scratch)} {'':9}"
+            )
         if self.scratch:
-            lines.append(f"{'sparse layers w/o scratch':28} {'':49} {mb(self.sparse_layers_total - self.scratch)} "
-                         f"{mb(self.sparse_layers_dense_total)} {self.layers_only_ratio:6.3f}")
-        lines.append(f"{'sparse layers':28} {'':49} {mb(self.sparse_layers_total)} "
-                     f"{mb(self.sparse_layers_dense_total)} {self.sparse_layers_ratio:6.3f}")
+            lines.append(
+                f"{'sparse layers w/o scratch':28} {'':49} {mb(self.sparse_layers_total - self.scratch)} "
+                f"{mb(self.sparse_layers_dense_total)} {self.layers_only_ratio:6.3f}"
+            )
+        lines.append(
+            f"{'sparse layers':28} {'':49} {mb(self.sparse_layers_total)} "
+            f"{mb(self.sparse_layers_dense_total)} {self.sparse_layers_ratio:6.3f}"
+        )
         lines.append(f"{'model':28} {'':49} {mb(self.total)} {mb(self.dense_total)} {self.ratio:6.3f}")
         return "\n".join(lines)
 
 
-def memory_report(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *,
-                  include_scratch: bool = True) -> MemoryReport:
+def memory_report(
+    model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *, include_scratch: bool = True
+) -> MemoryReport:
     """Bytes of weights, indices, caches, grads and optimizer state of ``model``
     (a module or a single ``SparseLinear``), sparse vs the dense equivalent.
     Pass the optimizer to count its state; grads are counted as allocated."""

@@ -38,8 +38,8 @@ from . import ops, optimizer_tracking, planner
 from .autograd import _csr, _row_major, build_transposed, no_transposed, sparse_linear
 from .format import VALUE_DTYPES, PaddedCSR, TransposedIndex, _bits
 from .storage import replace_storage
-from .validation import version_of as _version
 from .tuning.preference import get_prefer
+from .validation import version_of as _version
 
 __all__ = ["SparseLinear"]
 
@@ -59,9 +59,11 @@ def _check_cpu(device, what: str = "SparseLinear") -> None:
         return
     dev = torch.device(device)
     if dev.type != "cpu":
-        raise ValueError(f"{what} runs on the CPU only (its sparse kernels are CPU kernels); "
-                         f"got device {str(dev)!r}. Keep sparse layers on the CPU, or use "
-                         f".to_dense() for an nn.Linear that can move.")
+        raise ValueError(
+            f"{what} runs on the CPU only (its sparse kernels are CPU kernels); "
+            f"got device {str(dev)!r}. Keep sparse layers on the CPU, or use "
+            f".to_dense() for an nn.Linear that can move."
+        )
 
 
 def _check_dtype(dtype) -> torch.dtype:
@@ -82,8 +84,14 @@ class _LayerCSR(PaddedCSR):
     ``mark_topology_changed`` that refreshes the layer at once."""
 
     def __init__(self, layer: "SparseLinear"):
-        super().__init__(layer.weight_values, layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz,
-                         (layer.out_features, layer.in_features), check=False)
+        super().__init__(
+            layer.weight_values,
+            layer.weight_cols,
+            layer.weight_row_start,
+            layer.weight_row_nnz,
+            (layer.out_features, layer.in_features),
+            check=False,
+        )
         self._layer = weakref.ref(layer)
         self.topology_version = layer._topology_version
 
@@ -109,8 +117,9 @@ class _LayerCSR(PaddedCSR):
         if layer is None or not layer._t_built:  # no index kept (memory preference): built for the caller
             return super().transposed()
         layer._ensure_fresh()
-        return _csr(self.values, self.cols, self.row_start, self.row_nnz, *self.shape,
-                    layer._transposed_tensors())._transposed
+        return _csr(
+            self.values, self.cols, self.row_start, self.row_nnz, *self.shape, layer._transposed_tensors()
+        )._transposed
 
     def memory_bytes(self, *, include_cache: bool = True) -> int:
         total = super().memory_bytes(include_cache=False)
@@ -149,8 +158,18 @@ class SparseLinear(nn.Module):
 
     __constants__ = ["in_features", "out_features"]
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, sparsity: float = 0.9, *,
-                 device=None, dtype=None, padding: float | int = 0.0, index_dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        sparsity: float = 0.9,
+        *,
+        device=None,
+        dtype=None,
+        padding: float | int = 0.0,
+        index_dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         for name, v in (("in_features", in_features), ("out_features", out_features)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -158,8 +177,15 @@ class SparseLinear(nn.Module):
         sparsity = _check_sparsity(sparsity)
         _check_cpu(device)
         dtype = _check_dtype(dtype)
-        csr = PaddedCSR.random(out_features, in_features, sparsity, seed=_seed_from_global_rng(), dtype=dtype,
-                               padding=padding, index_dtype=index_dtype)
+        csr = PaddedCSR.random(
+            out_features,
+            in_features,
+            sparsity,
+            seed=_seed_from_global_rng(),
+            dtype=dtype,
+            padding=padding,
+            index_dtype=index_dtype,
+        )
         b = torch.empty(out_features, dtype=dtype) if bias else None
         self._adopt(csr, b)
         self.reset_parameters()
@@ -190,7 +216,8 @@ class SparseLinear(nn.Module):
 
     def _mark_values(self) -> None:
         optimizer_tracking.mark_sparse_values(
-            self.weight_values, f"SparseLinear(in_features={self.in_features}, out_features={self.out_features})")
+            self.weight_values, f"SparseLinear(in_features={self.in_features}, out_features={self.out_features})"
+        )
 
     @classmethod
     def from_csr(cls, csr: PaddedCSR, bias: Optional[Tensor] = None) -> "SparseLinear":
@@ -208,9 +235,16 @@ class SparseLinear(nn.Module):
         return layer
 
     @classmethod
-    def from_dense(cls, linear: nn.Linear, sparsity: float | None = None, *, method: str = "magnitude",
-                   reinit: bool = False, padding: float | int = 0.0,
-                   index_dtype: torch.dtype | None = None) -> "SparseLinear":
+    def from_dense(
+        cls,
+        linear: nn.Linear,
+        sparsity: float | None = None,
+        *,
+        method: str = "magnitude",
+        reinit: bool = False,
+        padding: float | int = 0.0,
+        index_dtype: torch.dtype | None = None,
+    ) -> "SparseLinear":
         """A sparse copy of ``linear`` (weights and bias are copied).
 
         ``sparsity=None`` keeps exactly the nonzeros of ``linear.weight``.
@@ -252,8 +286,9 @@ class SparseLinear(nn.Module):
 
     def to_dense(self) -> nn.Linear:
         """An ``nn.Linear`` holding this layer's (masked) weight and bias (copies)."""
-        lin = nn.utils.skip_init(nn.Linear, self.in_features, self.out_features, bias=self.bias is not None,
-                                 dtype=self.weight_values.dtype)
+        lin = nn.utils.skip_init(
+            nn.Linear, self.in_features, self.out_features, bias=self.bias is not None, dtype=self.weight_values.dtype
+        )
         with torch.no_grad():
             lin.weight.copy_(self.dense_weight())
             if self.bias is not None:
@@ -287,8 +322,13 @@ class SparseLinear(nn.Module):
         """W as a :class:`PaddedCSR` sharing this layer's tensors (no copy).
         After mutating its topology in place call ``mark_topology_changed()``."""
         c = self._csr
-        if (c is None or c.values is not self.weight_values or c.cols is not self.weight_cols
-                or c.row_start is not self.weight_row_start or c.row_nnz is not self.weight_row_nnz):
+        if (
+            c is None
+            or c.values is not self.weight_values
+            or c.cols is not self.weight_cols
+            or c.row_start is not self.weight_row_start
+            or c.row_nnz is not self.weight_row_nnz
+        ):
             c = self._csr = _LayerCSR(self)
         return c
 
@@ -304,8 +344,14 @@ class SparseLinear(nn.Module):
         if self._csr is not None:
             self._csr.topology_version = self._topology_version
         if validate:
-            PaddedCSR(self.weight_values, self.weight_cols, self.weight_row_start, self.weight_row_nnz,
-                      (self.out_features, self.in_features), check=True)
+            PaddedCSR(
+                self.weight_values,
+                self.weight_cols,
+                self.weight_row_start,
+                self.weight_row_nnz,
+                (self.out_features, self.in_features),
+                check=True,
+            )
         self._refresh_transposed()
         self._derive()
 
@@ -318,8 +364,22 @@ class SparseLinear(nn.Module):
         v, b = d["_parameters"]["weight_values"], d["_buffers"]
         c, rs, rn = b["weight_cols"], b["weight_row_start"], b["weight_row_nnz"]
         # ids are safe to compare: the derived record keeps the tensors alive while it holds them.
-        return (id(c), _version(c), c.data_ptr(), id(rs), _version(rs), rs.data_ptr(), id(rn), _version(rn),
-                rn.data_ptr(), c.numel(), v.data_ptr(), v.numel(), v.dtype, planner.epoch)
+        return (
+            id(c),
+            _version(c),
+            c.data_ptr(),
+            id(rs),
+            _version(rs),
+            rs.data_ptr(),
+            id(rn),
+            _version(rn),
+            rn.data_ptr(),
+            c.numel(),
+            v.data_ptr(),
+            v.numel(),
+            v.dtype,
+            planner.epoch,
+        )
 
     def _derive(self) -> None:
         """Recompute what calls reuse, after the topology (already checked) changed. One record,
@@ -329,13 +389,25 @@ class SparseLinear(nn.Module):
         t.cols, t.row_start, t.row_nnz, t.perm = self._transposed_tensors()
         tensors = (self.weight_values, c, self.weight_row_start, self.weight_row_nnz) + self._transposed_tensors()
         self._d = _Derived(
-            w_args=(self.weight_values.data_ptr(), c.data_ptr(), _bits(c.dtype), self.weight_row_start.data_ptr(),
-                    self.weight_row_nnz.data_ptr(), self.out_features, self.in_features),
-            t_index=t, view=self.weight, plans={},
+            w_args=(
+                self.weight_values.data_ptr(),
+                c.data_ptr(),
+                _bits(c.dtype),
+                self.weight_row_start.data_ptr(),
+                self.weight_row_nnz.data_ptr(),
+                self.out_features,
+                self.in_features,
+            ),
+            t_index=t,
+            view=self.weight,
+            plans={},
             density=int(self.weight_row_nnz.sum()) / (self.out_features * self.in_features),
             # The storages, not just the tensor objects: a capacity change swaps storage under the same
             # objects, and a call still running in another thread must keep reading memory that exists.
-            storages=tuple(x.untyped_storage() for x in tensors), held=tensors, fresh=self._storage_state())
+            storages=tuple(x.untyped_storage() for x in tensors),
+            held=tensors,
+            fresh=self._storage_state(),
+        )
 
     def _build_transposed(self, out: tuple[Tensor, ...] | None = None):
         # Under the memory preference (SPARSELAB_PREFER=memory) spmm_dx runs scatter kernels on
@@ -343,8 +415,9 @@ class SparseLinear(nn.Module):
         self._t_built = get_prefer() != "memory"
         if not self._t_built:
             return no_transposed(self.weight_cols)
-        return build_transposed(self.weight_cols, self.weight_row_start, self.weight_row_nnz, self.out_features,
-                                self.in_features, out=out)
+        return build_transposed(
+            self.weight_cols, self.weight_row_start, self.weight_row_nnz, self.out_features, self.in_features, out=out
+        )
 
     def _refresh_transposed(self) -> None:
         # Built into the current buffers when the live count is unchanged (every DST update
@@ -389,21 +462,26 @@ class SparseLinear(nn.Module):
         if not isinstance(x, Tensor):
             raise TypeError(f"SparseLinear expects a torch.Tensor input, got {type(x).__name__}")
         if x.dim() == 0 or x.shape[-1] != self.in_features:
-            raise ValueError(f"SparseLinear(in_features={self.in_features}) expects input of shape "
-                             f"(*, {self.in_features}), got {tuple(x.shape)}")
+            raise ValueError(
+                f"SparseLinear(in_features={self.in_features}) expects input of shape "
+                f"(*, {self.in_features}), got {tuple(x.shape)}"
+            )
         if not x.is_cpu:
             raise ValueError(f"SparseLinear runs on the CPU only; got an input on {x.device}")
         if x.layout is not torch.strided:
-            raise TypeError(f"SparseLinear expects a dense (strided) input, got layout {x.layout}; "
-                            f"call .to_dense() first")
+            raise TypeError(
+                f"SparseLinear expects a dense (strided) input, got layout {x.layout}; call .to_dense() first"
+            )
 
     def _dtype_error(self, x: Tensor) -> TypeError:
         w = self.weight_values.dtype
         if x.dtype in VALUE_DTYPES:
             fix = f"convert the input (x.to({w})) or the layer (layer.to({x.dtype}))"
         elif x.is_floating_point():
-            fix = (f"convert the input (x.to({w})), or run the model under "
-                   f"torch.autocast('cpu', dtype={x.dtype}), which SparseLinear supports")
+            fix = (
+                f"convert the input (x.to({w})), or run the model under "
+                f"torch.autocast('cpu', dtype={x.dtype}), which SparseLinear supports"
+            )
         else:
             fix = f"convert the input (x.to({w}))"
         return TypeError(f"SparseLinear has {w} weights but got a {x.dtype} input; {fix}")
@@ -415,8 +493,12 @@ class SparseLinear(nn.Module):
         if x.dtype is not w_dtype:
             # Under CPU autocast a float32 layer takes low-precision activations and returns the
             # autocast dtype, as nn.Linear does there; the float32 kernels do the arithmetic.
-            if (w_dtype is torch.float32 and x.is_floating_point() and x.dtype is not torch.float64
-                    and torch.is_autocast_enabled("cpu")):
+            if (
+                w_dtype is torch.float32
+                and x.is_floating_point()
+                and x.dtype is not torch.float64
+                and torch.is_autocast_enabled("cpu")
+            ):
                 out_dtype = torch.get_autocast_dtype("cpu")
                 x = x.float()
             else:
@@ -424,8 +506,17 @@ class SparseLinear(nn.Module):
         elif w_dtype is torch.float32 and torch.is_autocast_enabled("cpu"):
             out_dtype = torch.get_autocast_dtype("cpu")
         if torch.compiler.is_compiling():  # the custom op: traced as an opaque node with a fake kernel
-            y = sparse_linear(x, self.weight_values, self.weight_cols, self.weight_row_start, self.weight_row_nnz,
-                              self._transposed_tensors(), self.bias, self.out_features, self.in_features)
+            y = sparse_linear(
+                x,
+                self.weight_values,
+                self.weight_cols,
+                self.weight_row_start,
+                self.weight_row_nnz,
+                self._transposed_tensors(),
+                self.bias,
+                self.out_features,
+                self.in_features,
+            )
         else:
             d = self._ensure_fresh()
             if x.is_neg():  # a lazy negation the kernels would not see
@@ -433,12 +524,16 @@ class SparseLinear(nn.Module):
             x2 = _row_major(x if x.dim() == 2 else x.reshape(-1, self.in_features))
             params = self.__dict__["_parameters"]
             values, b = params["weight_values"], params["bias"]
-            if b is not None and (b.dtype is not w_dtype or b.shape != (self.out_features,) or not b.is_contiguous()
-                                  or not b.is_cpu):
-                raise ValueError(f"SparseLinear.bias must be a contiguous CPU {w_dtype} tensor of shape "
-                                 f"({self.out_features},), got {b.dtype} {tuple(b.shape)} strides {b.stride()}")
-            if torch.is_grad_enabled() and (x.requires_grad or values.requires_grad
-                                            or (b is not None and b.requires_grad)):
+            if b is not None and (
+                b.dtype is not w_dtype or b.shape != (self.out_features,) or not b.is_contiguous() or not b.is_cpu
+            ):
+                raise ValueError(
+                    f"SparseLinear.bias must be a contiguous CPU {w_dtype} tensor of shape "
+                    f"({self.out_features},), got {b.dtype} {tuple(b.shape)} strides {b.stride()}"
+                )
+            if torch.is_grad_enabled() and (
+                x.requires_grad or values.requires_grad or (b is not None and b.requires_grad)
+            ):
                 y = _PlannedLinear.apply(x2, values, b, self, d)
             else:
                 y = self._run_fwd(d, x2, b)
@@ -494,8 +589,10 @@ class SparseLinear(nn.Module):
         return 1.0 - self.density
 
     def extra_repr(self) -> str:
-        s = (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-             f"sparsity={self.sparsity:.3f}, nnz={self.nnz}")
+        s = (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+            f"sparsity={self.sparsity:.3f}, nnz={self.nnz}"
+        )
         if self.capacity != self.nnz:
             s += f", capacity={self.capacity}"
         if self.weight_values.dtype != torch.float32:
@@ -510,16 +607,20 @@ class SparseLinear(nn.Module):
             f = fn(torch.zeros(1))
             i = fn(torch.zeros(1, dtype=torch.int16))
         except Exception as e:
-            raise RuntimeError(f"SparseLinear runs on the CPU with float32/float64 weights only; "
-                               f"this conversion is not supported ({type(e).__name__}: {e})") from e
+            raise RuntimeError(
+                f"SparseLinear runs on the CPU with float32/float64 weights only; "
+                f"this conversion is not supported ({type(e).__name__}: {e})"
+            ) from e
         for t in (f, i):
             if isinstance(t, Tensor):
                 _check_cpu(t.device)
         if isinstance(f, Tensor) and f.dtype not in VALUE_DTYPES:
             raise TypeError(f"SparseLinear supports float32 and float64 weights only, got a conversion to {f.dtype}")
         if isinstance(i, Tensor) and i.dtype != torch.int16:
-            raise TypeError(f"this conversion would change SparseLinear's index tensors to {i.dtype}; "
-                            f"use .to(dtype) / .double() / .float(), which leave indices alone")
+            raise TypeError(
+                f"this conversion would change SparseLinear's index tensors to {i.dtype}; "
+                f"use .to(dtype) / .double() / .float(), which leave indices alone"
+            )
         out = super()._apply(fn, recurse)
         self._csr = None
         self._mark_values()  # a new Parameter under torch's overwrite-on-conversion setting
@@ -529,8 +630,9 @@ class SparseLinear(nn.Module):
 
     _STATE_NAMES = ("weight_values", "weight_cols", "weight_row_start", "weight_row_nnz", "weight_shape")
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs):
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
         """Transactional: the incoming topology, values and bias are checked whole
         (a valid padded CSR of this layer's shape) before anything is changed, so a
         refused load leaves the layer exactly as it was. A state of another
@@ -540,7 +642,7 @@ class SparseLinear(nn.Module):
         names = self._STATE_NAMES + (("bias",) if self.bias is not None else ())
         if strict:
             for key in state_dict:
-                if key.startswith(prefix) and key[len(prefix):] not in names and key != prefix + "_extra_state":
+                if key.startswith(prefix) and key[len(prefix) :] not in names and key != prefix + "_extra_state":
                     unexpected_keys.append(key)
         got = {n: state_dict[prefix + n] for n in names if prefix + n in state_dict}
         if not got:
@@ -551,8 +653,10 @@ class SparseLinear(nn.Module):
         if absent:
             if strict or len(absent) < len(self._STATE_NAMES):
                 missing_keys.extend(prefix + n for n in absent)
-                error_msgs.append(f"{prefix or 'SparseLinear'}: a SparseLinear state holds its weight as "
-                                  f"{', '.join(self._STATE_NAMES)} together; missing {', '.join(absent)}")
+                error_msgs.append(
+                    f"{prefix or 'SparseLinear'}: a SparseLinear state holds its weight as "
+                    f"{', '.join(self._STATE_NAMES)} together; missing {', '.join(absent)}"
+                )
                 return
         elif strict and self.bias is not None and "bias" not in got:
             missing_keys.append(prefix + "bias")
@@ -577,8 +681,10 @@ class SparseLinear(nn.Module):
                 raise ValueError(f"{n} is a meta tensor (no data)")
         shape = got["weight_shape"]
         if shape.is_floating_point() or shape.numel() != 2 or tuple(shape.tolist()) != (out_f, in_f):
-            raise ValueError(f"state_dict holds a SparseLinear of shape (out, in) = {tuple(shape.tolist())}, "
-                             f"this layer is ({out_f}, {in_f})")
+            raise ValueError(
+                f"state_dict holds a SparseLinear of shape (out, in) = {tuple(shape.tolist())}, "
+                f"this layer is ({out_f}, {in_f})"
+            )
 
         def as_int(n: str, dtype: torch.dtype) -> Tensor:
             t = got[n]
@@ -597,23 +703,33 @@ class SparseLinear(nn.Module):
                 raise ValueError(f"{n} must be 1-D, got shape {tuple(got[n].shape)}")
         values = values.detach().to(self.weight_values.dtype, copy=not assign).contiguous()
         try:
-            csr = PaddedCSR(values, as_int("weight_cols", self.weight_cols.dtype),
-                            as_int("weight_row_start", torch.int64), as_int("weight_row_nnz", torch.int32),
-                            (out_f, in_f), check=True)
+            csr = PaddedCSR(
+                values,
+                as_int("weight_cols", self.weight_cols.dtype),
+                as_int("weight_row_start", torch.int64),
+                as_int("weight_row_nnz", torch.int32),
+                (out_f, in_f),
+                check=True,
+            )
         except ValueError as e:
             raise ValueError(f"loaded topology is not a valid padded CSR: {e}") from None
         bias = got.get("bias")
         if bias is not None:
             if not bias.is_floating_point() or tuple(bias.shape) != (out_f,):
-                raise ValueError(f"bias must be a float tensor of shape ({out_f},), got {bias.dtype} "
-                                 f"{tuple(bias.shape)}")
+                raise ValueError(
+                    f"bias must be a float tensor of shape ({out_f},), got {bias.dtype} {tuple(bias.shape)}"
+                )
             bias = bias.detach().to(self.bias.dtype, copy=not assign)
         return csr, bias
 
     @torch.no_grad()
     def _take_state(self, csr: PaddedCSR, bias: Optional[Tensor]) -> None:
-        for name, src in (("weight_values", csr.values), ("weight_cols", csr.cols),
-                          ("weight_row_start", csr.row_start), ("weight_row_nnz", csr.row_nnz)):
+        for name, src in (
+            ("weight_values", csr.values),
+            ("weight_cols", csr.cols),
+            ("weight_row_start", csr.row_start),
+            ("weight_row_nnz", csr.row_nnz),
+        ):
             own = getattr(self, name)
             if own.shape == src.shape:
                 own.copy_(src)
@@ -649,8 +765,7 @@ class SparseLinear(nn.Module):
             raise ValueError("unpickled SparseLinear has no weight_values Parameter")
         PaddedCSR(values, self.weight_cols, self.weight_row_start, self.weight_row_nnz, (out_f, in_f), check=True)
         bias = self._parameters.get("bias")
-        if bias is not None and (not isinstance(bias, Tensor) or bias.shape != (out_f,)
-                                 or bias.dtype != values.dtype):
+        if bias is not None and (not isinstance(bias, Tensor) or bias.shape != (out_f,) or bias.dtype != values.dtype):
             raise ValueError(f"unpickled SparseLinear: bias must be {values.dtype} of shape ({out_f},)")
         self._topology_version = 0
         self._t_version = -1
@@ -665,14 +780,14 @@ class SparseLinear(nn.Module):
 class _Derived(NamedTuple):
     """What a SparseLinear call reuses, for one generation of the layer's storage."""
 
-    w_args: tuple        # W's raw pointers and sizes for the extension
+    w_args: tuple  # W's raw pointers and sizes for the extension
     t_index: TransposedIndex
-    view: PaddedCSR      # the layer's PaddedCSR view (dense fallbacks, sizes)
-    plans: dict          # (op, n, threads) -> planner.Plan
+    view: PaddedCSR  # the layer's PaddedCSR view (dense fallbacks, sizes)
+    plans: dict  # (op, n, threads) -> planner.Plan
     density: float
-    storages: tuple      # pins the memory w_args points into
-    held: tuple          # keeps the tensors whose ids ``fresh`` records alive
-    fresh: tuple         # SparseLinear._storage_state() when derived
+    storages: tuple  # pins the memory w_args points into
+    held: tuple  # keeps the tensors whose ids ``fresh`` records alive
+    fresh: tuple  # SparseLinear._storage_state() when derived
 
 
 class _PlannedLinear(torch.autograd.Function):
@@ -692,15 +807,18 @@ class _PlannedLinear(torch.autograd.Function):
         layer, d = ctx.layer, ctx.d
         x, values = ctx.saved_tensors
         if layer._storage_state()[:-1] != d.fresh[:-1]:
-            raise RuntimeError("SparseLinear: the topology changed between this forward and its backward; "
-                               "change it after backward (e.g. algo.step() after opt.step())")
+            raise RuntimeError(
+                "SparseLinear: the topology changed between this forward and its backward; "
+                "change it after backward (e.g. algo.step() after opt.step())"
+            )
         dy = dy.contiguous()
         dx = dw = db = None
         if torch.is_grad_enabled():  # double backward: the differentiable custom ops
             args = (values, layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz)
             if ctx.needs_input_grad[0]:
-                dx = torch.ops.sparselab.spmm_dx(dy, *args, *layer._transposed_tensors(), layer.out_features,
-                                                 layer.in_features)
+                dx = torch.ops.sparselab.spmm_dx(
+                    dy, *args, *layer._transposed_tensors(), layer.out_features, layer.in_features
+                )
             if ctx.needs_input_grad[1]:
                 dw = torch.ops.sparselab.sddmm_dw(dy, x, *args, layer.out_features, layer.in_features)
         else:

@@ -58,8 +58,14 @@ def _resolve(op: str, W: PaddedCSR, n: int, variant: str | None, threads: int) -
     return kernels.require_available(op, variant)
 
 
-def spmm_fwd(W: PaddedCSR, X: torch.Tensor, bias: torch.Tensor | None = None, *,
-             variant: str | None = None, threads: int | None = None) -> torch.Tensor:
+def spmm_fwd(
+    W: PaddedCSR,
+    X: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    variant: str | None = None,
+    threads: int | None = None,
+) -> torch.Tensor:
     """``Y = X @ W^T (+ bias)`` for X of shape (N, in_features)."""
     _check_weight(W)
     out_f, in_f = W.shape
@@ -80,8 +86,7 @@ def spmm_fwd(W: PaddedCSR, X: torch.Tensor, bias: torch.Tensor | None = None, *,
     return run_spmm_fwd(v, W, W.raw_args(), X, bias, nthreads)
 
 
-def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None,
-            threads: int | None = None) -> torch.Tensor:
+def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None, threads: int | None = None) -> torch.Tensor:
     """``dX = dY @ W`` for dY of shape (N, out_features)."""
     _check_weight(W)
     out_f, in_f = W.shape
@@ -95,8 +100,9 @@ def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None,
     return run_spmm_dx(v, W, W.raw_args(), t, dY, nthreads)
 
 
-def sddmm_dw(W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor, *, variant: str | None = None,
-             threads: int | None = None) -> torch.Tensor:
+def sddmm_dw(
+    W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor, *, variant: str | None = None, threads: int | None = None
+) -> torch.Tensor:
     """Weight gradient at W's live slots, shaped like ``W.values``."""
     _check_weight(W)
     out_f, in_f = W.shape
@@ -114,8 +120,10 @@ def sddmm_dw(W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor, *, variant: str | 
 # ``v`` is the planned variant (None: float64 or an empty batch), ``w_args`` W's raw_args().
 # The public ops above and SparseLinear's planned calls both end here.
 
-def run_spmm_fwd(v, W: PaddedCSR, w_args: tuple, X: torch.Tensor, bias: torch.Tensor | None,
-                 nthreads: int) -> torch.Tensor:
+
+def run_spmm_fwd(
+    v, W: PaddedCSR, w_args: tuple, X: torch.Tensor, bias: torch.Tensor | None, nthreads: int
+) -> torch.Tensor:
     n, out_f = X.shape[0], w_args[5]
     if v is not None and v.is_dense:
         return _dense_fwd(v.name, W, X, bias)
@@ -146,8 +154,13 @@ def run_spmm_dx(v, W: PaddedCSR, w_args: tuple, t, dY: torch.Tensor, nthreads: i
             # No live entry: dX is 0. (The empty index tensors have no storage,
             # so their null addresses would be refused by _C as "no index".)
             return dX.zero_()
-        tr = (t.cols.data_ptr(), 16 if t.cols.dtype == torch.int16 else 32, t.row_start.data_ptr(),
-              t.row_nnz.data_ptr(), t.perm.data_ptr())
+        tr = (
+            t.cols.data_ptr(),
+            16 if t.cols.dtype == torch.int16 else 32,
+            t.row_start.data_ptr(),
+            t.row_nnz.data_ptr(),
+            t.perm.data_ptr(),
+        )
     else:
         tr = (0, 32, 0, 0, 0)
     _C.spmm_dx(v.id, *w_args, *tr, n, dY.data_ptr(), _ld(dY), dX.data_ptr(), in_f, nthreads)
@@ -169,6 +182,7 @@ def run_sddmm_dw(v, W: PaddedCSR, w_args: tuple, dY: torch.Tensor, X: torch.Tens
 
 
 # ---- dense torch candidates: the same job through torch's BLAS ----
+
 
 def _dense_fwd(name: str, W: PaddedCSR, X: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     dense = W.to_dense()

@@ -48,8 +48,7 @@ def _as_index(slots, numel: int) -> Tensor:
         slots = slots.to(torch.int64)
     slots = slots.reshape(-1)
     if slots.numel() and (int(slots.min()) < 0 or int(slots.max()) >= numel):
-        raise ValueError(f"slot ids must lie in [0, {numel}), got range "
-                         f"[{int(slots.min())}, {int(slots.max())}]")
+        raise ValueError(f"slot ids must lie in [0, {numel}), got range [{int(slots.min())}, {int(slots.max())}]")
     return slots
 
 
@@ -60,8 +59,9 @@ def slot_state_keys(optimizer: torch.optim.Optimizer, param: Tensor) -> list[str
 
 
 @torch.no_grad()
-def reset_slots(optimizer: torch.optim.Optimizer, param: Tensor, slots, *, grad: bool = True,
-                keys: Iterable[str] | None = None) -> list[str]:
+def reset_slots(
+    optimizer: torch.optim.Optimizer, param: Tensor, slots, *, grad: bool = True, keys: Iterable[str] | None = None
+) -> list[str]:
     """Zero ``param``'s per-slot optimizer state at ``slots`` (int ids or a bool
     mask over ``param``'s elements); also ``param.grad`` there if ``grad``.
 
@@ -89,7 +89,7 @@ def _zero_at(t: Tensor, idx: Tensor, piece: int = 1 << 16) -> None:
     # list of grown slots never gets a full-size int64 copy.
     flat, zero = t.view(-1), t.new_zeros(())
     for i in range(0, idx.numel(), piece):
-        flat.index_put_((idx[i:i + piece],), zero)
+        flat.index_put_((idx[i : i + piece],), zero)
 
 
 def drop_state(optimizer: torch.optim.Optimizer, param: Tensor) -> None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import weakref
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch import Tensor
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.weak import WeakIdKeyDictionary
 
 __all__ = ["mark_sparse_values", "holders", "check_optimizer"]
@@ -80,7 +80,8 @@ def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
                     f"{getattr(p, _MARK)}, which now has {p.numel()} slots: the state belongs to another "
                     f"topology. Load the optimizer's state after the model's, from the same checkpoint, or "
                     f"rebuild the optimizer; a DST algorithm moves the state of every optimizer it has seen "
-                    f"step (or been given with algo.attach_optimizer) when it changes the layer.")
+                    f"step (or been given with algo.attach_optimizer) when it changes the layer."
+                )
 
 
 def _pre_step_hook(optimizer, args, kwargs) -> None:

@@ -84,8 +84,7 @@ def invalidate() -> None:
         epoch += 1
 
 
-def plan(op: str, out_features: int, in_features: int, n: int, density: float,
-         threads: int | None = None) -> Plan:
+def plan(op: str, out_features: int, in_features: int, n: int, density: float, threads: int | None = None) -> Plan:
     """The plan for this call on this CPU. ``threads``: the thread count the op will run
     with (default ``torch.get_num_threads()``)."""
     sig = (op, out_features, in_features, n, density, threads or torch.get_num_threads())
@@ -95,8 +94,7 @@ def plan(op: str, out_features: int, in_features: int, n: int, density: float,
     return p
 
 
-def choose(op: str, out_features: int, in_features: int, n: int, density: float,
-           threads: int | None = None) -> str:
+def choose(op: str, out_features: int, in_features: int, n: int, density: float, threads: int | None = None) -> str:
     """The variant name :func:`plan` picks."""
     return plan(op, out_features, in_features, n, density, threads).name
 

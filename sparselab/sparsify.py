@@ -46,13 +46,24 @@ def _sparsity_for(sparsity, name: str, module: nn.Module):
 
 def _candidate(m: nn.Module) -> bool:
     # MultiheadAttention reads out_proj.weight directly: its Linear cannot be swapped.
-    return isinstance(m, nn.Linear) and not isinstance(m, nn.modules.linear.NonDynamicallyQuantizableLinear) \
+    return (
+        isinstance(m, nn.Linear)
+        and not isinstance(m, nn.modules.linear.NonDynamicallyQuantizableLinear)
         and not isinstance(m, nn.LazyLinear)
+    )
 
 
-def sparsify(model: nn.Module, sparsity, *, include: Selector = None, exclude: Selector = None,
-             method: str = "magnitude", reinit: bool = False, padding: float | int = 0.0,
-             index_dtype=None) -> nn.Module:
+def sparsify(
+    model: nn.Module,
+    sparsity,
+    *,
+    include: Selector = None,
+    exclude: Selector = None,
+    method: str = "magnitude",
+    reinit: bool = False,
+    padding: float | int = 0.0,
+    index_dtype=None,
+) -> nn.Module:
     """Replace the ``nn.Linear`` layers of ``model`` with ``SparseLinear``, in place; return the model.
 
     Args:
@@ -94,8 +105,10 @@ def sparsify(model: nn.Module, sparsity, *, include: Selector = None, exclude: S
         if exc is not None and exc(name, m):
             continue
         if owners.get(id(m.weight), 0) > 1:
-            warnings.warn(f"sparsify: leaving {name or 'model'!r} dense: its weight is shared with another "
-                          f"module (tied weights)", stacklevel=2)
+            warnings.warn(
+                f"sparsify: leaving {name or 'model'!r} dense: its weight is shared with another module (tied weights)",
+                stacklevel=2,
+            )
             continue
         s = _sparsity_for(sparsity, name, m)
         if s is not None:
@@ -105,8 +118,7 @@ def sparsify(model: nn.Module, sparsity, *, include: Selector = None, exclude: S
         return model
 
     for name, m, s in plan:
-        new = SparseLinear.from_dense(m, s, method=method, reinit=reinit, padding=padding,
-                                      index_dtype=index_dtype)
+        new = SparseLinear.from_dense(m, s, method=method, reinit=reinit, padding=padding, index_dtype=index_dtype)
         new.train(m.training)
         if name == "":
             return new
@@ -120,9 +132,11 @@ def _sparse_entries(layer: SparseLinear, prefix: str, weight: torch.Tensor, bias
     """The state_dict entries of ``layer`` holding the dense ``weight`` pruned to the layer's
     live count (and ``bias``), with the layer's per-row spare capacity."""
     if not isinstance(weight, torch.Tensor) or weight.shape != (layer.out_features, layer.in_features):
-        raise ValueError(f"{prefix}weight: expected a dense tensor of shape "
-                         f"({layer.out_features}, {layer.in_features}), got "
-                         f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}")
+        raise ValueError(
+            f"{prefix}weight: expected a dense tensor of shape "
+            f"({layer.out_features}, {layer.in_features}), got "
+            f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}"
+        )
     if not weight.is_floating_point():
         raise TypeError(f"{prefix}weight: expected floating-point values, got {weight.dtype}")
     out_f, in_f = layer.out_features, layer.in_features
@@ -137,13 +151,11 @@ def _sparse_entries(layer: SparseLinear, prefix: str, weight: torch.Tensor, bias
     # its spare slots per row, so the loaded layer has the sizes it had.
     sparsity = 1.0 - layer.nnz / (out_f * in_f)
     padding = round((layer.capacity - layer.nnz) / out_f)
-    new = SparseLinear.from_dense(dense, sparsity, method=method, padding=padding,
-                                  index_dtype=layer.weight_cols.dtype)
+    new = SparseLinear.from_dense(dense, sparsity, method=method, padding=padding, index_dtype=layer.weight_cols.dtype)
     return {prefix + k: v for k, v in new.state_dict().items()}
 
 
-def load_dense_state_dict(model: nn.Module, state_dict: Mapping, *, strict: bool = True,
-                          method: str = "magnitude"):
+def load_dense_state_dict(model: nn.Module, state_dict: Mapping, *, strict: bool = True, method: str = "magnitude"):
     """Load a dense checkpoint (e.g. a pretrained model's ``state_dict()``) into ``model``, whose
     ``nn.Linear`` layers were replaced by ``SparseLinear`` (:func:`sparsify`).
 
@@ -172,8 +184,10 @@ def load_dense_state_dict(model: nn.Module, state_dict: Mapping, *, strict: bool
         if not isinstance(m, SparseLinear) or prefix + "weight" not in state_dict:
             continue
         if (m.bias is None) != (prefix + "bias" not in state_dict) and strict:
-            raise ValueError(f"{prefix}bias: the checkpoint {'has' if m.bias is None else 'lacks'} a bias "
-                             f"the layer {'lacks' if m.bias is None else 'has'}")
+            raise ValueError(
+                f"{prefix}bias: the checkpoint {'has' if m.bias is None else 'lacks'} a bias "
+                f"the layer {'lacks' if m.bias is None else 'has'}"
+            )
         bias = state_dict.get(prefix + "bias") if m.bias is not None else None
         converted.pop(prefix + "weight")
         converted.pop(prefix + "bias", None)

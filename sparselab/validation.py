@@ -48,8 +48,7 @@ def _check_index(w):
         if t.device.type != "cpu":
             raise ValueError(f"{name} must be on the CPU, got {t.device}")
         if t.dim() != 1 or not t.is_contiguous():
-            raise ValueError(f"{name} must be a contiguous 1-D tensor, got shape {tuple(t.shape)} "
-                             f"strides {t.stride()}")
+            raise ValueError(f"{name} must be a contiguous 1-D tensor, got shape {tuple(t.shape)} strides {t.stride()}")
     if w.values.dtype not in VALUE_DTYPES:
         raise TypeError(f"values must be float32 or float64, got {w.values.dtype}")
     if w.cols.dtype not in (torch.int16, torch.int32):
@@ -101,8 +100,10 @@ def _check_index(w):
         bad = (pair & (cols[1:] <= cols[:-1])).nonzero()
         if bad.numel():
             k = int(bad[0])
-            _fail(f"row {int(rows[k])} columns not strictly increasing at slot {k + 1} "
-                  f"({int(cols[k])} then {int(cols[k + 1])})")
+            _fail(
+                f"row {int(rows[k])} columns not strictly increasing at slot {k + 1} "
+                f"({int(cols[k])} then {int(cols[k + 1])})"
+            )
     return live, rows
 
 
@@ -136,8 +137,7 @@ def _versions(w) -> tuple:
 
 def _is_remembered(key: tuple, tensors: tuple, versions: tuple) -> bool:
     hit = _CHECKED.get(key)
-    return (hit is not None and hit[1] == versions
-            and all(r() is t for r, t in zip(hit[0], tensors)))
+    return hit is not None and hit[1] == versions and all(r() is t for r, t in zip(hit[0], tensors))
 
 
 def _remember_key(key: tuple, tensors: tuple, versions: tuple) -> None:
@@ -175,22 +175,29 @@ def check_transposed(w, t) -> None:
         return
     out_f, in_f = w.shape
     nnz = int(w.row_nnz.sum())
-    for name, x, dtypes, n in (("t_cols", t.cols, INDEX_DTYPES, nnz), ("t_row_start", t.row_start,
-                               (torch.int64,), in_f + 1), ("t_row_nnz", t.row_nnz, (torch.int32,), in_f),
-                               ("t_perm", t.perm, (torch.int32,), nnz)):
+    for name, x, dtypes, n in (
+        ("t_cols", t.cols, INDEX_DTYPES, nnz),
+        ("t_row_start", t.row_start, (torch.int64,), in_f + 1),
+        ("t_row_nnz", t.row_nnz, (torch.int32,), in_f),
+        ("t_perm", t.perm, (torch.int32,), nnz),
+    ):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"transposed index {name} must be a torch.Tensor, got {type(x).__name__}")
         if x.dtype not in dtypes or not x.is_cpu or x.dim() != 1 or not x.is_contiguous() or x.numel() != n:
-            raise ValueError(f"transposed index {name} must be a contiguous 1-D CPU "
-                             f"{' or '.join(map(str, dtypes))} tensor of {n} entries, got {x.dtype} "
-                             f"shape {tuple(x.shape)} on {x.device}")
+            raise ValueError(
+                f"transposed index {name} must be a contiguous 1-D CPU "
+                f"{' or '.join(map(str, dtypes))} tensor of {n} entries, got {x.dtype} "
+                f"shape {tuple(x.shape)} on {x.device}"
+            )
     if t.cols.dtype == torch.int16 and out_f > INT16_MAX_COLUMNS:
         raise ValueError(f"transposed index t_cols is int16 but out_features={out_f} > {INT16_MAX_COLUMNS}")
     rs, rn = t.row_start, t.row_nnz.to(torch.int64)
     counts = rs[1:] - rs[:-1]
     if int(rs[0]) != 0 or int(rs[-1]) != nnz or bool((counts != rn).any()):
-        raise ValueError("transposed index row_start / row_nnz do not describe a packed layout of W's "
-                         f"{nnz} live entries (rebuild it with build_transposed)")
+        raise ValueError(
+            "transposed index row_start / row_nnz do not describe a packed layout of W's "
+            f"{nnz} live entries (rebuild it with build_transposed)"
+        )
     perm = t.perm.to(torch.int64)
     if nnz:
         cap = w.values.numel()
@@ -200,15 +207,19 @@ def check_transposed(w, t) -> None:
         rank = perm - w.row_start[rows_of_slot[perm]]
         t_col = torch.repeat_interleave(torch.arange(in_f), counts)
         t_row = t.cols.to(torch.int64)
-        ok = ((rank < w.row_nnz.to(torch.int64)[rows_of_slot[perm]]) & (w.cols[perm].to(torch.int64) == t_col)
-              & (rows_of_slot[perm] == t_row))
+        ok = (
+            (rank < w.row_nnz.to(torch.int64)[rows_of_slot[perm]])
+            & (w.cols[perm].to(torch.int64) == t_col)
+            & (rows_of_slot[perm] == t_row)
+        )
         if nnz > 1:  # strictly increasing rows within a transposed row: each live slot once
             same = t_col[1:] == t_col[:-1]
             ok[1:] &= ~same | (t_row[1:] > t_row[:-1])
         if not bool(ok.all()):
             k = int((~ok).nonzero()[0])
-            raise ValueError(f"transposed index entry {k} does not match W's topology "
-                             f"(rebuild it with build_transposed)")
+            raise ValueError(
+                f"transposed index entry {k} does not match W's topology (rebuild it with build_transposed)"
+            )
     _remember_key(key, tensors, versions)
 
 
@@ -233,11 +244,14 @@ def check_dense_operand(name: str, t, rows: int | None, cols: int, dtype: torch.
     # (N, 1) tensors of any column stride and (1, C) tensors of any row stride
     # are fine (torch calls both contiguous).
     if t.shape[1] > 1 and t.stride(1) != 1:
-        raise ValueError(f"{name} must be row-major with unit column stride, got strides {t.stride()}; "
-                         f"call .contiguous() first")
+        raise ValueError(
+            f"{name} must be row-major with unit column stride, got strides {t.stride()}; call .contiguous() first"
+        )
     if t.shape[0] > 1 and t.shape[1] > 0 and t.stride(0) < t.shape[1]:
-        raise ValueError(f"{name} must be row-major with rows that do not overlap (stride(0) >= "
-                         f"{t.shape[1]}), got strides {t.stride()}; call .contiguous() first")
+        raise ValueError(
+            f"{name} must be row-major with rows that do not overlap (stride(0) >= "
+            f"{t.shape[1]}), got strides {t.stride()}; call .contiguous() first"
+        )
 
 
 def check_weight_layout(w) -> None:
@@ -250,17 +264,37 @@ def check_weight_layout(w) -> None:
     v, c, rs, rn = w.values, w.cols, w.row_start, w.row_nnz
     try:  # fast path: one expression of cheap attribute reads; the loop below only names the failure
         vd, cd = v.dtype, c.dtype
-        if ((vd is _F32 or vd is _F64) and (cd is _I16 or cd is _I32) and rs.dtype is _I64
-                and rn.dtype is _I32 and v.is_cpu and c.is_cpu and rs.is_cpu and rn.is_cpu
-                and v.dim() == 1 and c.dim() == 1 and rs.dim() == 1 and rn.dim() == 1
-                and v.is_contiguous() and c.is_contiguous() and rs.is_contiguous() and rn.is_contiguous()
-                and c.numel() == v.numel() and rs.numel() == out_f + 1 and rn.numel() == out_f
-                and (in_f <= 32768 or cd is _I32)):
+        if (
+            (vd is _F32 or vd is _F64)
+            and (cd is _I16 or cd is _I32)
+            and rs.dtype is _I64
+            and rn.dtype is _I32
+            and v.is_cpu
+            and c.is_cpu
+            and rs.is_cpu
+            and rn.is_cpu
+            and v.dim() == 1
+            and c.dim() == 1
+            and rs.dim() == 1
+            and rn.dim() == 1
+            and v.is_contiguous()
+            and c.is_contiguous()
+            and rs.is_contiguous()
+            and rn.is_contiguous()
+            and c.numel() == v.numel()
+            and rs.numel() == out_f + 1
+            and rn.numel() == out_f
+            and (in_f <= 32768 or cd is _I32)
+        ):
             return
     except AttributeError:
         pass
-    for name, t, dtypes in (("values", w.values, VALUE_DTYPES), ("cols", w.cols, (torch.int16, torch.int32)),
-                            ("row_start", w.row_start, (torch.int64,)), ("row_nnz", w.row_nnz, (torch.int32,))):
+    for name, t, dtypes in (
+        ("values", w.values, VALUE_DTYPES),
+        ("cols", w.cols, (torch.int16, torch.int32)),
+        ("row_start", w.row_start, (torch.int64,)),
+        ("row_nnz", w.row_nnz, (torch.int32,)),
+    ):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"W.{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dtype not in dtypes:
@@ -268,12 +302,15 @@ def check_weight_layout(w) -> None:
         if t.device.type != "cpu":
             raise ValueError(f"W.{name} must be on the CPU, got device {t.device}")
         if t.dim() != 1 or not t.is_contiguous():
-            raise ValueError(f"W.{name} must be a contiguous 1-D tensor, got shape {tuple(t.shape)} "
-                             f"strides {t.stride()}")
+            raise ValueError(
+                f"W.{name} must be a contiguous 1-D tensor, got shape {tuple(t.shape)} strides {t.stride()}"
+            )
     if w.cols.numel() != w.values.numel():
         raise ValueError(f"W.cols has {w.cols.numel()} slots but W.values has {w.values.numel()}")
     if w.row_start.numel() != out_f + 1 or w.row_nnz.numel() != out_f:
-        raise ValueError(f"W.row_start / W.row_nnz must have {out_f + 1} / {out_f} entries for "
-                         f"out_features={out_f}, got {w.row_start.numel()} / {w.row_nnz.numel()}")
+        raise ValueError(
+            f"W.row_start / W.row_nnz must have {out_f + 1} / {out_f} entries for "
+            f"out_features={out_f}, got {w.row_start.numel()} / {w.row_nnz.numel()}"
+        )
     if w.cols.dtype == torch.int16 and in_f > 32768:
         raise ValueError(f"W.cols is int16 but in_features={in_f} > 32768")

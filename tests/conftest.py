@@ -38,6 +38,7 @@ TOL_C = 2.0
 
 # ---------------------------------------------------------------- fixtures
 
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """Opt-in (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``):
@@ -65,9 +66,20 @@ def no_tuning_one_thread():
 
 # ---------------------------------------------------------------- builders
 
-def build_weight(out_f: int, in_f: int, sparsity: float, *, seed: int, pattern: str = "uniform",
-                 empty_rows: bool = False, full_rows: bool = False, padding: float | int = 0,
-                 index_dtype: torch.dtype | None = None, garbage: float | None = NAN) -> PaddedCSR:
+
+def build_weight(
+    out_f: int,
+    in_f: int,
+    sparsity: float,
+    *,
+    seed: int,
+    pattern: str = "uniform",
+    empty_rows: bool = False,
+    full_rows: bool = False,
+    padding: float | int = 0,
+    index_dtype: torch.dtype | None = None,
+    garbage: float | None = NAN,
+) -> PaddedCSR:
     """A float32 PaddedCSR.
 
     ``pattern="uniform"``: ``PaddedCSR.random`` (same live count in every row).
@@ -96,8 +108,9 @@ def build_weight(out_f: int, in_f: int, sparsity: float, *, seed: int, pattern: 
     return w
 
 
-def strided_operand(n: int, cols: int, *, seed: int, ld_extra: int = 0, col_offset: int = 0,
-                    fill: float = NAN) -> torch.Tensor:
+def strided_operand(
+    n: int, cols: int, *, seed: int, ld_extra: int = 0, col_offset: int = 0, fill: float = NAN
+) -> torch.Tensor:
     """A float32 (n, cols) tensor; with ``ld_extra > 0`` it is a column-slice
     view of a wider buffer (stride(0) = cols + ld_extra, starting at
     ``col_offset``) whose other columns hold ``fill`` (NaN by default), so a
@@ -108,7 +121,7 @@ def strided_operand(n: int, cols: int, *, seed: int, ld_extra: int = 0, col_offs
         return data
     col_offset = min(col_offset, ld_extra)
     wide = torch.full((n, cols + ld_extra), fill)
-    view = wide[:, col_offset:col_offset + cols]
+    view = wide[:, col_offset : col_offset + cols]
     view.copy_(data)
     assert view.stride() == (cols + ld_extra, 1) and (n <= 1 or not view.is_contiguous())
     return view
@@ -116,8 +129,14 @@ def strided_operand(n: int, cols: int, *, seed: int, ld_extra: int = 0, col_offs
 
 # ---------------------------------------------------------------- float64 references
 
-def reference(op: str, W: PaddedCSR, X: torch.Tensor | None = None, dY: torch.Tensor | None = None,
-              bias: torch.Tensor | None = None):
+
+def reference(
+    op: str,
+    W: PaddedCSR,
+    X: torch.Tensor | None = None,
+    dY: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+):
     """``(ref, scale, K)`` in float64: the exact-ish result, the per-element sum
     of |a|*|b| products (plus |bias|), and the dot-product length."""
     Wd = W.to_dense().double()
@@ -174,13 +193,16 @@ def assert_matches(got: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor, K:
         lines = []
         for i in idx:
             t = tuple(i)
-            lines.append(f"  at {t}: got {got[t].item()!r} ref {ref[t].item()!r} "
-                         f"err {err[t].item():.3g} tol {tol[t].item():.3g}")
-        raise AssertionError(f"{what}: {int(bad.sum())} of {bad.numel()} elements outside tolerance "
-                             f"(K={K}):\n" + "\n".join(lines))
+            lines.append(
+                f"  at {t}: got {got[t].item()!r} ref {ref[t].item()!r} err {err[t].item():.3g} tol {tol[t].item():.3g}"
+            )
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {bad.numel()} elements outside tolerance (K={K}):\n" + "\n".join(lines)
+        )
 
 
 # ---------------------------------------------------------------- poisoned outputs
+
 
 class _PoisonTorch:
     """Stands in for ``torch`` inside ``sparselab.ops``: ``empty`` returns
@@ -207,8 +229,9 @@ def poisoned_outputs():
         yield proxy
 
 
-def run_op(v: kernels.VariantInfo, W: PaddedCSR, *, X=None, dY=None, bias=None, threads: int = 1,
-           poison: bool = True) -> torch.Tensor:
+def run_op(
+    v: kernels.VariantInfo, W: PaddedCSR, *, X=None, dY=None, bias=None, threads: int = 1, poison: bool = True
+) -> torch.Tensor:
     """Call ``v``'s op through the public entry point with ``variant=v.name``."""
     ctx = poisoned_outputs() if poison else contextlib.nullcontext()
     with ctx as proxy:
@@ -226,6 +249,7 @@ def run_op(v: kernels.VariantInfo, W: PaddedCSR, *, X=None, dY=None, bias=None, 
 
 # ---------------------------------------------------------------- variants
 
+
 def variant_params(ops_: tuple[str, ...] = kernels.OPS, *, include_dense: bool = True) -> list:
     """One pytest.param per registered variant (read at collection time), id
     ``op/name``; unavailable ones carry a skip mark with the registry's reason."""
@@ -239,6 +263,7 @@ def variant_params(ops_: tuple[str, ...] = kernels.OPS, *, include_dense: bool =
 
 
 # ---------------------------------------------------------------- hypothesis cases
+
 
 @dataclass(frozen=True)
 class Case:
@@ -259,23 +284,31 @@ class Case:
     seed: int = 0
 
     def weight(self) -> PaddedCSR:
-        return build_weight(self.out_f, self.in_f, self.sparsity, seed=self.seed, pattern=self.pattern,
-                            empty_rows=self.empty_rows, full_rows=self.full_rows, padding=self.padding,
-                            index_dtype=INDEX_DTYPES[self.index_dtype], garbage=self.garbage)
+        return build_weight(
+            self.out_f,
+            self.in_f,
+            self.sparsity,
+            seed=self.seed,
+            pattern=self.pattern,
+            empty_rows=self.empty_rows,
+            full_rows=self.full_rows,
+            padding=self.padding,
+            index_dtype=INDEX_DTYPES[self.index_dtype],
+            garbage=self.garbage,
+        )
 
     def operands(self):
-        X = strided_operand(self.n, self.in_f, seed=self.seed + 1, ld_extra=self.ld_extra,
-                            col_offset=self.col_offset)
-        dY = strided_operand(self.n, self.out_f, seed=self.seed + 2, ld_extra=self.ld_extra,
-                             col_offset=self.col_offset)
+        X = strided_operand(self.n, self.in_f, seed=self.seed + 1, ld_extra=self.ld_extra, col_offset=self.col_offset)
+        dY = strided_operand(self.n, self.out_f, seed=self.seed + 2, ld_extra=self.ld_extra, col_offset=self.col_offset)
         bias = torch.randn(self.out_f, generator=torch.Generator().manual_seed(self.seed + 3)) if self.bias else None
         return X, dY, bias
 
 
 # Sizes around the tile widths kernels use (8/16 lanes, 64/128 batch tiles,
 # 128-column blocks), plus small odd values.
-_N = st.one_of(st.sampled_from([1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 128, 129, 131]),
-               st.integers(1, 131))
+_N = st.one_of(
+    st.sampled_from([1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 128, 129, 131]), st.integers(1, 131)
+)
 _OUT = st.one_of(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33]), st.integers(1, 40))
 _IN_SMALL = st.one_of(st.sampled_from([1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65]), st.integers(1, 80))
 _IN_WIDE = st.sampled_from([127, 128, 129, 255, 257, 511, 513, 1023, 1025, 1100])
@@ -292,10 +325,19 @@ def cases(draw) -> Case:
     pattern = draw(st.sampled_from(["uniform", "ragged"]))
     ld_extra = draw(st.sampled_from([0, 0, 1, 3, 16]))
     return Case(
-        n=n, out_f=out_f, in_f=in_f, sparsity=draw(_SPARSITY), pattern=pattern,
+        n=n,
+        out_f=out_f,
+        in_f=in_f,
+        sparsity=draw(_SPARSITY),
+        pattern=pattern,
         empty_rows=pattern == "ragged" and draw(st.booleans()),
         full_rows=pattern == "ragged" and draw(st.booleans()),
-        padding=draw(_PADDING), index_dtype=draw(st.sampled_from(["int16", "int32"])),
-        garbage=draw(st.sampled_from(GARBAGE)), ld_extra=ld_extra,
-        col_offset=draw(st.integers(0, ld_extra)), bias=draw(st.booleans()),
-        threads=draw(st.sampled_from([1, 2])), seed=draw(st.integers(0, 2**31 - 1)))
+        padding=draw(_PADDING),
+        index_dtype=draw(st.sampled_from(["int16", "int32"])),
+        garbage=draw(st.sampled_from(GARBAGE)),
+        ld_extra=ld_extra,
+        col_offset=draw(st.integers(0, ld_extra)),
+        bias=draw(st.booleans()),
+        threads=draw(st.sampled_from([1, 2])),
+        seed=draw(st.integers(0, 2**31 - 1)),
+    )

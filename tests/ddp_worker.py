@@ -29,13 +29,14 @@ IN, HIDDEN, OUT = 24, 64, 8
 
 
 def make_model() -> nn.Module:
-    return nn.Sequential(sparselab.SparseLinear(IN, HIDDEN, sparsity=0.8), nn.Tanh(),
-                         sparselab.SparseLinear(HIDDEN, OUT, sparsity=0.7))
+    return nn.Sequential(
+        sparselab.SparseLinear(IN, HIDDEN, sparsity=0.8), nn.Tanh(), sparselab.SparseLinear(HIDDEN, OUT, sparsity=0.7)
+    )
 
 
 def batches(rank: int):
     """A fixed linear teacher (same on every rank); each rank draws its own inputs."""
-    teacher = torch.randn(IN, OUT, generator=torch.Generator().manual_seed(123)) / IN ** 0.5
+    teacher = torch.randn(IN, OUT, generator=torch.Generator().manual_seed(123)) / IN**0.5
     g = torch.Generator().manual_seed(1000 + rank)
     for _ in range(STEPS):
         x = torch.randn(32, IN, generator=g)
@@ -60,11 +61,17 @@ def run(name: str, algo_cls, rank: int, out: Path, **kw) -> dict:
         losses.append(loss.item())
     digests = [topology_digest(m, values=True) for m in model.modules() if isinstance(m, sparselab.SparseLinear)]
     if rank == 0 and name == "rigl":
-        torch.save({"model": model.state_dict(), "dst": algo.state_dict(), "optimizer": opt.state_dict()},
-                   out / "rigl_rank0.pt")
-    return {"losses": losses, "updates_changed": changed, "digests": digests,
-            "topology_moved": start != [topology_digest(m) for m in model.modules()
-                                        if isinstance(m, sparselab.SparseLinear)]}
+        torch.save(
+            {"model": model.state_dict(), "dst": algo.state_dict(), "optimizer": opt.state_dict()},
+            out / "rigl_rank0.pt",
+        )
+    return {
+        "losses": losses,
+        "updates_changed": changed,
+        "digests": digests,
+        "topology_moved": start
+        != [topology_digest(m) for m in model.modules() if isinstance(m, sparselab.SparseLinear)],
+    }
 
 
 def main() -> None:
@@ -72,8 +79,10 @@ def main() -> None:
     torch.set_num_threads(1)
     store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=30))
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=30))
-    result = {name: run(name, cls, rank, out) for name, cls in
-              (("rigl", sparselab.RigL), ("set", sparselab.SET), ("snfs", sparselab.SNFS))}
+    result = {
+        name: run(name, cls, rank, out)
+        for name, cls in (("rigl", sparselab.RigL), ("set", sparselab.SET), ("snfs", sparselab.SNFS))
+    }
     result["rigl_group"] = run("rigl_group", sparselab.RigL, rank, out, process_group=dist.new_group([0, 1]))
     # A model with no DST algorithm wraps too (its buffers are listed by the registration hook).
     torch.manual_seed(0)

@@ -94,8 +94,9 @@ def test_ops_accept_valid_strided_and_degenerate_layouts(W):
     ref = ops.spmm_fwd(W, wide[:, :IN].contiguous(), variant=kernels.REFERENCE)
     assert torch.equal(ops.spmm_fwd(W, wide[:, :IN], variant=kernels.REFERENCE), ref)
     row = torch.randn(3, IN)[1:2]  # (1, IN) whose row stride is irrelevant
-    assert torch.equal(ops.spmm_fwd(W, row, variant=kernels.REFERENCE),
-                       ops.spmm_fwd(W, row.contiguous(), variant=kernels.REFERENCE))
+    assert torch.equal(
+        ops.spmm_fwd(W, row, variant=kernels.REFERENCE), ops.spmm_fwd(W, row.contiguous(), variant=kernels.REFERENCE)
+    )
     one = torch.randn(IN, 3)[:, 1:2].t()  # (1, IN) with column stride 3: really invalid
     assert one.shape == (1, IN) and one.stride(1) == 3
     with pytest.raises(ValueError, match="X"):
@@ -103,15 +104,18 @@ def test_ops_accept_valid_strided_and_degenerate_layouts(W):
     col = PaddedCSR.random(3, 1, 0.0, seed=0)  # in_features = 1
     Xc = torch.randn(1, N).t()  # (N, 1) with strides (1, N): contiguous as far as torch is concerned
     assert Xc.is_contiguous() and Xc.stride() == (1, N)
-    assert torch.equal(ops.spmm_fwd(col, Xc, variant=kernels.REFERENCE),
-                       ops.spmm_fwd(col, Xc.contiguous(), variant=kernels.REFERENCE))
+    assert torch.equal(
+        ops.spmm_fwd(col, Xc, variant=kernels.REFERENCE), ops.spmm_fwd(col, Xc.contiguous(), variant=kernels.REFERENCE)
+    )
 
 
 def test_sddmm_dw_mismatched_batch(W):
-    _raises(ValueError, ["X", str(N)], lambda: ops.sddmm_dw(W, dY_(), torch.randn(N + 1, IN),
-                                                             variant=kernels.REFERENCE))
-    _raises(ValueError, ["X", str(N)], lambda: ops.sddmm_dw(W, dY_(), torch.randn(N - 1, IN),
-                                                             variant=kernels.REFERENCE))
+    _raises(
+        ValueError, ["X", str(N)], lambda: ops.sddmm_dw(W, dY_(), torch.randn(N + 1, IN), variant=kernels.REFERENCE)
+    )
+    _raises(
+        ValueError, ["X", str(N)], lambda: ops.sddmm_dw(W, dY_(), torch.randn(N - 1, IN), variant=kernels.REFERENCE)
+    )
 
 
 def test_ops_operand_dtype_must_match_weight_dtype():
@@ -143,11 +147,13 @@ def test_spmm_fwd_rejects_bad_bias(W, desc, bias, exc):
 def test_spmm_fwd_accepts_strided_bias(W):
     b = torch.randn(2 * OUT)[::2]
     X = X_()
-    assert torch.equal(ops.spmm_fwd(W, X, b, variant=kernels.REFERENCE),
-                       ops.spmm_fwd(W, X, b.contiguous(), variant=kernels.REFERENCE))
+    assert torch.equal(
+        ops.spmm_fwd(W, X, b, variant=kernels.REFERENCE), ops.spmm_fwd(W, X, b.contiguous(), variant=kernels.REFERENCE)
+    )
 
 
 # ---------------------------------------------------------------- ops: W, variant, threads
+
 
 @pytest.mark.parametrize("op", kernels.OPS)
 @pytest.mark.parametrize("bad", [torch.randn(OUT, IN), None, "W"], ids=["dense", "None", "str"])
@@ -185,9 +191,11 @@ def test_ops_reject_unknown_variant(op, dtype):
     W = PaddedCSR.random(OUT, IN, 0.5, seed=0, dtype=dtype)
     X, dY = X_().to(dtype), dY_().to(dtype)
     for name in ("no_such_variant", "avx2_tile64x"):
-        call = {"spmm_fwd": lambda: ops.spmm_fwd(W, X, variant=name),
-                "spmm_dx": lambda: ops.spmm_dx(W, dY, variant=name),
-                "sddmm_dw": lambda: ops.sddmm_dw(W, dY, X, variant=name)}[op]
+        call = {
+            "spmm_fwd": lambda: ops.spmm_fwd(W, X, variant=name),
+            "spmm_dx": lambda: ops.spmm_dx(W, dY, variant=name),
+            "sddmm_dw": lambda: ops.sddmm_dw(W, dY, X, variant=name),
+        }[op]
         _raises(ValueError, [name, "variant"], call)
     # even when there is nothing to compute (N = 0)
     _raises(ValueError, "nope", lambda: ops.spmm_fwd(W, X[:0], variant="nope"))
@@ -221,9 +229,11 @@ def test_unavailable_variant_raises_runtime_error(W, op):
         pytest.skip(f"every {op} variant is available on this CPU")
     for v in missing:
         assert v.reason, f"{op}/{v.name} is unavailable without a reason"
-        call = {"spmm_fwd": lambda: ops.spmm_fwd(W, X_(), variant=v.name),
-                "spmm_dx": lambda: ops.spmm_dx(W, dY_(), variant=v.name),
-                "sddmm_dw": lambda: ops.sddmm_dw(W, dY_(), X_(), variant=v.name)}[op]
+        call = {
+            "spmm_fwd": lambda: ops.spmm_fwd(W, X_(), variant=v.name),
+            "spmm_dx": lambda: ops.spmm_dx(W, dY_(), variant=v.name),
+            "sddmm_dw": lambda: ops.sddmm_dw(W, dY_(), X_(), variant=v.name),
+        }[op]
         msg = _raises(RuntimeError, [v.name, v.reason], call)
         assert "cannot run on this CPU" in msg
         with pytest.raises(RuntimeError, match=v.name):
@@ -247,6 +257,7 @@ def test_unavailable_variant_refused_by_the_extension_too():
 
 # ---------------------------------------------------------------- kernels.get
 
+
 def test_kernels_get_bad_input():
     _raises(ValueError, ["op", "nope"], lambda: kernels.get("nope", "scalar"))
     _raises(ValueError, ["variant", "nope", "scalar"], lambda: kernels.get("spmm_fwd", "nope"))
@@ -261,6 +272,7 @@ def test_kernels_get_unhashable_name_names_the_argument():
 
 
 # ---------------------------------------------------------------- PaddedCSR constructors
+
 
 def test_from_dense_bad_input():
     _raises(TypeError, "dense", lambda: PaddedCSR.from_dense([[1.0, 0.0]]))
@@ -282,8 +294,9 @@ def test_from_dense_bad_input():
     _raises(ValueError, "index_dtype", lambda: PaddedCSR.from_dense(torch.ones(1, 40000), index_dtype=torch.int16))
 
 
-@pytest.mark.parametrize("sparsity", [1.0, 1.5, -0.1, -1e-9, math.nan, math.inf, "0.5", None, True],
-                         ids=lambda s: repr(s))
+@pytest.mark.parametrize(
+    "sparsity", [1.0, 1.5, -0.1, -1e-9, math.nan, math.inf, "0.5", None, True], ids=lambda s: repr(s)
+)
 def test_random_rejects_sparsity_outside_0_1(sparsity):
     _raises(ValueError, "sparsity", lambda: PaddedCSR.random(3, 4, sparsity))
 
@@ -307,8 +320,9 @@ def test_random_bad_input():
 
 
 def _csr(crow, col, val, size):
-    return torch.sparse_csr_tensor(torch.tensor(crow), torch.tensor(col), torch.tensor(val, dtype=torch.float32),
-                                   size=size, check_invariants=False)
+    return torch.sparse_csr_tensor(
+        torch.tensor(crow), torch.tensor(col), torch.tensor(val, dtype=torch.float32), size=size, check_invariants=False
+    )
 
 
 def test_from_torch_sparse_csr_bad_input():
@@ -321,6 +335,7 @@ def test_from_torch_sparse_csr_bad_input():
     _raises(ValueError, "t", lambda: PaddedCSR.from_torch_sparse_csr(torch.ones(2, 3, 4).to_sparse_csr()))
     _raises(ValueError, "t", lambda: PaddedCSR.from_torch_sparse_csr(torch.ones(3, 4, 2).to_sparse_csr(dense_dim=1)))
     _raises(ValueError, "t", lambda: PaddedCSR.from_torch_sparse_csr(torch.zeros(0, 3).to_sparse_csr()))
+
     def bad(crow, col, val=(1.0, 2.0, 3.0)):
         return lambda: PaddedCSR.from_torch_sparse_csr(_csr(crow, col, list(val), (2, 3)))
 
@@ -339,8 +354,13 @@ def test_from_torch_sparse_csr_bad_input():
 
 
 def _parts():
-    return dict(values=torch.tensor([1.0, 2.0, 0.0, 3.0]), cols=torch.tensor([0, 2, -1, 1], dtype=torch.int16),
-                row_start=torch.tensor([0, 3, 4]), row_nnz=torch.tensor([2, 1], dtype=torch.int32), shape=(2, 3))
+    return dict(
+        values=torch.tensor([1.0, 2.0, 0.0, 3.0]),
+        cols=torch.tensor([0, 2, -1, 1], dtype=torch.int16),
+        row_start=torch.tensor([0, 3, 4]),
+        row_nnz=torch.tensor([2, 1], dtype=torch.int32),
+        shape=(2, 3),
+    )
 
 
 def test_init_accepts_valid_parts():
@@ -362,8 +382,13 @@ BAD_PARTS = [
     ("cols negative", "cols", torch.tensor([-5, 2, -1, 1], dtype=torch.int16), ValueError, ["column -5"]),
     ("cols unsorted", "cols", torch.tensor([2, 0, -1, 1], dtype=torch.int16), ValueError, ["not strictly increasing"]),
     ("cols duplicate", "cols", torch.tensor([2, 2, -1, 1], dtype=torch.int16), ValueError, ["not strictly increasing"]),
-    ("cols padding not sentinel", "cols", torch.tensor([0, 2, 1, 1], dtype=torch.int16), ValueError,
-     ["padding slot 2"]),
+    (
+        "cols padding not sentinel",
+        "cols",
+        torch.tensor([0, 2, 1, 1], dtype=torch.int16),
+        ValueError,
+        ["padding slot 2"],
+    ),
     ("row_start int32", "row_start", torch.tensor([0, 3, 4], dtype=torch.int32), TypeError, ["row_start"]),
     ("row_start decreasing", "row_start", torch.tensor([0, 5, 4]), ValueError, ["row_start decreases"]),
     ("row_start wrong length", "row_start", torch.tensor([0, 4]), ValueError, ["row_start"]),

@@ -1,6 +1,7 @@
 """sparselab-bench beyond reports: per-CPU run storage, compare with no files, history, the pr
 command's statistics and its build isolation, readable plots. Synthetic pytest-benchmark files
 (tests/test_benchmarking_tools.py's writers); no real benchmark is timed here."""
+
 from __future__ import annotations
 
 import json
@@ -15,10 +16,9 @@ pytest.importorskip("pandas", reason="the [bench] extra (pandas, matplotlib) is 
 pytest.importorskip("matplotlib", reason="the [bench] extra (pandas, matplotlib) is not installed")
 
 from sparselab_bench import pr, report, storage  # noqa: E402
+from sparselab_bench.machine import cpu_slug  # noqa: E402
 from sparselab_bench.suite import run_suite  # noqa: E402
 from test_benchmarking_tools import XEON, XEON_FLAGS, bench, run_cli, write_results  # noqa: E402
-
-from sparselab_bench.machine import cpu_slug  # noqa: E402
 
 SLUG = cpu_slug(XEON, XEON_FLAGS)
 
@@ -35,8 +35,13 @@ def repo(tmp_path, monkeypatch):
 def _saved(root: Path, name: str, median: float, commit: str, when: str, seed: int = 0) -> Path:
     path = storage.runs_dir(root, SLUG) / "Linux-CPython-3.11-64bit" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_results(path, [bench("test_k[a]", median, {"op": "spmm_fwd"}, seed=seed),
-                         bench("test_k[b]", 2e-3, {"op": "spmm_fwd"}, seed=seed + 1)])
+    write_results(
+        path,
+        [
+            bench("test_k[a]", median, {"op": "spmm_fwd"}, seed=seed),
+            bench("test_k[b]", 2e-3, {"op": "spmm_fwd"}, seed=seed + 1),
+        ],
+    )
     doc = json.loads(path.read_text())
     doc["commit_info"]["id"], doc["datetime"] = commit, when
     path.write_text(json.dumps(doc))
@@ -87,12 +92,18 @@ def test_runs_are_stored_per_cpu_by_the_bench_conftest(repo):
 
 # ------------------------------------------------------------------ pr statistics
 
+
 def _side(tmp_path: Path, label: str, medians: list[float], spread: float, seed: int) -> pr.Side:
     side = pr.Side(label, "0" * 40, None)
     for i, m in enumerate(medians):
         path = tmp_path / f"{label}-{i}.json"
-        write_results(path, [bench("test_k[x]", m, rounds=20, spread=spread, seed=seed + i),
-                             bench("test_k[y]", 1e-3, rounds=20, spread=spread, seed=seed + 50 + i)])
+        write_results(
+            path,
+            [
+                bench("test_k[x]", m, rounds=20, spread=spread, seed=seed + i),
+                bench("test_k[y]", 1e-3, rounds=20, spread=spread, seed=seed + 50 + i),
+            ],
+        )
         side.runs.append(path)
     return side
 
@@ -119,8 +130,8 @@ def test_pr_a_noisy_process_widens_the_interval_instead_of_deciding(tmp_path):
 
 
 def test_pr_verdict_needs_both_the_threshold_and_the_interval():
-    assert pr.verdict(1.04, 1.01, 1.07, 0.05) == "same"      # within the threshold
-    assert pr.verdict(1.10, 0.98, 1.2, 0.05) == "same"       # interval includes 1
+    assert pr.verdict(1.04, 1.01, 1.07, 0.05) == "same"  # within the threshold
+    assert pr.verdict(1.10, 0.98, 1.2, 0.05) == "same"  # interval includes 1
     assert pr.verdict(1.10, 1.02, 1.2, 0.05) == "slower"
     assert pr.verdict(0.90, 0.85, 0.97, 0.05) == "faster"
 
@@ -129,8 +140,16 @@ def test_pr_markdown_and_json(tmp_path):
     base = _side(tmp_path, "base", [1e-3] * 3, 0.01, 0)
     head = _side(tmp_path, "head", [1.3e-3] * 3, 0.01, 10)
     rows, notes = pr.compare_sides(base, head, 0.05)
-    text = pr.markdown(rows, notes, pr.Side("main", "a" * 40, None), pr.Side("installed", None, None), 0.05, 3,
-                       ["bench/bench_kernels.py", "--quick"], {"brand": XEON, "cpu_slug": SLUG})
+    text = pr.markdown(
+        rows,
+        notes,
+        pr.Side("main", "a" * 40, None),
+        pr.Side("installed", None, None),
+        0.05,
+        3,
+        ["bench/bench_kernels.py", "--quick"],
+        {"brand": XEON, "cpu_slug": SLUG},
+    )
     assert "| benchmark | base | head | head/base | 95% interval | verdict |" in text
     assert "**1 slower**" not in text and "0 faster, 1 slower, 1 same" in text and "working tree" in text
     pr.write_json(rows, tmp_path / "rows.json")
@@ -145,14 +164,16 @@ def test_pr_suite_runs_against_the_build_it_is_given_not_the_installed_one(tmp_p
     (site / "__init__.py").write_text("BUILD = 'the base build'\n")
     suite = tmp_path / "suite" / "bench_probe.py"
     suite.parent.mkdir()
-    suite.write_text(textwrap.dedent("""
+    suite.write_text(
+        textwrap.dedent("""
         import sparselab
 
         def test_where(benchmark):
             benchmark.extra_info["from"] = sparselab.__file__
             benchmark.extra_info["build"] = getattr(sparselab, "BUILD", None)
             benchmark.pedantic(lambda: None, rounds=3)
-    """))
+    """)
+    )
     out = tmp_path / "out.json"
     run_suite(tmp_path, [str(suite)], out, site=tmp_path / "site")
     extra = json.loads(out.read_text())["benchmarks"][0]["extra_info"]
@@ -160,6 +181,7 @@ def test_pr_suite_runs_against_the_build_it_is_given_not_the_installed_one(tmp_p
 
 
 # ------------------------------------------------------------------ plots
+
 
 def test_variant_styles_are_distinct_colour_marker_pairs():
     pairs = {(report.style(i)["color"], report.style(i)["marker"]) for i in range(140)}
@@ -171,16 +193,43 @@ def _sweep_rows(variants: int) -> list[dict]:
     for s in (0.5, 0.8, 0.9, 0.95):
         nnz = (1 - s) * 512 * 512
         for v in range(variants):
-            extra = {"op": "spmm_fwd", "variant": f"v{v:02d}", "out": 512, "in": 512, "n": 64, "sparsity": s,
-                     "gflops": 2 * nnz * 64 / 1e9, "bytes_moved": 8 * nnz + 4 * 1024 * 64, "baseline": None}
+            extra = {
+                "op": "spmm_fwd",
+                "variant": f"v{v:02d}",
+                "out": 512,
+                "in": 512,
+                "n": 64,
+                "sparsity": s,
+                "gflops": 2 * nnz * 64 / 1e9,
+                "bytes_moved": 8 * nnz + 4 * 1024 * 64,
+                "baseline": None,
+            }
             out.append(bench(f"test_k[{s}-v{v}]", (1 + v / 10) * 2 * nnz * 64 / 8e9, extra))
-        extra = {"op": "spmm_fwd", "variant": "dense_torch", "out": 512, "in": 512, "n": 64, "sparsity": s,
-                 "gflops": 2 * nnz * 64 / 1e9, "dense_gflops": 2 * 512 * 512 * 64 / 1e9,
-                 "bytes_moved": 4 * 512 * 512, "baseline": "dense_torch"}
+        extra = {
+            "op": "spmm_fwd",
+            "variant": "dense_torch",
+            "out": 512,
+            "in": 512,
+            "n": 64,
+            "sparsity": s,
+            "gflops": 2 * nnz * 64 / 1e9,
+            "dense_gflops": 2 * 512 * 512 * 64 / 1e9,
+            "bytes_moved": 4 * 512 * 512,
+            "baseline": "dense_torch",
+        }
         out.append(bench(f"test_d[{s}]", 2 * 512 * 512 * 64 / 50e9, extra))
     # one point far above a 20 GB/s DRAM roof: intensity 0.1 flop/byte at 10 GFLOP/s
-    extra = {"op": "spmm_fwd", "variant": "v00", "out": 64, "in": 64, "n": 1, "sparsity": 0.9,
-             "gflops": 0.01, "bytes_moved": 10**8, "baseline": None}
+    extra = {
+        "op": "spmm_fwd",
+        "variant": "v00",
+        "out": 64,
+        "in": 64,
+        "n": 1,
+        "sparsity": 0.9,
+        "gflops": 0.01,
+        "bytes_moved": 10**8,
+        "baseline": None,
+    }
     out.append(bench("test_k[cached]", 1e-3, extra))
     return out
 
@@ -191,12 +240,24 @@ def test_report_plots_many_variants_and_cache_roofs_above_the_dram_roof(tmp_path
     results = write_results(tmp_path / "r.json", _sweep_rows(14))
     out_dir = tmp_path / "out" / SLUG
     out_dir.mkdir(parents=True)
-    (out_dir / "probes.json").write_text(json.dumps({
-        "threads": 2, "bandwidth_gbs": 20.0, "bandwidth_method": "test", "peak_gflops": 100.0, "peak_method": "test",
-        "l2_gbs": 300.0, "l3_gbs": 120.0, "cache_method": "test copies"}))
+    (out_dir / "probes.json").write_text(
+        json.dumps(
+            {
+                "threads": 2,
+                "bandwidth_gbs": 20.0,
+                "bandwidth_method": "test",
+                "peak_gflops": 100.0,
+                "peak_method": "test",
+                "l2_gbs": 300.0,
+                "l3_gbs": 120.0,
+                "cache_method": "test copies",
+            }
+        )
+    )
     monkeypatch.setattr(machine, "machine_info", lambda: {"cpu_slug": SLUG, "torch_num_threads": 2})
-    code, _, err = run_cli(capsys, "report", results, "--out", tmp_path / "out", "--probe", "--note",
-                           "Measured elsewhere, on purpose.")
+    code, _, err = run_cli(
+        capsys, "report", results, "--out", tmp_path / "out", "--probe", "--note", "Measured elsewhere, on purpose."
+    )
     text = (out_dir / "README.md").read_text()
     assert code == 0, err
     assert "Measured elsewhere, on purpose." in text.split("## Machine")[0]
@@ -209,6 +270,7 @@ def test_report_plots_many_variants_and_cache_roofs_above_the_dram_roof(tmp_path
 def test_pr_min_statistic_sees_through_lost_scheduler_slices(tmp_path):
     """Rounds of a kernel on a shared machine: its time plus 0-3 lost 4 ms slices. The median
     moves with the slices; the fastest round of each process does not."""
+
     def side(label, kernel_s, seed):
         rng = np.random.default_rng(seed)
         s = pr.Side(label, "0" * 40, None)
@@ -221,6 +283,7 @@ def test_pr_min_statistic_sees_through_lost_scheduler_slices(tmp_path):
             write_results(path, [entry])
             s.runs.append(path)
         return s
+
     base, head = side("base", 10e-3, 0), side("head", 11e-3, 1)
     [by_min], _ = pr.compare_sides(base, head, 0.05, stat="min")
     assert by_min["verdict"] == "slower" and by_min["ratio"] == pytest.approx(1.1)

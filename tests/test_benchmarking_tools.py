@@ -24,18 +24,37 @@ XEON = "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz"
 XEON_FLAGS = ["avx", "avx2", "avx512f", "avx512bw", "fma", "sse4_2"]
 
 
-def bench(name: str, median: float, extra: dict | None = None, rounds: int = 30, spread: float = 0.01,
-          seed: int = 0, with_data: bool = True) -> dict:
+def bench(
+    name: str,
+    median: float,
+    extra: dict | None = None,
+    rounds: int = 30,
+    spread: float = 0.01,
+    seed: int = 0,
+    with_data: bool = True,
+) -> dict:
     """One pytest-benchmark entry whose stats are computed from generated rounds."""
     data = median * (1 + spread * np.random.default_rng(seed).standard_normal(rounds))
     data += median - np.median(data)  # make the median exact so tests can assert numbers
     q1, q3 = np.percentile(data, [25, 75])
     iqr = q3 - q1
     stats = {
-        "min": data.min(), "max": data.max(), "mean": data.mean(), "stddev": data.std(ddof=1),
-        "rounds": rounds, "median": median, "iqr": iqr, "q1": q1, "q3": q3,
-        "iqr_outliers": 0, "stddev_outliers": 1, "outliers": "1;0",
-        "ld15iqr": data.min(), "hd15iqr": data.max(), "ops": 1 / data.mean(), "total": data.sum(),
+        "min": data.min(),
+        "max": data.max(),
+        "mean": data.mean(),
+        "stddev": data.std(ddof=1),
+        "rounds": rounds,
+        "median": median,
+        "iqr": iqr,
+        "q1": q1,
+        "q3": q3,
+        "iqr_outliers": 0,
+        "stddev_outliers": 1,
+        "outliers": "1;0",
+        "ld15iqr": data.min(),
+        "hd15iqr": data.max(),
+        "ops": 1 / data.mean(),
+        "total": data.sum(),
         "iterations": 1,
     }
     stats = {k: v.item() if isinstance(v, np.generic) else v for k, v in stats.items()}
@@ -49,38 +68,82 @@ def bench(name: str, median: float, extra: dict | None = None, rounds: int = 30,
         "params": {"case": param} if param else None,
         "param": param or None,
         "extra_info": extra or {},
-        "options": {"disable_gc": False, "timer": "perf_counter", "min_rounds": 5, "max_time": 1.0,
-                    "min_time": 5e-06, "warmup": False},
+        "options": {
+            "disable_gc": False,
+            "timer": "perf_counter",
+            "min_rounds": 5,
+            "max_time": 1.0,
+            "min_time": 5e-06,
+            "warmup": False,
+        },
         "stats": stats,
     }
 
 
-def write_results(path: Path, benchmarks: list[dict], brand: str = XEON, flags: list[str] = XEON_FLAGS,
-                  threads: int = 2, hook: bool = True) -> Path:
+def write_results(
+    path: Path,
+    benchmarks: list[dict],
+    brand: str = XEON,
+    flags: list[str] = XEON_FLAGS,
+    threads: int = 2,
+    hook: bool = True,
+) -> Path:
     """A pytest-benchmark JSON file; hook=True adds what bench/conftest.py adds."""
     machine = {
-        "node": "bench-host", "processor": "", "machine": "x86_64", "python_compiler": "GCC 12.2.0",
-        "python_implementation": "CPython", "python_implementation_version": "3.11.7",
-        "python_version": "3.11.7", "python_build": ["main", "May  9 2026 07:35:25"],
-        "release": "6.1.0", "system": "Linux",
-        "cpu": {"arch": "X86_64", "bits": 64, "count": 2, "brand_raw": brand, "flags": flags,
-                "l2_cache_size": 2 * 2**20, "l3_cache_size": 54 * 2**20},
+        "node": "bench-host",
+        "processor": "",
+        "machine": "x86_64",
+        "python_compiler": "GCC 12.2.0",
+        "python_implementation": "CPython",
+        "python_implementation_version": "3.11.7",
+        "python_version": "3.11.7",
+        "python_build": ["main", "May  9 2026 07:35:25"],
+        "release": "6.1.0",
+        "system": "Linux",
+        "cpu": {
+            "arch": "X86_64",
+            "bits": 64,
+            "count": 2,
+            "brand_raw": brand,
+            "flags": flags,
+            "l2_cache_size": 2 * 2**20,
+            "l3_cache_size": 54 * 2**20,
+        },
     }
     if hook:
         machine["sparselab"] = {
-            "brand": brand, "flags": sorted(flags), "arch": "X86_64", "cpu_count": 2, "affinity_count": 2,
-            "l2_cache_size": 2 * 2**20, "l3_cache_size": 54 * 2**20, "torch_num_threads": threads,
-            "torch_version": "2.13.0+cpu", "sparselab_version": "0.1.0", "git_commit": "0123abcd",
-            "git_dirty": False, "cpu_slug": cpu_slug(brand, flags),
+            "brand": brand,
+            "flags": sorted(flags),
+            "arch": "X86_64",
+            "cpu_count": 2,
+            "affinity_count": 2,
+            "l2_cache_size": 2 * 2**20,
+            "l3_cache_size": 54 * 2**20,
+            "torch_num_threads": threads,
+            "torch_version": "2.13.0+cpu",
+            "sparselab_version": "0.1.0",
+            "git_commit": "0123abcd",
+            "git_dirty": False,
+            "cpu_slug": cpu_slug(brand, flags),
         }
-    path.write_text(json.dumps({
-        "machine_info": machine,
-        "commit_info": {"id": "0123abcd", "time": None, "author_time": None, "dirty": False,
-                        "project": "sparselab", "branch": "main"},
-        "benchmarks": benchmarks,
-        "datetime": "2026-11-22T00:14:31.714871+00:00",
-        "version": "5.2.3",
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "machine_info": machine,
+                "commit_info": {
+                    "id": "0123abcd",
+                    "time": None,
+                    "author_time": None,
+                    "dirty": False,
+                    "project": "sparselab",
+                    "branch": "main",
+                },
+                "benchmarks": benchmarks,
+                "datetime": "2026-11-22T00:14:31.714871+00:00",
+                "version": "5.2.3",
+            }
+        )
+    )
     return path
 
 
@@ -93,23 +156,58 @@ def kernel_suite(scale: float = 1.0, tuned: bool = True) -> list[dict]:
                 dense_flops = 2 * o * i * n
                 for baseline, rate in (("dense_torch", 60e9), ("dense_mkldnn", 50e9)):
                     case = f"{op}-{o}x{i}-{n}-{baseline}"
-                    extra = {"op": op, "out": o, "in": i, "n": n, "sparsity": 0.0, "baseline": baseline,
-                             "variant": None, "gflops": dense_flops / 1e9, "bytes_moved": 4 * (o * i + 2 * i * n)}
+                    extra = {
+                        "op": op,
+                        "out": o,
+                        "in": i,
+                        "n": n,
+                        "sparsity": 0.0,
+                        "baseline": baseline,
+                        "variant": None,
+                        "gflops": dense_flops / 1e9,
+                        "bytes_moved": 4 * (o * i + 2 * i * n),
+                    }
                     out.append(bench(f"test_dense[{case}]", scale * dense_flops / rate, extra))
                 for s in (0.5, 0.9, 0.99):
                     nnz = (1 - s) * o * i
                     for variant, rate in (("scalar", 2e9), ("avx2", 8e9), ("avx512", 12e9)):
                         case = f"{op}-{o}x{i}-{n}-{s}-{variant}"
-                        extra = {"op": op, "variant": variant, "isa": variant, "out": o, "in": i, "n": n,
-                                 "sparsity": s, "gflops": 2 * nnz * n / 1e9,
-                                 "bytes_moved": 8 * nnz + 4 * (i + o) * n, "baseline": None}
+                        extra = {
+                            "op": op,
+                            "variant": variant,
+                            "isa": variant,
+                            "out": o,
+                            "in": i,
+                            "n": n,
+                            "sparsity": s,
+                            "gflops": 2 * nnz * n / 1e9,
+                            "bytes_moved": 8 * nnz + 4 * (i + o) * n,
+                            "baseline": None,
+                        }
                         out.append(bench(f"test_spmm[{case}]", scale * 2 * nnz * n / rate, extra))
-                    extra = {"op": op, "variant": "csr", "out": o, "in": i, "n": n, "sparsity": s,
-                             "baseline": "torch_sparse_csr", "gflops": 2 * nnz * n / 1e9, "bytes_moved": 12 * nnz}
+                    extra = {
+                        "op": op,
+                        "variant": "csr",
+                        "out": o,
+                        "in": i,
+                        "n": n,
+                        "sparsity": s,
+                        "baseline": "torch_sparse_csr",
+                        "gflops": 2 * nnz * n / 1e9,
+                        "bytes_moved": 12 * nnz,
+                    }
                     out.append(bench(f"test_csr[{op}-{o}x{i}-{n}-{s}]", scale * 2 * nnz * n / 3e9, extra))
                     if tuned:
-                        extra = {"op": op, "variant": "auto", "out": o, "in": i, "n": n, "sparsity": s,
-                                 "baseline": None, "tuned_variant": "avx512" if n == 64 else "avx2"}
+                        extra = {
+                            "op": op,
+                            "variant": "auto",
+                            "out": o,
+                            "in": i,
+                            "n": n,
+                            "sparsity": s,
+                            "baseline": None,
+                            "tuned_variant": "avx512" if n == 64 else "avx2",
+                        }
                         out.append(bench(f"test_tuned[{op}-{o}x{i}-{n}-{s}]", scale * 2 * nnz * n / 11e9, extra))
     return out
 
@@ -191,15 +289,21 @@ def test_extra_info_may_not_overwrite_loader_columns(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["report", "compare"])
-@pytest.mark.parametrize("content, message", [
-    ("{not json", "not valid JSON"),
-    (json.dumps({"machine_info": {}, "benchmarks": []}), "contains no benchmarks"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", "not valid JSON"),
+        (json.dumps({"machine_info": {}, "benchmarks": []}), "contains no benchmarks"),
+    ],
+)
 def test_cli_reports_bad_files_with_exit_2_and_no_traceback(tmp_path, capsys, command, content, message):
     bad = tmp_path / "bad.json"
     bad.write_text(content)
-    args = ["report", bad, "--no-probe", "--out", tmp_path] if command == "report" else \
-        ["compare", _valid(tmp_path), bad, "--out", tmp_path]
+    args = (
+        ["report", bad, "--no-probe", "--out", tmp_path]
+        if command == "report"
+        else ["compare", _valid(tmp_path), bad, "--out", tmp_path]
+    )
     code, out, err = run_cli(capsys, *args)
     assert code == 2
     assert err.startswith("error: ") and message in err and str(bad) in err
@@ -216,13 +320,16 @@ def test_cli_missing_file_exit_2(tmp_path, capsys):
 
 def test_report_writes_markdown_with_expected_numbers(tmp_path, capsys):
     extra = {"op": "spmm_fwd", "out": 1024, "in": 512, "n": 8, "sparsity": 0.9, "gflops": 0.01}
-    results = write_results(tmp_path / "r.json", [
-        bench("test_spmm[scalar]", 2e-3, {**extra, "variant": "scalar", "baseline": None}),
-        bench("test_spmm[avx2]", 1e-3, {**extra, "variant": "avx2", "baseline": None}),
-        bench("test_dense[torch]", 4e-3, {**extra, "variant": None, "baseline": "dense_torch"}),
-        bench("test_dense[mkldnn]", 5e-3, {**extra, "variant": None, "baseline": "dense_mkldnn"}),
-        bench("test_csr", 8e-3, {**extra, "variant": "csr", "baseline": "torch_sparse_csr"}),
-    ])
+    results = write_results(
+        tmp_path / "r.json",
+        [
+            bench("test_spmm[scalar]", 2e-3, {**extra, "variant": "scalar", "baseline": None}),
+            bench("test_spmm[avx2]", 1e-3, {**extra, "variant": "avx2", "baseline": None}),
+            bench("test_dense[torch]", 4e-3, {**extra, "variant": None, "baseline": "dense_torch"}),
+            bench("test_dense[mkldnn]", 5e-3, {**extra, "variant": None, "baseline": "dense_mkldnn"}),
+            bench("test_csr", 8e-3, {**extra, "variant": "csr", "baseline": "torch_sparse_csr"}),
+        ],
+    )
     code, out, _ = run_cli(capsys, "report", results, "--out", tmp_path / "reports", "--no-probe")
     readme = tmp_path / "reports" / cpu_slug(XEON, XEON_FLAGS) / "README.md"
     assert code == 0 and str(readme) in out
@@ -268,13 +375,16 @@ def test_report_splits_files_from_different_cpus(tmp_path, capsys):
     code, _, _ = run_cli(capsys, "report", a, b, "--out", tmp_path / "out", "--no-probe")
     assert code == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
-        [cpu_slug(XEON, XEON_FLAGS), cpu_slug("AMD EPYC", ["avx2"])])
+        [cpu_slug(XEON, XEON_FLAGS), cpu_slug("AMD EPYC", ["avx2"])]
+    )
 
 
 def _roofline_rows() -> list[dict]:
     extra = {"op": "spmm_fwd", "variant": "avx2", "baseline": None, "gflops": 0.01}
-    return [bench("test_a", 1e-3, {**extra, "bytes_moved": 10**6}),
-            bench("test_b", 1e-3, {**extra, "bytes_moved": 10**8})]
+    return [
+        bench("test_a", 1e-3, {**extra, "bytes_moved": 10**6}),
+        bench("test_b", 1e-3, {**extra, "bytes_moved": 10**8}),
+    ]
 
 
 def _this_cpu_results(tmp_path: Path) -> Path:
@@ -286,8 +396,13 @@ def test_report_probe_uses_cached_probes_and_draws_the_roof(tmp_path, capsys):
     results = _this_cpu_results(tmp_path)
     cache = tmp_path / "out" / machine_info()["cpu_slug"] / "probes.json"
     cache.parent.mkdir(parents=True)
-    cached = {"threads": 2, "bandwidth_gbs": 20.0, "bandwidth_method": "cached copy test",
-              "peak_gflops": 100.0, "peak_method": "cached gemm test"}
+    cached = {
+        "threads": 2,
+        "bandwidth_gbs": 20.0,
+        "bandwidth_method": "cached copy test",
+        "peak_gflops": 100.0,
+        "peak_method": "cached gemm test",
+    }
     cache.write_text(json.dumps(cached))
     code, _, _ = run_cli(capsys, "report", results, "--out", tmp_path / "out", "--probe")
     text = (cache.parent / "README.md").read_text()
@@ -334,13 +449,18 @@ def test_probes_prefer_the_native_fma_probe(monkeypatch):
 
 
 def _pair(tmp_path, base_benches, head_benches, **head_machine):
-    return (write_results(tmp_path / "base.json", base_benches),
-            write_results(tmp_path / "head.json", head_benches, **head_machine))
+    return (
+        write_results(tmp_path / "base.json", base_benches),
+        write_results(tmp_path / "head.json", head_benches, **head_machine),
+    )
 
 
 def test_compare_flags_a_clear_regression(tmp_path, capsys):
-    base, head = _pair(tmp_path, [bench("t_slow", 1e-3, seed=1), bench("t_same", 2e-3, seed=2)],
-                       [bench("t_slow", 1.3e-3, seed=3), bench("t_same", 2e-3, seed=4)])
+    base, head = _pair(
+        tmp_path,
+        [bench("t_slow", 1e-3, seed=1), bench("t_same", 2e-3, seed=2)],
+        [bench("t_slow", 1.3e-3, seed=3), bench("t_same", 2e-3, seed=4)],
+    )
     out_dir = tmp_path / "cmp"
     code, out, _ = run_cli(capsys, "compare", base, head, "--out", out_dir)
     assert code == 0  # regressions only fail with --fail-on-regression
@@ -354,8 +474,11 @@ def test_compare_flags_a_clear_regression(tmp_path, capsys):
 
 def test_compare_does_not_flag_noise(tmp_path, capsys):
     # 8% slower median but 30% round-to-round noise over 10 rounds: the interval spans 1.
-    base, head = _pair(tmp_path, [bench("t", 1e-3, rounds=10, spread=0.3, seed=1)],
-                       [bench("t", 1.08e-3, rounds=10, spread=0.3, seed=2)])
+    base, head = _pair(
+        tmp_path,
+        [bench("t", 1e-3, rounds=10, spread=0.3, seed=1)],
+        [bench("t", 1.08e-3, rounds=10, spread=0.3, seed=2)],
+    )
     code, out, _ = run_cli(capsys, "compare", base, head, "--out", tmp_path, "--fail-on-regression")
     assert code == 0 and "| 1.080 |" in out and "| same |" in out and "slower |" not in out
 

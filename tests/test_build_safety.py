@@ -37,11 +37,14 @@ _EVEX_MNEMONIC = re.compile(
     r"|vpro[lr]v?[dq]|vpsraq|vpsravw|vpsllvw|vpsrlvw|vpabsq|vpm(in|ax)[su]q|vpmullq|vpmadd52"
     r"|vcvtu|vcvt\w*2u|vcvt\w*qq|vcvtqq|valign[dq]|vpblendm|vblendm|vpcmpu?[bwdq]\b|vcmp\w*\{"
     r"|vpmov[dqw][bdw]\b|vpmovus|vpmovs[dqw][bdw]|vpmov\w*2m|vpmovm2|vdbpsadbw|vpbroadcastm"
-    r"|vpshufbitqmb|vpermb|vpmultishiftqb|vpopcnt|vpshl?dv?|vdpbf16|vcvtne2ps2bf16)")
+    r"|vpshufbitqmb|vpermb|vpmultishiftqb|vpopcnt|vpshl?dv?|vdpbf16|vcvtne2ps2bf16)"
+)
 # AVX, AVX2, FMA: every VEX-encoded instruction starts with v (baseline x86-64 code has none).
 # Excluded: the few non-SIMD v* instructions (VMX, verr/verw).
-_VEX_MNEMONIC = re.compile(r"^v(?!m(call|launch|resume|xoff|xon|read|write|ptr|clear|func|load|save|run|mcall))"
-                           r"(?!err|erw)\w+")
+_VEX_MNEMONIC = re.compile(
+    r"^v(?!m(call|launch|resume|xoff|xon|read|write|ptr|clear|func|load|save|run|mcall))"
+    r"(?!err|erw)\w+"
+)
 _FUNCTION = re.compile(r"^[0-9a-f]+ <(.*)>:$")
 _INSN = re.compile(r"^\s+[0-9a-f]+:\s+(\S+)\s*(.*)$")
 
@@ -52,8 +55,9 @@ def _candidates() -> list[Path]:
 
 
 def _disassemble(so: Path) -> str:
-    proc = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", str(so)], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        ["objdump", "-d", "--no-show-raw-insn", "-C", str(so)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
@@ -94,19 +98,24 @@ def disassembly() -> str:
         text = _disassemble(so)
         if "sparselab::" in text:  # has a symbol table
             return text
-    pytest.skip("no unstripped copy of the imported extension (looked in the package and "
-                f"{ROOT / 'build'}/*/); build safety not checked")
+    pytest.skip(
+        "no unstripped copy of the imported extension (looked in the package and "
+        f"{ROOT / 'build'}/*/); build safety not checked"
+    )
 
 
 def test_disassembly_sees_the_kernels(disassembly: str) -> None:
     """Guards the check below against passing vacuously (no symbols, or a detector that finds nothing)."""
     uses = _isa_use(disassembly)
-    assert any("isa_avx512::" in f and "avx512" in isas for f, isas in uses.items()), \
+    assert any("isa_avx512::" in f and "avx512" in isas for f, isas in uses.items()), (
         "no AVX-512 instruction found in any sparselab::isa_avx512 function"
-    assert any("isa_avx2::" in f and isas == {"avx2"} for f, isas in uses.items()), \
+    )
+    assert any("isa_avx2::" in f and isas == {"avx2"} for f, isas in uses.items()), (
         "no AVX2/FMA instruction found in any sparselab::isa_avx2 function"
-    assert any("isa_scalar::" in f for f in re.findall(r"^[0-9a-f]+ <(.*)>:$", disassembly, re.M)), \
+    )
+    assert any("isa_scalar::" in f for f in re.findall(r"^[0-9a-f]+ <(.*)>:$", disassembly, re.M)), (
         "the scalar variants' functions are missing from the symbol table"
+    )
 
 
 def test_isa_instructions_only_in_that_isas_variants(disassembly: str) -> None:
@@ -118,15 +127,16 @@ def test_isa_instructions_only_in_that_isas_variants(disassembly: str) -> None:
             ok = ("isa_avx2::" in function) != ("isa_avx512::" in function)
         if not ok:
             stray.append(f"{'/'.join(sorted(isas))}: {function}")
-    assert not stray, ("functions outside their ISA's namespace use that ISA's instructions "
-                       "(baseline code could run them on a CPU without it):\n" + "\n".join(stray[:40]))
+    assert not stray, (
+        "functions outside their ISA's namespace use that ISA's instructions "
+        "(baseline code could run them on a CPU without it):\n" + "\n".join(stray[:40])
+    )
 
 
 @pytest.mark.skipif(_C.build_info()["arch"] != "x86_64", reason="x86-64 ISA gates")
 def test_avx512_gate_requires_avx2_and_fma() -> None:
     """The AVX-512 files are built with -mfma and use AVX2 forms: the gate asks for both."""
-    full = {k: True for k in ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "os_avx",
-                              "os_avx512")}
+    full = {k: True for k in ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "os_avx", "os_avx512")}
     assert _C._isa_unavailable_reason_for("avx512", full) == ""
     for missing in ("avx2", "fma", "os_avx", "os_avx512", "avx512f", "avx512vl"):
         reason = _C._isa_unavailable_reason_for("avx512", {**full, missing: False})

@@ -23,6 +23,7 @@ from model import get_config  # noqa: E402
 def _no_tuning():
     # Heuristic dispatch: no timing runs, nothing written to the tuning cache.
     import sparselab.tuning as tuning
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     with tuning.mode("off"):
@@ -47,8 +48,13 @@ class _OldPerLayerDensity:
 def _old_attach(name, model, *, steps, seed, update_freq, drop_fraction):
     layers = [m for m in model.modules() if isinstance(m, SparseLinear)]
     density = sum(m.nnz for m in layers) / sum(m.in_features * m.out_features for m in layers)
-    cls = {"static": sparselab.Static, "set": sparselab.SET, "rigl": sparselab.RigL, "srigl": sparselab.SRigL,
-           "snfs": sparselab.SNFS}[name]
+    cls = {
+        "static": sparselab.Static,
+        "set": sparselab.SET,
+        "rigl": sparselab.RigL,
+        "srigl": sparselab.SRigL,
+        "snfs": sparselab.SNFS,
+    }[name]
     kw = dict(distribution=_OldPerLayerDensity([m.density for m in layers]), seed=seed)
     if name != "static":
         kw.update(update_freq=update_freq, end=max(1, int(0.75 * steps)), drop_fraction=drop_fraction)
@@ -72,8 +78,13 @@ def _run(attach, name, steps=5):
         loss.backward()
         opt.step()
         algo.step()
-        history.append({n: (m.weight_cols.clone(), m.weight_row_nnz.clone(), m.weight_values.detach().clone())
-                        for n, m in model.named_modules() if isinstance(m, SparseLinear)})
+        history.append(
+            {
+                n: (m.weight_cols.clone(), m.weight_row_nnz.clone(), m.weight_values.detach().clone())
+                for n, m in model.named_modules()
+                if isinstance(m, SparseLinear)
+            }
+        )
     return history
 
 

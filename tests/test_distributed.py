@@ -24,18 +24,27 @@ from sparselab.distributed import ignore_sparse_buffers, sparse_buffer_names, to
 WORKER = Path(__file__).with_name("ddp_worker.py")
 TIMEOUT_S = 120
 
-pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
-                                reason="torch.distributed with gloo is not available in this torch build")
+pytestmark = pytest.mark.skipif(
+    not dist.is_available() or not dist.is_gloo_available(),
+    reason="torch.distributed with gloo is not available in this torch build",
+)
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
-    store = dist.TCPStore("127.0.0.1", 0, 3, is_master=True, wait_for_workers=False,
-                          timeout=timedelta(seconds=30))
+    store = dist.TCPStore("127.0.0.1", 0, 3, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo" if sys.platform == "linux" else "lo0"}
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), "2", str(store.port), str(out)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(r), "2", str(store.port), str(out)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
     logs = []
     try:
         for p in procs:

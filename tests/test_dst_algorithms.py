@@ -12,7 +12,6 @@ import sparselab
 from sparselab import SparseLinear
 from sparselab.dst import CosineDrop, SparsityAlgorithm
 
-
 pytestmark = pytest.mark.usefixtures("no_tuning_one_thread")
 
 
@@ -40,13 +39,18 @@ X, Y = _data()
 
 def _batch(step, bs=64):
     i = (step * bs) % X.shape[0]
-    return X[i:i + bs], Y[i:i + bs]
+    return X[i : i + bs], Y[i : i + bs]
 
 
 def _model(seed=0, sparsity=0.8, padding=0):
     torch.manual_seed(seed)
-    return nn.Sequential(SparseLinear(16, 32, sparsity=sparsity, padding=padding), nn.ReLU(),
-                         SparseLinear(32, 24, sparsity=sparsity, padding=padding), nn.ReLU(), nn.Linear(24, 4))
+    return nn.Sequential(
+        SparseLinear(16, 32, sparsity=sparsity, padding=padding),
+        nn.ReLU(),
+        SparseLinear(32, 24, sparsity=sparsity, padding=padding),
+        nn.ReLU(),
+        nn.Linear(24, 4),
+    )
 
 
 def _setup(name, seed=0, algo_seed=0, sparsity=None, **kw):
@@ -93,6 +97,7 @@ def _sparse_layers(model):
 
 # ---- invariants after every step ----
 
+
 @pytest.mark.parametrize("name", list(ALGOS))
 def test_invariants_after_every_update(name):
     model, opt, algo = _setup(name)
@@ -121,8 +126,9 @@ def test_invariants_after_every_update(name):
             # regrown weights start at zero, their optimizer state is reset
             assert (p.detach()[info.grown_slots] == 0).all()
             assert (opt.state[p]["momentum_buffer"][info.grown_slots] == 0).all()
-            grown_pos = set(zip(L.weight.slot_rows()[info.grown_slots].tolist(),
-                                L.weight_cols[info.grown_slots].long().tolist()))
+            grown_pos = set(
+                zip(L.weight.slot_rows()[info.grown_slots].tolist(), L.weight_cols[info.grown_slots].long().tolist())
+            )
             (v0, m0), (v1, m1) = before[li], after[li]
             survivors = (set(v0) & set(v1)) - grown_pos
             assert all(v1[k] == v0[k] and m1[k] == m0[k] for k in survivors), "a kept weight or its state changed"
@@ -143,8 +149,9 @@ def test_invariants_after_every_update(name):
                 assert L.nnz == round((1 - s) * L.out_features * L.in_features)
     if name == "static":
         assert updates == 0
-        assert all(torch.equal(L.weight_cols, c) and torch.equal(L.weight_row_nnz, n)
-                   for L, (c, n) in zip(layers, topo0))
+        assert all(
+            torch.equal(L.weight_cols, c) and torch.equal(L.weight_row_nnz, n) for L, (c, n) in zip(layers, topo0)
+        )
     else:
         assert updates >= 5
         assert any(not torch.equal(L.weight_cols, c) for L, (c, _) in zip(layers, topo0)), "topology never moved"
@@ -186,6 +193,7 @@ def test_srigl_ablates_neurons_keeping_constant_fan_in():
 
 # ---- RigL: the chunked gradient scores equal the dense reference ----
 
+
 def _rigl_reference_update(model_before, model_after, layer_idx, x, y, n):
     """Brute force: dense dL/dW of the layer (weights the backward saw), drop the n smallest |w|
     (weights after opt.step), grow the n largest |g| among the positions not kept."""
@@ -219,13 +227,14 @@ def test_rigl_chunked_growth_matches_dense_reference(chunk_fraction):
     before = copy.deepcopy(model)  # the weights the forward/backward of the update step sees
     x, y = _batch(FREQ)
     _train_step(model, opt, FREQ)
-    after = copy.deepcopy(model)   # after opt.step: the magnitudes RigL drops by
+    after = copy.deepcopy(model)  # after opt.step: the magnitudes RigL drops by
     assert algo.step()
     for li, info in enumerate(algo.last_update):
         assert info.dropped == info.grown > 0
         L = _sparse_layers(model)[li]
-        grown = set(zip(L.weight.slot_rows()[info.grown_slots].tolist(),
-                        L.weight_cols[info.grown_slots].long().tolist()))
+        grown = set(
+            zip(L.weight.slot_rows()[info.grown_slots].tolist(), L.weight_cols[info.grown_slots].long().tolist())
+        )
         assert grown == _rigl_reference_update(before, after, li, x, y, info.grown)
 
 
@@ -284,6 +293,7 @@ def test_select_grow_is_exact_with_ties(chunk_fraction, n):
 
 # ---- determinism ----
 
+
 def _topology_trace(name, algo_seed, steps=18, seed=0):
     model, opt, algo = _setup(name, seed=seed, algo_seed=algo_seed)
     trace = []
@@ -295,8 +305,9 @@ def _topology_trace(name, algo_seed, steps=18, seed=0):
 
 
 def _same(a, b):
-    return len(a) == len(b) and all(torch.equal(x, y) for ta, tb in zip(a, b) for la, lb in zip(ta, tb)
-                                    for x, y in zip(la, lb))
+    return len(a) == len(b) and all(
+        torch.equal(x, y) for ta, tb in zip(a, b) for la, lb in zip(ta, tb) for x, y in zip(la, lb)
+    )
 
 
 @pytest.mark.parametrize("name", ["set", "rigl", "srigl", "granet", "snfs"])
@@ -310,8 +321,10 @@ def test_seed_changes_random_growth():
 
 # ---- checkpoint / resume ----
 
-@pytest.mark.parametrize("name,order", [(n, "load_then_attach") for n in ALGOS] + [("rigl", "attach_then_load"),
-                                                                                    ("gmp", "attach_then_load")])
+
+@pytest.mark.parametrize(
+    "name,order", [(n, "load_then_attach") for n in ALGOS] + [("rigl", "attach_then_load"), ("gmp", "attach_then_load")]
+)
 def test_resume_is_bit_identical(name, order):
     T, total = 2 * FREQ - 1, 4 * FREQ + 3  # checkpoint right before an update step (hooks armed)
     model, opt, algo = _setup(name)
@@ -347,8 +360,9 @@ def test_resume_is_bit_identical(name, order):
     for a, b in zip(_sparse_layers(ref_model), _sparse_layers(model2)):
         for n in ("weight_values", "weight_cols", "weight_row_start", "weight_row_nnz", "bias"):
             assert torch.equal(getattr(a, n).detach(), getattr(b, n).detach()), n
-        assert torch.equal(ref_opt.state[a.weight_values]["momentum_buffer"],
-                           opt2.state[b.weight_values]["momentum_buffer"])
+        assert torch.equal(
+            ref_opt.state[a.weight_values]["momentum_buffer"], opt2.state[b.weight_values]["momentum_buffer"]
+        )
     assert torch.equal(ref_model[4].weight, model2[4].weight)
     assert ref_algo.step_count == algo2.step_count == total
     assert torch.equal(ref_algo.state_dict()["rng_state"], algo2.state_dict()["rng_state"])
@@ -368,15 +382,28 @@ def test_load_state_dict_refuses_other_configuration():
 
 # ---- configuration and attaching errors ----
 
-@pytest.mark.parametrize("kw,match", [
-    (dict(sparsity=1.0), "sparsity"), (dict(sparsity=-0.1), "sparsity"), (dict(sparsity=True), "sparsity"),
-    (dict(sparsity=float("nan")), "sparsity"), (dict(drop_fraction=0.0), "drop_fraction"),
-    (dict(drop_fraction=1.5), "drop_fraction"), (dict(drop_fraction=-1), "drop_fraction"),
-    (dict(update_freq=0), "update_freq"), (dict(update_freq=-3), "update_freq"),
-    (dict(update_freq=2.5), "update_freq"), (dict(drop_schedule="linear"), "drop_schedule"),
-    (dict(drop_schedule="cosine"), "end"), (dict(distribution="nope"), "distribution"),
-    (dict(padding=-1), "padding"), (dict(chunk_fraction=0), "chunk_fraction"), (dict(start=-1), "start"),
-])
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(sparsity=1.0), "sparsity"),
+        (dict(sparsity=-0.1), "sparsity"),
+        (dict(sparsity=True), "sparsity"),
+        (dict(sparsity=float("nan")), "sparsity"),
+        (dict(drop_fraction=0.0), "drop_fraction"),
+        (dict(drop_fraction=1.5), "drop_fraction"),
+        (dict(drop_fraction=-1), "drop_fraction"),
+        (dict(update_freq=0), "update_freq"),
+        (dict(update_freq=-3), "update_freq"),
+        (dict(update_freq=2.5), "update_freq"),
+        (dict(drop_schedule="linear"), "drop_schedule"),
+        (dict(drop_schedule="cosine"), "end"),
+        (dict(distribution="nope"), "distribution"),
+        (dict(padding=-1), "padding"),
+        (dict(chunk_fraction=0), "chunk_fraction"),
+        (dict(start=-1), "start"),
+    ],
+)
 @pytest.mark.parametrize("cls", [sparselab.SET, sparselab.RigL, sparselab.SRigL, sparselab.SNFS, sparselab.Static])
 def test_bad_configuration(cls, kw, match):
     with pytest.raises(ValueError, match=match):
@@ -498,6 +525,7 @@ def test_custom_algorithm_from_the_docstring():
 
 
 # ---- training still works ----
+
 
 @pytest.mark.parametrize("name", list(ALGOS))
 def test_training_loss_decreases(name):

@@ -9,8 +9,18 @@ from torch import nn
 
 import sparselab
 from sparselab import SparseLinear
-from sparselab.dst import (GMP, SET, CosineSparsity, CubicSparsity, PolynomialSparsity, RigL, SparsityAlgorithm,
-                           SparsityGroups, SparsityOptimizer, configure)
+from sparselab.dst import (
+    GMP,
+    SET,
+    CosineSparsity,
+    CubicSparsity,
+    PolynomialSparsity,
+    RigL,
+    SparsityAlgorithm,
+    SparsityGroups,
+    SparsityOptimizer,
+    configure,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +43,7 @@ class Block(nn.Module):
         self.mlp.fc2 = nn.Linear(f, d)
 
     def forward(self, x):
-        q = self.attn.qkv(x)[..., :x.shape[-1]]
+        q = self.attn.qkv(x)[..., : x.shape[-1]]
         x = x + self.attn.proj(torch.tanh(q))
         return x + self.mlp.fc2(torch.relu(self.mlp.fc1(x)))
 
@@ -75,23 +85,29 @@ def _train(model, opt, algo_step, steps=6, seed=0):
 
 
 def _topology(model):
-    return {n: (m.weight_cols.clone(), m.weight_row_nnz.clone(), m.weight_values.detach().clone())
-            for n, m in model.named_modules() if isinstance(m, SparseLinear)}
+    return {
+        n: (m.weight_cols.clone(), m.weight_row_nnz.clone(), m.weight_values.detach().clone())
+        for n, m in model.named_modules()
+        if isinstance(m, SparseLinear)
+    }
 
 
 def test_groups_sparsify_and_attach_per_layer():
     model = _net()
     groups = configure(model, GROUPS, update_freq=2, seed=3, padding=0.25)
     layers = {n: m for n, m in model.named_modules() if isinstance(m, SparseLinear)}
-    assert sorted(layers) == sorted(f"blocks.{i}.{k}" for i in range(2)
-                                    for k in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2"))
+    assert sorted(layers) == sorted(
+        f"blocks.{i}.{k}" for i in range(2) for k in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")
+    )
     assert isinstance(model.head, nn.Linear) and groups.dense == ["head"]
     for n, m in layers.items():
         want = 0.3 if ".attn." in n else 0.1
         assert m.nnz == round(want * m.in_features * m.out_features), n
     kinds = {type(a).__name__: sorted(L.name for L in a.layers) for a in groups.algorithms}
-    assert kinds == {"RigL": sorted(n for n in layers if ".attn." in n),
-                     "SET": sorted(n for n in layers if ".mlp." in n)}
+    assert kinds == {
+        "RigL": sorted(n for n in layers if ".attn." in n),
+        "SET": sorted(n for n in layers if ".mlp." in n),
+    }
     set_algo = next(a for a in groups.algorithms if isinstance(a, SET))
     assert set_algo.drop_schedule(1) == 0.2 and set_algo.seed == 4  # group options; the i-th object: seed + i
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -105,10 +121,12 @@ def test_groups_sparsify_and_attach_per_layer():
 def test_glob_errors_name_the_glob():
     with pytest.raises(ValueError, match=r"'blocks\.\*\.ffn\.\*' matches no linear layer"):
         configure(_net(), [{"modules": "blocks.*.ffn.*", "sparsity": 0.9}])
-    with pytest.raises(ValueError, match=r"matched twice: by 'blocks\.\*\.attn\.\*' \(group 0\) and by "
-                                         r"'blocks\.0\.\*' \(group 1\)"):
-        configure(_net(), [{"modules": "blocks.*.attn.*", "sparsity": 0.7},
-                           {"modules": "blocks.0.*", "sparsity": 0.9}])
+    with pytest.raises(
+        ValueError,
+        match=r"matched twice: by 'blocks\.\*\.attn\.\*' \(group 0\) and by "
+        r"'blocks\.0\.\*' \(group 1\)",
+    ):
+        configure(_net(), [{"modules": "blocks.*.attn.*", "sparsity": 0.7}, {"modules": "blocks.0.*", "sparsity": 0.9}])
     with pytest.raises(ValueError, match="'sparsity' is missing"):
         configure(_net(), [{"modules": "head"}])
     with pytest.raises(ValueError, match="unknown algorithm 'rigl2'"):
@@ -126,15 +144,21 @@ def test_model_with_sparse_layers_and_algorithm_objects():
     sparselab.sparsify(model, {"blocks.*.attn.*": 0.7, "blocks.*.mlp.*": 0.9}, method="random", padding=0.25)
     before = _topology(model)
     rigl = RigL(0.7, update_freq=3, seed=1)  # Cerebras style: the group names an algorithm object
-    groups = configure(model, [{"modules": "blocks.*.attn.*", "algorithm": rigl},
-                               {"modules": "blocks.*.mlp.*", "sparsity": 0.9, "algorithm": "static"}])
+    groups = configure(
+        model,
+        [
+            {"modules": "blocks.*.attn.*", "algorithm": rigl},
+            {"modules": "blocks.*.mlp.*", "sparsity": 0.9, "algorithm": "static"},
+        ],
+    )
     assert groups.algorithms[0] is rigl and len(rigl.layers) == 4
     after = _topology(model)
     for n in before:  # already at budget: attaching changed nothing
         assert torch.equal(before[n][0], after[n][0]) and torch.equal(before[n][2], after[n][2]), n
     shared = SET(0.8, update_freq=2)
-    two = configure(_net(), [{"modules": "blocks.0.*", "algorithm": shared},
-                             {"modules": "blocks.1.*", "algorithm": shared}])
+    two = configure(
+        _net(), [{"modules": "blocks.0.*", "algorithm": shared}, {"modules": "blocks.1.*", "algorithm": shared}]
+    )
     assert two.algorithms == [shared] and len(shared.layers) == 8  # attached (and stepped) once
     with pytest.raises(ValueError, match="give 'sparsity' to the algorithm object"):
         configure(_net(), [{"modules": "head", "sparsity": 0.5, "algorithm": RigL(0.5)}])
@@ -158,6 +182,7 @@ def test_mapping_form_and_weight_name_globs():
 def test_merged_groups_equal_one_algorithm_with_per_layer_densities():
     """Two groups of one algorithm == that algorithm over all layers with a hand-written
     per-layer distribution (what examples/char_gpt did before): same topology step by step."""
+
     def build():
         m = _net(1)
         torch.manual_seed(5)
@@ -182,9 +207,15 @@ def test_merged_groups_equal_one_algorithm_with_per_layer_densities():
     algo.attach_optimizer(opt_ref)
 
     new = build()
-    groups = configure(new, [{"modules": "blocks.*.attn.*", "sparsity": 0.7, "algorithm": "set"},
-                             {"modules": "blocks.*.mlp.*", "sparsity": 0.9, "algorithm": "set"}],
-                       update_freq=2, seed=7)
+    groups = configure(
+        new,
+        [
+            {"modules": "blocks.*.attn.*", "sparsity": 0.7, "algorithm": "set"},
+            {"modules": "blocks.*.mlp.*", "sparsity": 0.9, "algorithm": "set"},
+        ],
+        update_freq=2,
+        seed=7,
+    )
     assert len(groups.algorithms) == 1
     opt_new = torch.optim.SGD(new.parameters(), lr=0.1)
     groups.attach_optimizer(opt_new)
@@ -199,10 +230,19 @@ def test_merged_groups_equal_one_algorithm_with_per_layer_densities():
 def test_groups_with_their_own_schedules():
     model = _net()
     end = 8
-    groups = configure(model, [
-        {"modules": "blocks.*.attn.*", "algorithm": "gmp", "sparsity": PolynomialSparsity(0.5, 0.8, 0, end, power=1)},
-        {"modules": "blocks.*.mlp.*", "algorithm": "gmp", "sparsity": CosineSparsity(0.6, 0.9, 0, end)},
-    ], update_freq=2, end=end)
+    groups = configure(
+        model,
+        [
+            {
+                "modules": "blocks.*.attn.*",
+                "algorithm": "gmp",
+                "sparsity": PolynomialSparsity(0.5, 0.8, 0, end, power=1),
+            },
+            {"modules": "blocks.*.mlp.*", "algorithm": "gmp", "sparsity": CosineSparsity(0.6, 0.9, 0, end)},
+        ],
+        update_freq=2,
+        end=end,
+    )
     assert len(groups.algorithms) == 2
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     groups.attach_optimizer(opt)
@@ -226,8 +266,9 @@ def test_groups_state_dict_round_trip():
     other = configure(copy.deepcopy(model), GROUPS, update_freq=2, seed=3)
     other.load_state_dict(state)
     assert other.step_count == 3
-    assert [a.generator.get_state().tolist() for a in other.algorithms] == \
-        [a.generator.get_state().tolist() for a in groups.algorithms]
+    assert [a.generator.get_state().tolist() for a in other.algorithms] == [
+        a.generator.get_state().tolist() for a in groups.algorithms
+    ]
     bad = configure(_net(), GROUPS[:2], update_freq=2, seed=3)
     bad.algorithms.pop()
     with pytest.raises(ValueError, match="algorithm groups"):
@@ -236,8 +277,10 @@ def test_groups_state_dict_round_trip():
 
 # ---------------------------------------------------------------- optimizer wrapper
 
-@pytest.mark.parametrize("make_opt", [lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
-                                      lambda p: torch.optim.AdamW(p, lr=1e-2)])
+
+@pytest.mark.parametrize(
+    "make_opt", [lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), lambda p: torch.optim.AdamW(p, lr=1e-2)]
+)
 def test_wrapper_trains_like_explicit_steps(make_opt):
     def setup():
         torch.manual_seed(0)
@@ -296,6 +339,7 @@ def test_wrapper_with_groups():
 
 # ---------------------------------------------------------------- schedules
 
+
 def test_polynomial_and_cosine_sparsity():
     cubic, poly = CubicSparsity(0.2, 0.9, 10, 110), PolynomialSparsity(0.2, 0.9, 10, 110, power=3)
     for t in (0, 10, 35, 60, 110, 500):
@@ -313,6 +357,7 @@ def test_polynomial_and_cosine_sparsity():
 
 
 # ---------------------------------------------------------------- score hooks
+
 
 class ZeroGrow(SparsityAlgorithm):
     """Every free position scores 0 for growth: only the tie rule decides."""
@@ -351,7 +396,8 @@ def test_tie_breakers():
     assert int(rows_r1.max()) > 55 and rows_r1.numel() == rows_lo.numel()  # spread over the rows
     # random ties never reorder distinct scores
     from sparselab.dst.scores import RandomTies
-    s = torch.tensor([0.0, 0.0, 1.0, 1.0 + 2 ** -23, -1e-45, float("-inf"), 3e38, 1e-45], dtype=torch.float32)
+
+    s = torch.tensor([0.0, 0.0, 1.0, 1.0 + 2**-23, -1e-45, float("-inf"), 3e38, 1e-45], dtype=torch.float32)
     j = RandomTies()(s, torch.Generator().manual_seed(0))
     a, b = s.double()[:, None], s.double()[None, :]
     assert bool(((j[:, None] < j[None, :]) | ~(a < b)).all()) and j[5] == float("-inf")  # strict order kept
@@ -371,7 +417,7 @@ def test_score_shapers():
 
     torch.manual_seed(0)
     layer = SparseLinear(48, 32, 0.8, padding=0.5)
-    row0 = layer.weight_cols[:int(layer.weight_row_nnz[0])].clone()
+    row0 = layer.weight_cols[: int(layer.weight_row_nnz[0])].clone()
     algo = SET(0.8, update_freq=1, drop_fraction=0.5, seed=0, drop_shaper=never_row0, grow_shaper=never_col0)
     algo.attach(layer)
     opt = torch.optim.SGD(layer.parameters(), lr=0.1)
@@ -384,7 +430,7 @@ def test_score_shapers():
         algo.step()
         info = algo.last_update[0]
         grown_cols.append(layer.weight_cols[info.grown_slots.long()])
-    assert bool(torch.isin(row0, layer.weight_cols[:int(layer.weight_row_nnz[0])]).all())  # nothing dropped
+    assert bool(torch.isin(row0, layer.weight_cols[: int(layer.weight_row_nnz[0])]).all())  # nothing dropped
     assert not bool((torch.cat(grown_cols) == 0).any())
     assert algo.config()["drop_shaper"] == "never_row0" and "tie_breaker" not in algo.config()
     assert "drop_shaper" not in SET(0.8).config()  # defaults: configuration unchanged
@@ -396,10 +442,13 @@ def test_score_shapers():
 
 def test_topkast_group_stores_the_backward_set():
     from sparselab.dst import Group, TopKASTLinear
+
     torch.manual_seed(0)
     model = _net()
-    groups = configure(model, [Group("blocks.*.mlp.*", 0.9, "topkast", backward_sparsity=0.8, update_freq=2),
-                               Group("blocks.*.attn.*", None)])
+    groups = configure(
+        model,
+        [Group("blocks.*.mlp.*", 0.9, "topkast", backward_sparsity=0.8, update_freq=2), Group("blocks.*.attn.*", None)],
+    )
     fc1 = model.blocks[0].mlp.fc1
     assert isinstance(fc1, TopKASTLinear) and isinstance(model.blocks[0].attn.qkv, nn.Linear)
     assert fc1.nnz == round(0.2 * fc1.in_features * fc1.out_features)

@@ -9,11 +9,11 @@ from sparselab.dst.select import keep_top_per_row, topk_indices, topk_per_row
 from sparselab.dst.snfs import allocate
 from sparselab.dst.topology import rewrite_layer
 
-
 pytestmark = pytest.mark.usefixtures("no_tuning_one_thread")
 
 
 # ---- schedules ----
+
 
 def test_update_schedule():
     s = schedules.UpdateSchedule(10, start=15, end=50)
@@ -45,7 +45,7 @@ def test_sparsity_schedules():
     c = schedules.CubicSparsity(0.5, 0.9, start=10, end=110)
     assert c(0) == c(10) == pytest.approx(0.5)
     assert c(110) == c(1000) == pytest.approx(0.9)
-    assert c(60) == pytest.approx(0.9 + (0.5 - 0.9) * 0.5 ** 3)
+    assert c(60) == pytest.approx(0.9 + (0.5 - 0.9) * 0.5**3)
     assert all(c(t) <= c(t + 1) for t in range(120))
     assert schedules.ConstantSparsity(0.8)(7) == 0.8
     for bad in (1.0, -0.01, 1.5, float("inf"), True):
@@ -58,6 +58,7 @@ def test_sparsity_schedules():
 
 
 # ---- distributions ----
+
 
 def test_uniform_and_erk():
     shapes = [(300, 784), (100, 300), (10, 100)]
@@ -78,10 +79,11 @@ def test_uniform_and_erk():
 
 # ---- selection ----
 
+
 def test_topk_indices_ties_and_ineligible():
     s = torch.tensor([1.0, 3.0, 2.0, 3.0, 2.0, float("-inf"), float("nan"), 2.0])
     assert topk_indices(s, 1).tolist() == [1]
-    assert topk_indices(s, 3).tolist() == [1, 2, 3]          # tie at 2.0 -> lowest index
+    assert topk_indices(s, 3).tolist() == [1, 2, 3]  # tie at 2.0 -> lowest index
     assert topk_indices(s, 4).tolist() == [1, 2, 3, 4]
     assert topk_indices(s, 20).tolist() == [0, 1, 2, 3, 4, 7]  # never -inf / NaN
     assert topk_indices(s, 0).numel() == 0
@@ -92,7 +94,7 @@ def test_topk_indices_ties_and_ineligible():
 def test_topk_per_row_matches_reference():
     g = torch.Generator().manual_seed(0)
     s = torch.randint(0, 4, (9, 13), generator=g).float()  # many ties
-    s[2, :10] = float("-inf")                               # row 2 has only 3 eligible
+    s[2, :10] = float("-inf")  # row 2 has only 3 eligible
     k = torch.tensor([0, 1, 5, 13, 2, 3, 4, 7, 1])
     rows, cols = topk_per_row(s, k)
     for r in range(9):
@@ -123,6 +125,7 @@ def test_allocate():
 
 
 # ---- topology rewrite ----
+
 
 def _layer(padding=2, seed=0, in_f=12, out_f=6, sparsity=0.5):
     torch.manual_seed(seed)
@@ -157,19 +160,18 @@ def test_rewrite_layer_moves_state_and_zeroes_grown(case):
     before_m = _dense_of(layer, opt.state[p0]["momentum_buffer"])
     dense_live = ~torch.isnan(before_v)
     live_slots = live.nonzero().reshape(-1)
-    if case == "in_place":       # drop one per row 0, grow two in row 0 (padding 3 leaves room)
+    if case == "in_place":  # drop one per row 0, grow two in row 0 (padding 3 leaves room)
         drop = live_slots[rows_of[live_slots] == 0][:1]
         n_grow_row0 = 2
-    elif case == "relayout":     # row 0 gains 3 while row 1 loses 3: same total, row 0 overflows
+    elif case == "relayout":  # row 0 gains 3 while row 1 loses 3: same total, row 0 overflows
         drop = live_slots[rows_of[live_slots] == 1][:3]
         n_grow_row0 = 3
-    else:                        # grow 4 with no padding at all: the total capacity must grow
+    else:  # grow 4 with no padding at all: the total capacity must grow
         drop = live_slots[:0]
         n_grow_row0 = 4
     free_cols = (~dense_live[0]).nonzero().reshape(-1)[:n_grow_row0]
     dropped_pos = (rows_of[drop], w.cols[drop].long()) if drop.numel() else None
-    res = rewrite_layer(layer, drop, torch.zeros(n_grow_row0, dtype=torch.int64), free_cols, optimizers=[opt],
-                        spare=1)
+    res = rewrite_layer(layer, drop, torch.zeros(n_grow_row0, dtype=torch.int64), free_cols, optimizers=[opt], spare=1)
     layer.weight.validate()
     assert res.repacked == (case != "in_place") and res.resized == (case == "resize")
     assert layer.weight_values is p0  # the same Parameter in every case, storage swapped on a resize
@@ -206,8 +208,14 @@ def test_live_graph_from_before_a_resize_does_not_break_the_next_backward():
     loss.backward()  # a graph that stays referenced, as in `loss = ...` training loops
     w = layer.weight
     row0_free = (~(~torch.isnan(_dense_of(layer, layer.weight_values))[0])).nonzero().reshape(-1)[:2]
-    res = rewrite_layer(layer, torch.empty(0, dtype=torch.int64), torch.zeros(2, dtype=torch.int64), row0_free,
-                        optimizers=[opt], spare=1)
+    res = rewrite_layer(
+        layer,
+        torch.empty(0, dtype=torch.int64),
+        torch.zeros(2, dtype=torch.int64),
+        row0_free,
+        optimizers=[opt],
+        spare=1,
+    )
     assert res.resized
     opt.zero_grad()
     layer(torch.randn(3, 12)).sum().backward()

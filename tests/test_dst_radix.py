@@ -50,8 +50,9 @@ def test_radix_topk_matches_sorted_reference(case):
     t = torch.tensor(scores, dtype=torch.float32)
     cols = None if valid is None else torch.tensor([0 if v else -1 for v in valid], dtype=torch.int16)
     cuts = sorted({0, n, *[(n * b) // n_blocks for b in range(1, n_blocks)]})
-    blocks = [(t[a:b].contiguous(), None if cols is None else cols[a:b].contiguous(), a)
-              for a, b in zip(cuts, cuts[1:])]
+    blocks = [
+        (t[a:b].contiguous(), None if cols is None else cols[a:b].contiguous(), a) for a, b in zip(cuts, cuts[1:])
+    ]
     got, none = radix_topk(lambda: blocks, k, largest=largest, out_dtype=torch.int64)
     assert none is None
     want = reference_topk(t.tolist(), valid or [True] * n, k, largest)

@@ -29,7 +29,7 @@ def _forward_mask(layer):
     live = w.live_mask()
     vals = w.values.detach().abs().clone()
     vals[~live] = -1
-    order = torch.argsort(-vals, stable=True)[:layer.forward_nnz]
+    order = torch.argsort(-vals, stable=True)[: layer.forward_nnz]
     mask = torch.zeros(layer.out_features, layer.in_features, dtype=torch.bool)
     mask[w.slot_rows()[order], w.cols[order].long()] = True
     return mask
@@ -117,7 +117,8 @@ def test_storage_is_sparse_and_training_keeps_the_sets_nested():
     fwd_bytes = sum(t.numel() * t.element_size() for m in layers for t in m.extra_index_tensors())
     assert fwd_bytes > 0 and sum(m.cache for m in rep.layers) >= fwd_bytes
     assert sum(m.weight + m.grad + m.optimizer for m in rep.layers) < 0.5 * sum(
-        m.dense_weight + m.dense_grad + m.dense_optimizer for m in rep.layers)
+        m.dense_weight + m.dense_grad + m.dense_optimizer for m in rep.layers
+    )
 
 
 def test_checks_and_checkpoint_config():
@@ -138,6 +139,7 @@ def test_incremental_forward_selection_is_exact(monkeypatch):
     """The band search around the previous threshold picks exactly what a full top-K does."""
     import sparselab.dst.topkast as topkast_module
     from sparselab.dst.select import topk_indices
+
     paths = {"band": 0, "full": 0}
 
     def counting(scores, k, eligible=None, **kw):

@@ -10,9 +10,6 @@ import pytest
 import torch
 from torch import nn
 
-import sparselab
-from sparselab import SparseLinear
-
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "char_gpt"
 sys.path.insert(0, str(EXAMPLE))
 
@@ -23,6 +20,7 @@ import train as T  # noqa: E402
 def _no_tuning():
     # Heuristic dispatch: no timing runs, nothing written to the tuning cache; deterministic choice.
     import sparselab.tuning as tuning
+
     prev_threads = torch.get_num_threads()
     with tuning.mode("off"):
         yield
@@ -40,8 +38,25 @@ def text(tmp_path) -> Path:
 
 
 def _args(text, tmp_path, *extra):
-    return T.parse_args(["--config", "tiny", "--data", str(text), "--threads", "1", "--steps", "8",
-                         "--warmup", "2", "--eval-batches", "2", "--out", str(tmp_path / "out"), *extra])
+    return T.parse_args(
+        [
+            "--config",
+            "tiny",
+            "--data",
+            str(text),
+            "--threads",
+            "1",
+            "--steps",
+            "8",
+            "--warmup",
+            "2",
+            "--eval-batches",
+            "2",
+            "--out",
+            str(tmp_path / "out"),
+            *extra,
+        ]
+    )
 
 
 def _snapshot(model: nn.Module) -> dict:
@@ -52,8 +67,9 @@ def test_sparsify_makes_the_intended_layers_sparse(text, tmp_path):
     tr = T.Trainer(_args(text, tmp_path, "--sparse"))
     sparse = dict(T.sparse_layers(tr.model))
     n_layer = tr.cfg.n_layer
-    assert set(sparse) == {f"blocks.{i}.{s}" for i in range(n_layer)
-                           for s in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")}
+    assert set(sparse) == {
+        f"blocks.{i}.{s}" for i in range(n_layer) for s in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")
+    }
     for name, m in sparse.items():
         want = T.ATTN_SPARSITY if ".attn." in name else T.FFN_SPARSITY
         assert m.sparsity == pytest.approx(want, abs=2e-3), name
@@ -71,9 +87,33 @@ def test_sparsify_makes_the_intended_layers_sparse(text, tmp_path):
 
 
 def test_tiny_config_trains(text, tmp_path):
-    r = T.main(["--config", "tiny", "--data", str(text), "--threads", "1", "--steps", "20", "--warmup", "2",
-                "--eval-every", "10", "--eval-batches", "2", "--out", str(tmp_path / "out"), "--no-progress",
-                "--dst", "set", "--update-freq", "5", "--lr", "3e-3"])
+    r = T.main(
+        [
+            "--config",
+            "tiny",
+            "--data",
+            str(text),
+            "--threads",
+            "1",
+            "--steps",
+            "20",
+            "--warmup",
+            "2",
+            "--eval-every",
+            "10",
+            "--eval-batches",
+            "2",
+            "--out",
+            str(tmp_path / "out"),
+            "--no-progress",
+            "--dst",
+            "set",
+            "--update-freq",
+            "5",
+            "--lr",
+            "3e-3",
+        ]
+    )
     assert r["steps_done"] == 20
     assert r["history"][-1]["train_loss"] < r["history"][0]["train_loss"] + 0.5
     assert r["final_val_loss"] < 4.0  # log(vocab) ~ 2.9 at init; it must not diverge
@@ -81,9 +121,15 @@ def test_tiny_config_trains(text, tmp_path):
     assert r["memory"]["sparse_layers"] < 0.5 * r["memory"]["sparse_layers_dense"]
 
 
-@pytest.mark.parametrize("extra", [("--sparse", "--dst", "rigl", "--optimizer", "adamw"),
-                                   ("--sparse", "--dst", "set", "--optimizer", "sgd"),
-                                   ("--dense", "--optimizer", "adamw")], ids=["rigl-adamw", "set-sgd", "dense"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("--sparse", "--dst", "rigl", "--optimizer", "adamw"),
+        ("--sparse", "--dst", "set", "--optimizer", "sgd"),
+        ("--dense", "--optimizer", "adamw"),
+    ],
+    ids=["rigl-adamw", "set-sgd", "dense"],
+)
 def test_resume_is_bit_identical(text, tmp_path, extra):
     k, n = 3, 4  # checkpoint after step k, then n more steps; topology updates at steps 2, 4, 6
     args = _args(text, tmp_path, *extra, "--update-freq", "2")

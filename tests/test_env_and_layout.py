@@ -1,5 +1,6 @@
 """Environment variables: a bad value warns and keeps the default (Python and the compiled
 extension agree). Layout: the library imports neither pandas nor matplotlib (the [bench] extra)."""
+
 import os
 import subprocess
 import sys
@@ -12,37 +13,55 @@ from sparselab import env
 def _python(code: str, **environ) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith("SPARSELAB_SCRATCH")}
     full.update(environ)
-    return subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True,
-                          env=full, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, env=full, timeout=120
+    )
 
 
-@pytest.mark.parametrize("raw, mb", [(None, 4), ("0", 0), ("16", 16), (" 8 ", 8), ("-1", None), ("+3", None),
-                                     ("1e3", None), ("4x", None), ("", None), ("inf", None),
-                                     ("99999999999999999999999", None), (str((1 << 20) + 1), None)])
+@pytest.mark.parametrize(
+    "raw, mb",
+    [
+        (None, 4),
+        ("0", 0),
+        ("16", 16),
+        (" 8 ", 8),
+        ("-1", None),
+        ("+3", None),
+        ("1e3", None),
+        ("4x", None),
+        ("", None),
+        ("inf", None),
+        ("99999999999999999999999", None),
+        (str((1 << 20) + 1), None),
+    ],
+)
 def test_scratch_keep_mb_rule(raw, mb):
     assert env.scratch_keep_mb(raw) == mb
 
 
 @pytest.mark.parametrize("raw, expect_mb", [("-1", 4), ("abc", 4), ("1e9", 4), ("12", 12)])
 def test_scratch_keep_mb_in_the_extension_and_the_warning(raw, expect_mb):
-    done = _python("import sparselab; print(sparselab._C.scratch_keep_bytes() >> 20)",
-                   SPARSELAB_SCRATCH_KEEP_MB=raw)
+    done = _python("import sparselab; print(sparselab._C.scratch_keep_bytes() >> 20)", SPARSELAB_SCRATCH_KEEP_MB=raw)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.split()[-1]) == expect_mb
     assert ("SPARSELAB_SCRATCH_KEEP_MB" in done.stderr) == (expect_mb == 4)
 
 
 def test_library_imports_neither_pandas_nor_matplotlib():
-    code = ("import sys, sparselab, sparselab.tuning.cli, sparselab.tuning.table, sparselab.tuning.tuner, "
-            "sparselab.tuning.cache, sparselab.planner, sparselab.sparsify; "
-            "print(sorted(m for m in ('pandas', 'matplotlib') if m in sys.modules))")
+    code = (
+        "import sys, sparselab, sparselab.tuning.cli, sparselab.tuning.table, sparselab.tuning.tuner, "
+        "sparselab.tuning.cache, sparselab.planner, sparselab.sparsify; "
+        "print(sorted(m for m in ('pandas', 'matplotlib') if m in sys.modules))"
+    )
     done = _python(code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
 
 def test_library_prints_nothing_on_import_and_a_small_op():
-    code = ("import torch, sparselab; from sparselab import ops, PaddedCSR; "
-            "ops.spmm_fwd(PaddedCSR.random(8, 8, 0.5, seed=0), torch.randn(2, 8))")
+    code = (
+        "import torch, sparselab; from sparselab import ops, PaddedCSR; "
+        "ops.spmm_fwd(PaddedCSR.random(8, 8, 0.5, seed=0), torch.randn(2, 8))"
+    )
     done = _python(code, SPARSELAB_TUNING="off")
     assert done.returncode == 0 and done.stdout == "" and done.stderr == ""

@@ -8,15 +8,17 @@ import re
 
 import pytest
 import torch
+from conftest import NAN, build_weight
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from conftest import NAN, build_weight
 from sparselab import PaddedCSR
 from sparselab.format import INT16_MAX_COLUMNS, PADDING, index_dtype_for
 
-pytestmark = [pytest.mark.usefixtures("one_torch_thread"),
-              pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")]
+pytestmark = [
+    pytest.mark.usefixtures("one_torch_thread"),
+    pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state"),
+]
 
 IDX = st.sampled_from([None, torch.int16, torch.int32])
 PAD = st.one_of(st.integers(0, 4), st.sampled_from([0.0, 0.3, 1.0]))
@@ -32,14 +34,22 @@ def _dense(out_f, in_f, density, seed, dtype=torch.float32):
 
 def _row_cols(W, i):
     s = int(W.row_start[i])
-    return W.cols[s:s + int(W.row_nnz[i])].to(torch.int64)
+    return W.cols[s : s + int(W.row_nnz[i])].to(torch.int64)
 
 
 # ---------------------------------------------------------------- round trips
 
+
 @settings(max_examples=60, deadline=None)
-@given(out_f=st.integers(1, 20), in_f=st.integers(1, 40), density=st.floats(0.0, 1.0), seed=st.integers(0, 999),
-       padding=PAD, index_dtype=IDX, dtype=st.sampled_from([torch.float32, torch.float64]))
+@given(
+    out_f=st.integers(1, 20),
+    in_f=st.integers(1, 40),
+    density=st.floats(0.0, 1.0),
+    seed=st.integers(0, 999),
+    padding=PAD,
+    index_dtype=IDX,
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
 @example(out_f=1, in_f=1, density=0.0, seed=0, padding=0, index_dtype=None, dtype=torch.float32)
 @example(out_f=3, in_f=5, density=1.0, seed=0, padding=2, index_dtype=torch.int32, dtype=torch.float64)
 def test_from_dense_to_dense_round_trip(out_f, in_f, density, seed, padding, index_dtype, dtype):
@@ -73,8 +83,14 @@ def test_from_dense_drops_explicit_zeros_and_detaches():
 
 
 @settings(max_examples=40, deadline=None)
-@given(out_f=st.integers(1, 30), in_f=st.integers(1, 300), sparsity=st.floats(0.0, 0.999),
-       seed=st.integers(0, 2**31 - 1), padding=PAD, index_dtype=IDX)
+@given(
+    out_f=st.integers(1, 30),
+    in_f=st.integers(1, 300),
+    sparsity=st.floats(0.0, 0.999),
+    seed=st.integers(0, 2**31 - 1),
+    padding=PAD,
+    index_dtype=IDX,
+)
 @example(out_f=4, in_f=100, sparsity=0.0, seed=1, padding=0, index_dtype=None)
 @example(out_f=4, in_f=100, sparsity=0.999, seed=1, padding=3, index_dtype=None)
 @example(out_f=7, in_f=1, sparsity=0.5, seed=1, padding=0, index_dtype=torch.int32)
@@ -110,16 +126,21 @@ def test_random_init_std():
 
 
 @settings(max_examples=40, deadline=None)
-@given(out_f=st.integers(1, 15), in_f=st.integers(1, 30), density=st.floats(0.0, 1.0), seed=st.integers(0, 999),
-       padding=PAD, dtype=st.sampled_from([torch.float32, torch.float64]))
+@given(
+    out_f=st.integers(1, 15),
+    in_f=st.integers(1, 30),
+    density=st.floats(0.0, 1.0),
+    seed=st.integers(0, 999),
+    padding=PAD,
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
 def test_torch_sparse_csr_round_trip(out_f, in_f, density, seed, padding, dtype):
     dense = _dense(out_f, in_f, density, seed, dtype)
     W = PaddedCSR.from_dense(dense, padding=padding)
     t = W.to_torch_sparse_csr()
     assert t.layout == torch.sparse_csr and t.shape == (out_f, in_f) and t.dtype == dtype
     assert torch.equal(t.to_dense(), dense)
-    assert torch.equal(t.crow_indices(), torch.cat([torch.zeros(1, dtype=torch.int64),
-                                                     (dense != 0).sum(1).cumsum(0)]))
+    assert torch.equal(t.crow_indices(), torch.cat([torch.zeros(1, dtype=torch.int64), (dense != 0).sum(1).cumsum(0)]))
     W2 = PaddedCSR.from_torch_sparse_csr(t, padding=padding)
     W2.validate()
     assert torch.equal(W2.to_dense(), dense)
@@ -137,8 +158,13 @@ def test_torch_sparse_csr_round_trip(out_f, in_f, density, seed, padding, dtype)
 def test_from_torch_sparse_csr_sorts_columns_within_rows():
     """torch does not check CSR invariants by default; unsorted (but unique,
     in-range) columns are put in order, as documented."""
-    t = torch.sparse_csr_tensor(torch.tensor([0, 3, 4]), torch.tensor([2, 0, 1, 0]),
-                                torch.tensor([1.0, 2.0, 3.0, 4.0]), size=(2, 3), check_invariants=False)
+    t = torch.sparse_csr_tensor(
+        torch.tensor([0, 3, 4]),
+        torch.tensor([2, 0, 1, 0]),
+        torch.tensor([1.0, 2.0, 3.0, 4.0]),
+        size=(2, 3),
+        check_invariants=False,
+    )
     W = PaddedCSR.from_torch_sparse_csr(t)
     W.validate()
     assert W.cols.tolist() == [0, 1, 2, 0]
@@ -176,8 +202,11 @@ def test_live_mask_and_slot_rows():
 
 # ---------------------------------------------------------------- index dtype and memory
 
-@pytest.mark.parametrize("in_f, expected", [(1, torch.int16), (32767, torch.int16), (32768, torch.int16),
-                                            (32769, torch.int32), (100_000, torch.int32)])
+
+@pytest.mark.parametrize(
+    "in_f, expected",
+    [(1, torch.int16), (32767, torch.int16), (32768, torch.int16), (32769, torch.int32), (100_000, torch.int32)],
+)
 def test_index_dtype_choice(in_f, expected):
     assert index_dtype_for(in_f) == expected
     W = PaddedCSR.random(2, in_f, 0.999 if in_f > 1000 else 0.0, seed=0)
@@ -205,9 +234,15 @@ def test_explicit_index_dtype():
         PaddedCSR.random(3, 40000, 0.99, seed=0, index_dtype=torch.int16)
 
 
-@pytest.mark.parametrize("shape, sparsity, padding, index_dtype, vdtype",
-                         [((30, 50), 0.8, 2, None, torch.float32), ((7, 40000), 0.99, 0.5, None, torch.float32),
-                          ((64, 3), 0.0, 0, torch.int32, torch.float64), ((40000, 3), 0.5, 1, None, torch.float32)])
+@pytest.mark.parametrize(
+    "shape, sparsity, padding, index_dtype, vdtype",
+    [
+        ((30, 50), 0.8, 2, None, torch.float32),
+        ((7, 40000), 0.99, 0.5, None, torch.float32),
+        ((64, 3), 0.0, 0, torch.int32, torch.float64),
+        ((40000, 3), 0.5, 1, None, torch.float32),
+    ],
+)
 def test_memory_bytes_counts_every_byte(shape, sparsity, padding, index_dtype, vdtype):
     out_f, in_f = shape
     W = PaddedCSR.random(out_f, in_f, sparsity, seed=0, padding=padding, index_dtype=index_dtype, dtype=vdtype)
@@ -231,15 +266,16 @@ def test_memory_bytes_counts_every_byte(shape, sparsity, padding, index_dtype, v
 
 # ---------------------------------------------------------------- transposed index
 
+
 def _dense_from_transposed(W):
     t = W.transposed()
     out_f, in_f = W.shape
     dense = torch.zeros(in_f, out_f, dtype=W.values.dtype)
     for j in range(in_f):
         s, k = int(t.row_start[j]), int(t.row_nnz[j])
-        rows = t.cols[s:s + k].to(torch.int64)
+        rows = t.cols[s : s + k].to(torch.int64)
         assert (rows[1:] > rows[:-1]).all(), f"transposed row {j} not sorted"
-        slots = t.perm[s:s + k].to(torch.int64)
+        slots = t.perm[s : s + k].to(torch.int64)
         # perm points at the live slot of W holding (row, j)
         assert (W.cols[slots].to(torch.int64) == j).all()
         assert torch.equal(W.slot_rows()[slots], rows)
@@ -249,11 +285,25 @@ def _dense_from_transposed(W):
 
 
 @settings(max_examples=30, deadline=None)
-@given(out_f=st.integers(1, 25), in_f=st.integers(1, 25), sparsity=st.floats(0.0, 0.999), seed=st.integers(0, 999),
-       padding=PAD)
+@given(
+    out_f=st.integers(1, 25),
+    in_f=st.integers(1, 25),
+    sparsity=st.floats(0.0, 0.999),
+    seed=st.integers(0, 999),
+    padding=PAD,
+)
 def test_transposed_index_matches_dense_transpose(out_f, in_f, sparsity, seed, padding):
-    W = build_weight(out_f, in_f, sparsity, seed=seed, pattern="ragged", empty_rows=seed % 2 == 0,
-                     full_rows=seed % 3 == 0, padding=padding, garbage=NAN)
+    W = build_weight(
+        out_f,
+        in_f,
+        sparsity,
+        seed=seed,
+        pattern="ragged",
+        empty_rows=seed % 2 == 0,
+        full_rows=seed % 3 == 0,
+        padding=padding,
+        garbage=NAN,
+    )
     assert W.transposed().index_dtype == index_dtype_for(out_f)
     assert torch.equal(_dense_from_transposed(W), W.to_dense().T)
 
@@ -267,14 +317,14 @@ def test_transposed_index_is_cached_and_rebuilt_after_topology_change():
     used = set(_row_cols(W, 0).tolist())
     free = max(set(range(20)) - used)
     live = sorted(used - {int(W.cols[s + k - 1])} | {free})
-    W.cols[s:s + k] = torch.tensor(live, dtype=W.cols.dtype)
+    W.cols[s : s + k] = torch.tensor(live, dtype=W.cols.dtype)
     # Grow row 1 into its padding.
     s1, k1 = int(W.row_start[1]), int(W.row_nnz[1])
     free1 = max(set(range(20)) - set(_row_cols(W, 1).tolist()))
     cols1 = sorted(_row_cols(W, 1).tolist() + [free1])
-    W.cols[s1:s1 + k1 + 1] = torch.tensor(cols1, dtype=W.cols.dtype)
+    W.cols[s1 : s1 + k1 + 1] = torch.tensor(cols1, dtype=W.cols.dtype)
     with torch.no_grad():
-        W.values[s1:s1 + k1 + 1] = torch.arange(1, k1 + 2, dtype=torch.float32)
+        W.values[s1 : s1 + k1 + 1] = torch.arange(1, k1 + 2, dtype=torch.float32)
     W.row_nnz[1] = k1 + 1
     W.validate()
     t2 = W.transposed()  # the in-place edit is seen without mark_topology_changed()
@@ -296,6 +346,7 @@ def test_transposed_index_of_an_empty_weight():
 
 
 # ---------------------------------------------------------------- validate()
+
 
 def _base():
     """rows: [0: cols 1,3 + 1 pad], [1: empty, 2 pad], [2: cols 0,2,4 full]"""
@@ -319,9 +370,11 @@ def _corrupt(field, fn):
 
 def _set(index, value):
     """A corruption: write ``value`` at ``index`` of the field (a clone)."""
+
     def corrupt(t):
         t[index] = torch.tensor(value, dtype=t.dtype)
         return t
+
     return corrupt
 
 
@@ -337,8 +390,12 @@ CORRUPTIONS = {
     "column_out_of_range": ("cols", _set(7, 5), ValueError, r"live slot 7 \(row 2\) has column 5 outside \[0, 5\)"),
     "column_negative": ("cols", _set(0, -2), ValueError, r"live slot 0 \(row 0\) has column -2"),
     "column_unsorted": ("cols", _set([5, 6], [2, 0]), ValueError, r"row 2 columns not strictly increasing at slot 6"),
-    "column_duplicate": ("cols", _set(1, 1), ValueError,
-                         r"row 0 columns not strictly increasing at slot 1 \(1 then 1\)"),
+    "column_duplicate": (
+        "cols",
+        _set(1, 1),
+        ValueError,
+        r"row 0 columns not strictly increasing at slot 1 \(1 then 1\)",
+    ),
     "padding_not_sentinel": ("cols", _set(3, 4), ValueError, r"padding slot 3 \(row 1\) has column 4, expected -1"),
     "cols_wrong_length": ("cols", lambda t: t[:7], ValueError, r"cols has 7 slots but values has 8"),
     "nan_in_live_value": ("values", _set(6, NAN), ValueError, r"live slot 6 \(row 2\) holds a non-finite value"),

@@ -21,8 +21,7 @@ from hypothesis import strategies as st
 WORKER = Path(__file__).parent / "hostile" / "worker.py"
 KEYS = ["weight_values", "weight_cols", "weight_row_start", "weight_row_nnz", "weight_shape", "bias"]
 IN = 24
-VALUES = [-(2**40), -(2**31), -70000, -2, -1, 0, 1, 3, IN - 1, IN, 5000, 32767, 32768 + 3, 65536 + 3,
-          2**31 - 1, 2**40]
+VALUES = [-(2**40), -(2**31), -70000, -2, -1, 0, 1, 3, IN - 1, IN, 5000, 32767, 32768 + 3, 65536 + 3, 2**31 - 1, 2**40]
 
 
 class Worker:
@@ -35,8 +34,14 @@ class Worker:
 
     def _start(self):
         env = dict(os.environ, OMP_NUM_THREADS="1")
-        self.proc = subprocess.Popen([sys.executable, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
 
     def run(self, case: dict) -> dict:
         if self.proc is None or self.proc.poll() is not None:
@@ -118,28 +123,48 @@ CONVERTIBLE = {"cols as int8"}
 
 
 mutation = st.one_of(
-    st.fixed_dictionaries({"key": st.sampled_from(KEYS), "op": st.just("set"), "index": st.integers(-50, 400),
-                           "value": st.sampled_from(VALUES)}),
-    st.fixed_dictionaries({"key": st.sampled_from(KEYS), "op": st.sampled_from(["truncate", "extend"]),
-                           "by": st.integers(1, 5)}),
-    st.fixed_dictionaries({"key": st.sampled_from(KEYS), "op": st.just("dtype"),
-                           "dtype": st.sampled_from(["int8", "int16", "int32", "int64", "float16", "float32",
-                                                     "float64", "bool", "uint8"])}),
-    st.fixed_dictionaries({"key": st.sampled_from(KEYS), "op": st.sampled_from(["two_d", "reverse", "delete",
-                                                                                "not_a_tensor"])}),
+    st.fixed_dictionaries(
+        {
+            "key": st.sampled_from(KEYS),
+            "op": st.just("set"),
+            "index": st.integers(-50, 400),
+            "value": st.sampled_from(VALUES),
+        }
+    ),
+    st.fixed_dictionaries(
+        {"key": st.sampled_from(KEYS), "op": st.sampled_from(["truncate", "extend"]), "by": st.integers(1, 5)}
+    ),
+    st.fixed_dictionaries(
+        {
+            "key": st.sampled_from(KEYS),
+            "op": st.just("dtype"),
+            "dtype": st.sampled_from(
+                ["int8", "int16", "int32", "int64", "float16", "float32", "float64", "bool", "uint8"]
+            ),
+        }
+    ),
+    st.fixed_dictionaries(
+        {"key": st.sampled_from(KEYS), "op": st.sampled_from(["two_d", "reverse", "delete", "not_a_tensor"])}
+    ),
     st.fixed_dictionaries({"key": st.sampled_from(KEYS), "op": st.just("nan"), "index": st.integers(0, 400)}),
 )
-case_strategy = st.fixed_dictionaries({
-    "kind": st.sampled_from(["state", "pickle", "tamper"]),
-    "mutations": st.lists(mutation, min_size=1, max_size=3),
-    "strict": st.booleans(),
-    "in_place": st.booleans(),
-    "protocol": st.sampled_from(["pickle", "torch"]),
-})
+case_strategy = st.fixed_dictionaries(
+    {
+        "kind": st.sampled_from(["state", "pickle", "tamper"]),
+        "mutations": st.lists(mutation, min_size=1, max_size=3),
+        "strict": st.booleans(),
+        "in_place": st.booleans(),
+        "protocol": st.sampled_from(["pickle", "torch"]),
+    }
+)
 
 
-@settings(max_examples=int(os.environ.get("SPARSELAB_FUZZ_EXAMPLES", "300")), deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("SPARSELAB_FUZZ_EXAMPLES", "300")),
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(case=case_strategy)
 def test_fuzzed_hostile_cases(worker, case):
     _ok(worker.run(case), case)

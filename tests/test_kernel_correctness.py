@@ -20,10 +20,22 @@ import math
 
 import pytest
 import torch
+from conftest import (
+    EPS32,
+    NAN,
+    Case,
+    assert_matches,
+    build_weight,
+    cases,
+    poisoned_outputs,
+    reference,
+    run_op,
+    strided_operand,
+    tolerance,
+    variant_params,
+)
 from hypothesis import HealthCheck, example, given, settings
 
-from conftest import (EPS32, NAN, Case, assert_matches, build_weight, cases, poisoned_outputs,
-                      reference, run_op, strided_operand, tolerance, variant_params)
 from sparselab import PaddedCSR, kernels, ops
 
 # Generated cases per variant, on top of the explicit @examples. About 1000
@@ -64,38 +76,91 @@ def test_registry_covers_every_op():
 
 
 @pytest.mark.parametrize("v", ALL)
-@settings(max_examples=EXAMPLES_PER_VARIANT, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
+@settings(
+    max_examples=EXAMPLES_PER_VARIANT,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
+)
 @given(case=cases())
 # The ugly corners, always run.
 @example(case=Case(n=1, out_f=1, in_f=1, sparsity=0.0, bias=True))
 @example(case=Case(n=1, out_f=1, in_f=1, sparsity=0.999, padding=3, garbage=NAN, bias=True))  # empty row
 @example(case=Case(n=2, out_f=3, in_f=5, sparsity=0.999, padding=2, garbage=math.inf))  # all rows empty
 @example(case=Case(n=3, out_f=4, in_f=7, sparsity=0.999, padding=0, bias=True))  # no slot at all (capacity 0)
-@example(case=Case(n=64, out_f=40, in_f=1025, sparsity=0.5, padding=1, ld_extra=16, col_offset=8, threads=2,
-                   seed=9))  # enough work that threads=2 really splits the rows into chunks
-@example(case=Case(n=131, out_f=5, in_f=129, sparsity=0.0, index_dtype="int32", ld_extra=7, col_offset=3,
-                   threads=2))
-@example(case=Case(n=65, out_f=33, in_f=257, sparsity=0.999, pattern="ragged", empty_rows=True,
-                   full_rows=True, padding=0.25, garbage=math.inf, bias=True, seed=7))
-@example(case=Case(n=63, out_f=17, in_f=1, sparsity=0.5, pattern="ragged", empty_rows=True, full_rows=True,
-                   padding=2, garbage=-math.inf, seed=3))
+@example(
+    case=Case(n=64, out_f=40, in_f=1025, sparsity=0.5, padding=1, ld_extra=16, col_offset=8, threads=2, seed=9)
+)  # enough work that threads=2 really splits the rows into chunks
+@example(case=Case(n=131, out_f=5, in_f=129, sparsity=0.0, index_dtype="int32", ld_extra=7, col_offset=3, threads=2))
+@example(
+    case=Case(
+        n=65,
+        out_f=33,
+        in_f=257,
+        sparsity=0.999,
+        pattern="ragged",
+        empty_rows=True,
+        full_rows=True,
+        padding=0.25,
+        garbage=math.inf,
+        bias=True,
+        seed=7,
+    )
+)
+@example(
+    case=Case(
+        n=63,
+        out_f=17,
+        in_f=1,
+        sparsity=0.5,
+        pattern="ragged",
+        empty_rows=True,
+        full_rows=True,
+        padding=2,
+        garbage=-math.inf,
+        seed=3,
+    )
+)
 @example(case=Case(n=127, out_f=1, in_f=1025, sparsity=0.9, ld_extra=3, col_offset=1, bias=True, threads=2))
-@example(case=Case(n=129, out_f=64, in_f=64, sparsity=0.9, pattern="ragged", empty_rows=True,
-                   full_rows=True, padding=4, garbage=-3.0e38, index_dtype="int32", bias=True, threads=2,
-                   seed=11))
+@example(
+    case=Case(
+        n=129,
+        out_f=64,
+        in_f=64,
+        sparsity=0.9,
+        pattern="ragged",
+        empty_rows=True,
+        full_rows=True,
+        padding=4,
+        garbage=-3.0e38,
+        index_dtype="int32",
+        bias=True,
+        threads=2,
+        seed=11,
+    )
+)
 @example(case=Case(n=9, out_f=3, in_f=32768, sparsity=0.99, padding=1, index_dtype="int16", seed=5))
-@example(case=Case(n=5, out_f=2, in_f=40000, sparsity=0.99, padding=1, index_dtype="int32", ld_extra=16,
-                   seed=6))
+@example(case=Case(n=5, out_f=2, in_f=40000, sparsity=0.99, padding=1, index_dtype="int32", ld_extra=16, seed=6))
 def test_matches_float64_reference(v, case):
     _check(v, case)
 
 
 LARGE = [
-    Case(n=131, out_f=300, in_f=1100, sparsity=0.9, pattern="ragged", empty_rows=True, padding=2,
-         garbage=NAN, ld_extra=5, col_offset=2, bias=True, threads=2, seed=21),
-    Case(n=67, out_f=1100, in_f=300, sparsity=0.99, padding=1, index_dtype="int32", garbage=1e30, threads=2,
-         seed=22),
+    Case(
+        n=131,
+        out_f=300,
+        in_f=1100,
+        sparsity=0.9,
+        pattern="ragged",
+        empty_rows=True,
+        padding=2,
+        garbage=NAN,
+        ld_extra=5,
+        col_offset=2,
+        bias=True,
+        threads=2,
+        seed=21,
+    ),
+    Case(n=67, out_f=1100, in_f=300, sparsity=0.99, padding=1, index_dtype="int32", garbage=1e30, threads=2, seed=22),
 ]
 
 
@@ -123,7 +188,8 @@ def test_bitwise_identical_across_thread_counts(v):
     assert not torch.isnan(one).any()
     assert torch.equal(one.view(torch.int32), two.view(torch.int32)), (
         f"{v.op}/{v.name}: threads=1 and threads=2 differ in "
-        f"{int((one.view(torch.int32) != two.view(torch.int32)).sum())} elements")
+        f"{int((one.view(torch.int32) != two.view(torch.int32)).sum())} elements"
+    )
 
 
 @pytest.mark.parametrize("v", variant_params(("spmm_dx",), include_dense=False))
@@ -137,7 +203,7 @@ def test_spmm_dx_follows_value_and_topology_updates(v):
         ref, scale, K = reference("spmm_dx", W, dY=dY)
         assert_matches(got, ref, scale, K, f"{v.name} step {step}")
         with torch.no_grad():
-            W.values.mul_(-1.5)                     # values change, topology does not
+            W.values.mul_(-1.5)  # values change, topology does not
         got = run_op(v, W, dY=dY, threads=2)
         ref, scale, K = reference("spmm_dx", W, dY=dY)
         assert_matches(got, ref, scale, K, f"{v.name} step {step} after value update")
@@ -179,13 +245,15 @@ def test_float64_path_matches_reference(op, case):
 
 # ---- the harness itself: tolerance and poisoning must catch wrong kernels ----
 
+
 def _scalar(op):
     return kernels.get(op, kernels.REFERENCE)
 
 
 @pytest.mark.parametrize("op", kernels.OPS)
-@pytest.mark.parametrize("shape", [(8, 4, 9), (16, 40, 1100), (129, 1100, 40), (3, 2, 40000)],
-                         ids=lambda s: "n%d_%dx%d" % s)
+@pytest.mark.parametrize(
+    "shape", [(8, 4, 9), (16, 40, 1100), (129, 1100, 40), (3, 2, 40000)], ids=lambda s: "n%d_%dx%d" % s
+)
 def test_harness_catches_one_wrong_nonzero(op, shape):
     """One live entry dropped, or read from the neighbouring column, must fail
     the comparison, at short and long dot lengths."""
@@ -252,8 +320,7 @@ def test_harness_poisons_outputs_and_catches_unwritten_elements():
 
 
 def test_harness_garbage_really_lands_in_padding():
-    W = build_weight(5, 9, 0.5, seed=81, pattern="ragged", empty_rows=True, full_rows=True, padding=2,
-                     garbage=NAN)
+    W = build_weight(5, 9, 0.5, seed=81, pattern="ragged", empty_rows=True, full_rows=True, padding=2, garbage=NAN)
     live = W.live_mask()
     assert (~live).sum() >= 10 and torch.isnan(W.values[~live]).all() and torch.isfinite(W.values[live]).all()
     W.validate()  # garbage in padding is allowed by the format

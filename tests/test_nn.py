@@ -7,11 +7,11 @@ import pickle
 
 import pytest
 import torch
+from sparselab.tuning import mode as tuning_mode
 from torch import nn
 
 import sparselab
 from sparselab import PaddedCSR, SparseLinear
-from sparselab.tuning import mode as tuning_mode
 
 
 @pytest.fixture(autouse=True)
@@ -36,6 +36,7 @@ def _dense_twin(layer):
 
 
 # ---- numerics ----
+
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("shape", [(7,), (3, 5)], ids=["2d", "3d"])
@@ -92,17 +93,24 @@ def test_gradcheck_float64():
 
 def test_opcheck_custom_ops():
     layer = _layer(in_f=9, out_f=6, sparsity=0.5, dtype=torch.float64, padding=1)
-    W = (layer.weight_values.detach().clone().requires_grad_(True), layer.weight_cols, layer.weight_row_start,
-         layer.weight_row_nnz)
+    W = (
+        layer.weight_values.detach().clone().requires_grad_(True),
+        layer.weight_cols,
+        layer.weight_row_start,
+        layer.weight_row_nnz,
+    )
     T = layer._transposed_tensors()
     x = torch.randn(4, 9, dtype=torch.float64, requires_grad=True)
     dy = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
     b = torch.randn(6, dtype=torch.float64, requires_grad=True)
     ops = torch.ops.sparselab
-    for op, args in ((ops.spmm_fwd, (x, *W, *T, b, 6, 9)), (ops.spmm_fwd, (x, *W, *T, None, 6, 9)),
-                     (ops.spmm_dx, (dy, *W, *T, 6, 9)), (ops.sddmm_dw, (dy, x, *W, 6, 9))):
-        torch.library.opcheck(op, args, test_utils=("test_schema", "test_autograd_registration",
-                                                    "test_faketensor"))
+    for op, args in (
+        (ops.spmm_fwd, (x, *W, *T, b, 6, 9)),
+        (ops.spmm_fwd, (x, *W, *T, None, 6, 9)),
+        (ops.spmm_dx, (dy, *W, *T, 6, 9)),
+        (ops.sddmm_dw, (dy, x, *W, 6, 9)),
+    ):
+        torch.library.opcheck(op, args, test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
 
 
 def test_torch_compile_fullgraph():
@@ -139,6 +147,7 @@ def test_no_grad_and_requires_grad_false():
 
 # ---- initialization ----
 
+
 @pytest.mark.parametrize("sparsity", [0.0, 0.5, 0.9, 0.99])
 def test_init_keeps_dense_output_scale(sparsity):
     torch.manual_seed(0)
@@ -151,8 +160,8 @@ def test_init_keeps_dense_output_scale(sparsity):
     assert 0.85 < float(ratio) < 1.15
     # the documented rule: |w| <= 1/sqrt(live fan-in of its row)
     k = layer.weight_row_nnz[0].item()
-    assert layer.weight_values.abs().max() <= k ** -0.5 + 1e-7
-    assert layer.bias.abs().max() <= in_f ** -0.5 + 1e-7
+    assert layer.weight_values.abs().max() <= k**-0.5 + 1e-7
+    assert layer.bias.abs().max() <= in_f**-0.5 + 1e-7
 
 
 def test_topology_drawn_from_global_rng():
@@ -165,6 +174,7 @@ def test_topology_drawn_from_global_rng():
 
 
 # ---- conversions ----
+
 
 def test_from_dense_and_to_dense():
     torch.manual_seed(0)
@@ -217,6 +227,7 @@ def test_padding_inert_and_to_dense_ignores_padding_values():
 
 
 # ---- module plumbing ----
+
 
 def test_state_dict_round_trip_into_fresh_layer():
     src = _layer(padding=2, seed=1)
@@ -361,6 +372,7 @@ def test_repr_and_introspection():
 
 # ---- topology hooks (for DST) ----
 
+
 def test_topology_change_refreshes_transposed_index():
     layer = _layer(sparsity=0.5, padding=2)
     x = torch.randn(5, 24)
@@ -368,16 +380,16 @@ def test_topology_change_refreshes_transposed_index():
     # move row 3's last live connection to a column it does not use, in the padding slot after it
     r = 3
     s, n = int(w.row_start[r]), int(w.row_nnz[r])
-    used = set(w.cols[s:s + n].tolist())
+    used = set(w.cols[s : s + n].tolist())
     free = max(c for c in range(24) if c not in used)
     live_cols = sorted((used - {int(w.cols[s + n - 1])}) | {free})
-    w.cols[s:s + n] = torch.tensor(live_cols, dtype=w.cols.dtype)
+    w.cols[s : s + n] = torch.tensor(live_cols, dtype=w.cols.dtype)
     # and grow one more connection into the first padding slot of row 0
     s0, n0 = int(w.row_start[0]), int(w.row_nnz[0])
-    used0 = set(w.cols[s0:s0 + n0].tolist())
+    used0 = set(w.cols[s0 : s0 + n0].tolist())
     grow = min(c for c in range(24) if c not in used0)
     cols0 = sorted(used0 | {grow})
-    w.cols[s0:s0 + n0 + 1] = torch.tensor(cols0, dtype=w.cols.dtype)
+    w.cols[s0 : s0 + n0 + 1] = torch.tensor(cols0, dtype=w.cols.dtype)
     w.row_nnz[0] += 1  # (values are whatever the slots hold; the dense twin is read back after)
     before = layer._t_perm.clone()
     w.mark_topology_changed()

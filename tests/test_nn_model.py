@@ -4,12 +4,12 @@ import warnings
 
 import pytest
 import torch
+from sparselab.tuning import mode as tuning_mode
 from torch import nn
 
 import sparselab
 from sparselab import SparseLinear, memory_report, sparsify
 from sparselab.optim_state import drop_state, reset_slots, slot_state_keys
-from sparselab.tuning import mode as tuning_mode
 
 
 @pytest.fixture(autouse=True)
@@ -20,8 +20,11 @@ def _no_tuning():
 
 def _mlp(sparsity=0.8, padding=0):
     torch.manual_seed(0)
-    return nn.Sequential(SparseLinear(12, 32, sparsity=sparsity, padding=padding), nn.ReLU(),
-                         SparseLinear(32, 4, sparsity=sparsity, padding=padding))
+    return nn.Sequential(
+        SparseLinear(12, 32, sparsity=sparsity, padding=padding),
+        nn.ReLU(),
+        SparseLinear(32, 4, sparsity=sparsity, padding=padding),
+    )
 
 
 def _train(model, opt, steps=30):
@@ -40,12 +43,17 @@ def _train(model, opt, steps=30):
 
 # ---- optimizers ----
 
-@pytest.mark.parametrize("make_opt,keys", [
-    (lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), {"momentum_buffer"}),
-    (lambda p: torch.optim.Adam(p, lr=0.01), {"exp_avg", "exp_avg_sq"}),
-    (lambda p: torch.optim.Adam(p, lr=0.01, amsgrad=True), {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}),
-    (lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1), {"exp_avg", "exp_avg_sq"}),
-], ids=["sgd_momentum", "adam", "adam_amsgrad", "adamw"])
+
+@pytest.mark.parametrize(
+    "make_opt,keys",
+    [
+        (lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), {"momentum_buffer"}),
+        (lambda p: torch.optim.Adam(p, lr=0.01), {"exp_avg", "exp_avg_sq"}),
+        (lambda p: torch.optim.Adam(p, lr=0.01, amsgrad=True), {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}),
+        (lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1), {"exp_avg", "exp_avg_sq"}),
+    ],
+    ids=["sgd_momentum", "adam", "adam_amsgrad", "adamw"],
+)
 def test_optimizers_train_and_reset_slots(make_opt, keys):
     model = _mlp(padding=2)
     layer = model[0]
@@ -115,6 +123,7 @@ def test_adamw_weight_decay_on_padding_keeps_layer_exact():
 
 
 # ---- sparsify ----
+
 
 class _Net(nn.Module):
     def __init__(self):
@@ -202,6 +211,7 @@ def test_sparsify_root_linear_tied_weights_mha_and_errors():
 
 
 # ---- memory ----
+
 
 def test_memory_report_matches_hand_count():
     torch.manual_seed(0)

@@ -49,7 +49,7 @@ def test_direct_build_never_makes_a_dense_weight():
     assert abs(fc1.density - 0.1) < 0.01 and abs(model.blocks[0].attn.qkv.density - 0.3) < 0.01  # per-row rounding
     # Same init scale as the dense model's sparsified init: std 0.02 / sqrt(density) on live entries.
     live = fc1.weight_values.detach()[fc1.weight_cols >= 0]
-    assert abs(float(live.std()) - 0.02 / 0.1 ** 0.5) < 0.1 * 0.02 / 0.1 ** 0.5
+    assert abs(float(live.std()) - 0.02 / 0.1**0.5) < 0.1 * 0.02 / 0.1**0.5
     x = torch.randint(0, 65, (2, 16))
     _, loss = model(x, x)
     loss.backward()
@@ -61,7 +61,7 @@ def test_direct_build_never_makes_a_dense_weight():
 def test_xl_config_shape():
     cfg = M.get_config("XL", 65)
     assert (cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_ff, cfg.batch, cfg.context) == (48, 1600, 25, 6400, 4, 128)
-    dense_block_weights = cfg.n_layer * (4 * cfg.d_model ** 2 + 2 * cfg.d_model * cfg.d_ff)
+    dense_block_weights = cfg.n_layer * (4 * cfg.d_model**2 + 2 * cfg.d_model * cfg.d_ff)
     assert dense_block_weights == 1_474_560_000
 
 

@@ -5,12 +5,13 @@ that packs activations, at a shape whose packed panels exceed 32 MB, checked
 against float64 dot products at sampled live slots. Also: the arena keeps at
 most SPARSELAB_SCRATCH_KEEP_MB between calls and release_scratch() frees it.
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from sparselab import PaddedCSR, _C, kernels, ops
+from sparselab import _C, PaddedCSR, kernels, ops
 
 LARGE = 32 << 20
 # Block-major dW packs the smaller operand whole: 2048 * 4096 * 4 bytes = 32 MiB.
@@ -36,9 +37,11 @@ def _sampled_reference(W, X, dY, count=512):
     return pick, ref
 
 
-DW_VARIANTS = [pytest.param(v, id=v.name,
-                            marks=() if v.available else pytest.mark.skip(reason=v.reason))
-               for v in kernels.variants("sddmm_dw") if not v.is_dense and v.name != kernels.REFERENCE]
+DW_VARIANTS = [
+    pytest.param(v, id=v.name, marks=() if v.available else pytest.mark.skip(reason=v.reason))
+    for v in kernels.variants("sddmm_dw")
+    if not v.is_dense and v.name != kernels.REFERENCE
+]
 
 
 @pytest.mark.parametrize("v", DW_VARIANTS)
@@ -54,7 +57,7 @@ def test_dw_with_scratch_above_the_mapping_threshold(v, large_problem):
         _C.set_scratch_keep_bytes(before)
         _C.release_scratch()
     pick, ref = _sampled_reference(W, X, dY)
-    torch.testing.assert_close(got[pick].double(), ref, rtol=1e-4, atol=1e-3 * N ** 0.5)
+    torch.testing.assert_close(got[pick].double(), ref, rtol=1e-4, atol=1e-3 * N**0.5)
     assert bool((got[~W.live_mask()] == 0).all())
     if held < LARGE:
         pytest.skip(f"{v.name} needs only {held >> 20} MiB of scratch here: the small path")

@@ -1,5 +1,6 @@
 """A dense checkpoint (a real nn.Linear model's state_dict) loads into a sparsified model: each
 SparseLinear keeps its live count and takes the checkpoint's largest weights."""
+
 import pytest
 import torch
 from torch import nn

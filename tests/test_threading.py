@@ -21,4 +21,3 @@ def test_one_openmp_runtime_in_the_process():
     # teams competing for the cores, as the extension's former own pool did (the sparse 40M
     # step was about 1.25x slower then).
     assert len(libs) == 1, libs
-

@@ -117,8 +117,10 @@ def test_apply_first_without_attach_optimizer_trains_like_the_documented_order()
 def test_param_groups_and_scheduler_built_before_apply_keep_their_settings():
     def build(model):
         sparse = [m for m in model if isinstance(m, SparseLinear)]
-        groups = [{"params": [s.weight_values for s in sparse], "lr": 0.05, "weight_decay": 1e-3},
-                  {"params": [s.bias for s in sparse], "lr": 0.01, "weight_decay": 0.0}]
+        groups = [
+            {"params": [s.weight_values for s in sparse], "lr": 0.05, "weight_decay": 1e-3},
+            {"params": [s.bias for s in sparse], "lr": 0.01, "weight_decay": 0.0},
+        ]
         opt = torch.optim.SGD(groups, momentum=0.9)
         return opt, torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
 

@@ -1,6 +1,7 @@
 """TuningCache survives real life: atomic writes, concurrent writers, corrupt/foreign files,
 unwritable locations. Every test works in tmp_path; a fake fingerprint keeps them independent of
 the CPU and of the compiled extension."""
+
 import json
 import logging
 import multiprocessing as mp
@@ -8,13 +9,18 @@ import os
 
 import pytest
 from filelock import Timeout
-
 from sparselab.tuning import cache as cache_mod
 from sparselab.tuning.cache import ForeignFingerprintError, TuningCache
 from sparselab.tuning.keys import make_key, size_of_bucket
 
-FP = {"arch": "X86_64", "brand": "Fake CPU 9000", "isa_flags": ["avx2", "fma"], "l2_cache": 1 << 20,
-      "library_version": "0.1.0", "build_hash": "feedbeef"}
+FP = {
+    "arch": "X86_64",
+    "brand": "Fake CPU 9000",
+    "isa_flags": ["avx2", "fma"],
+    "l2_cache": 1 << 20,
+    "library_version": "0.1.0",
+    "build_hash": "feedbeef",
+}
 OTHER_FP = dict(FP, brand="Other CPU", isa_flags=["avx512f"])
 
 
@@ -41,8 +47,12 @@ def warnings_logged(caplog):
     caplog.set_level(logging.WARNING, logger="sparselab")
 
     def records(match: str = ""):
-        return [r for r in caplog.records
-                if r.levelno == logging.WARNING and r.name.startswith("sparselab") and match in r.getMessage()]
+        return [
+            r
+            for r in caplog.records
+            if r.levelno == logging.WARNING and r.name.startswith("sparselab") and match in r.getMessage()
+        ]
+
     return records
 
 
@@ -189,8 +199,9 @@ def _write(path, content):
     if isinstance(content, bytes):
         path.write_bytes(content)
     else:
-        path.write_text(content if isinstance(content, str) and content[:1] in "[{" or content == ""
-                        else json.dumps(content))
+        path.write_text(
+            content if isinstance(content, str) and content[:1] in "[{" or content == "" else json.dumps(content)
+        )
 
 
 @pytest.mark.parametrize("name", list(HOSTILE))
@@ -205,8 +216,13 @@ def test_any_json_reads_empty_with_one_warning_and_is_set_aside(cache_dir, warni
 
 
 def test_every_truncation_of_a_good_file_reads_empty_or_whole(cache_dir, warnings_logged):
-    text = json.dumps({"format": 1, "fingerprint": FP,
-                       "entries": {str(key(i)): dict(entry(f"v{i}"), medians={"a": 1e-3}) for i in range(3)}})
+    text = json.dumps(
+        {
+            "format": 1,
+            "fingerprint": FP,
+            "entries": {str(key(i)): dict(entry(f"v{i}"), medians={"a": 1e-3}) for i in range(3)},
+        }
+    )
     for cut in range(0, len(text) + 1, 7):
         c = TuningCache(fingerprint=FP)
         _write(c.path, text[:cut] if cut else "")
@@ -263,8 +279,9 @@ def test_foreign_fingerprint_in_our_file_is_not_applied(cache_dir, warnings_logg
     c = TuningCache(fingerprint=FP)
     cache_dir.mkdir(parents=True)
     # e.g. a file copied by hand from another machine under our file name
-    c.path.write_text(json.dumps({"format": 1, "fingerprint": OTHER_FP,
-                                  "entries": {str(key(0)): entry("avx512_tile64")}}))
+    c.path.write_text(
+        json.dumps({"format": 1, "fingerprint": OTHER_FP, "entries": {str(key(0)): entry("avx512_tile64")}})
+    )
     assert c.get(key(0)) is None
     assert len(warnings_logged("another CPU")) == 1
     assert list(cache_dir.glob(c.path.name + ".corrupt-*"))
@@ -286,8 +303,7 @@ def test_unwritable_location_falls_back_to_memory_with_one_warning(tmp_path, mon
     assert blocker.read_text() == "x"
 
 
-def test_readonly_existing_cache_still_read_and_new_entries_kept_in_memory(cache_dir, monkeypatch,
-                                                                          warnings_logged):
+def test_readonly_existing_cache_still_read_and_new_entries_kept_in_memory(cache_dir, monkeypatch, warnings_logged):
     TuningCache(fingerprint=FP).put(key(0), entry("stored"))
     before = TuningCache(fingerprint=FP).path.read_bytes()
 

@@ -1,11 +1,11 @@
 """`sparselab-tune`: tuning sources, --show/--export/--import/--clear, and user errors (exit 2,
 ``error: ...``, no traceback). The tuner is faked except in one small real run."""
+
 import json
 import sys
 import types
 
 import pytest
-
 from sparselab.tuning import cli, modes, resolve, tuner
 from sparselab.tuning.cache import TuningCache
 
@@ -25,6 +25,7 @@ def isolated(tmp_path, monkeypatch):
 
     def reset():
         holder.clear()
+
     monkeypatch.setattr(resolve, "get_cache", get_cache)
     monkeypatch.setattr(resolve, "reset", reset)
     modes.set_mode("on")
@@ -38,9 +39,19 @@ def fake_tune(monkeypatch):
 
     def tune(key, **kw):
         calls.append(str(key))
-        return {"variant": "scalar", "median_s": 2e-4, "runner_up": "dense_torch",
-                "runner_up_s": 4e-4, "dense": "dense_torch", "dense_s": 4e-4,
-                "reference_s": 2e-4, "n_timed": key.n, "medians": {}, "rejected": {}}
+        return {
+            "variant": "scalar",
+            "median_s": 2e-4,
+            "runner_up": "dense_torch",
+            "runner_up_s": 4e-4,
+            "dense": "dense_torch",
+            "dense_s": 4e-4,
+            "reference_s": 2e-4,
+            "n_timed": key.n,
+            "medians": {},
+            "rejected": {},
+        }
+
     monkeypatch.setattr(tuner, "tune", tune)
     return calls
 
@@ -84,8 +95,7 @@ def test_module_factory_collects_sparse_layers(capsys, fake_tune, monkeypatch):
 
     class Model:
         def modules(self):
-            return [self, SparseLinear(128, 64, 0.1), types.SimpleNamespace(in_features=3),
-                    SparseLinear(10, 128, 0.2)]
+            return [self, SparseLinear(128, 64, 0.1), types.SimpleNamespace(in_features=3), SparseLinear(10, 128, 0.2)]
 
     fake_mod = types.ModuleType("fake_models")
     fake_mod.build = Model
@@ -115,8 +125,15 @@ def test_show_export_import_clear(tmp_path, capsys, fake_tune, isolated):
 
 def test_import_foreign_refused_unless_forced(tmp_path, capsys):
     foreign = tmp_path / "foreign.json"
-    foreign.write_text(json.dumps({"format": 1, "fingerprint": dict(FP, brand="Other CPU"),
-                                   "entries": {"spmm_fwd|64x64|n8|d8|float32|t1": {"variant": "x"}}}))
+    foreign.write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "fingerprint": dict(FP, brand="Other CPU"),
+                "entries": {"spmm_fwd|64x64|n8|d8|float32|t1": {"variant": "x"}},
+            }
+        )
+    )
     code, out, err = run(capsys, "--import", str(foreign))
     assert code == 2 and err.startswith("error:") and "another CPU" in err
     assert resolve.get_cache().entries() == {}
@@ -124,19 +141,22 @@ def test_import_foreign_refused_unless_forced(tmp_path, capsys):
     assert code == 0 and len(resolve.get_cache().entries()) == 1
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--model", "not_a_file.json"], "neither a file nor inline JSON"),
-    (["--model", "[{\"out\": 3}]"], "'in' must be a positive integer"),
-    (["--model", "[{\"out\": 3, \"in\": 4, \"sparsity\": 1.5}]"], "sparsity"),
-    (["--model", "[1, 2"], "not valid JSON"),
-    (["--module", "no_colon_here"], "package.module:factory"),
-    (["--module", "surely_not_a_module_xyz:f"], "cannot import"),
-    (["--module", "json:no_such_factory"], "has no attribute"),
-    (["--module", "json:JSONDecoder"], "no SparseLinear layers"),
-    (["--import", "missing.json"], "no such file"),
-    (["--force"], "only applies to --import"),
-    (["--model", "[{\"out\": 3, \"in\": 4, \"sparsity\": 0.5}]", "--batch", "0"], "--batch"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "not_a_file.json"], "neither a file nor inline JSON"),
+        (["--model", "[{\"out\": 3}]"], "'in' must be a positive integer"),
+        (["--model", "[{\"out\": 3, \"in\": 4, \"sparsity\": 1.5}]"], "sparsity"),
+        (["--model", "[1, 2"], "not valid JSON"),
+        (["--module", "no_colon_here"], "package.module:factory"),
+        (["--module", "surely_not_a_module_xyz:f"], "cannot import"),
+        (["--module", "json:no_such_factory"], "has no attribute"),
+        (["--module", "json:JSONDecoder"], "no SparseLinear layers"),
+        (["--import", "missing.json"], "no such file"),
+        (["--force"], "only applies to --import"),
+        (["--model", "[{\"out\": 3, \"in\": 4, \"sparsity\": 0.5}]", "--batch", "0"], "--batch"),
+    ],
+)
 def test_user_errors_exit_2_without_traceback(capsys, fake_tune, argv, message):
     code, out, err = run(capsys, *argv)
     assert code == 2
@@ -168,8 +188,7 @@ def test_real_tuning_of_one_tiny_layer(capsys):
 
     threads = torch.get_num_threads()
     try:
-        code, out, err = run(capsys, "--model", '[{"out": 48, "in": 80, "n": 4, "sparsity": 0.8}]',
-                             "--threads", "1")
+        code, out, err = run(capsys, "--model", '[{"out": 48, "in": 80, "n": 4, "sparsity": 0.8}]', "--threads", "1")
     finally:
         torch.set_num_threads(threads)
     assert code == 0, err
@@ -212,6 +231,7 @@ def test_any_failed_key_exits_1_and_keeps_the_others(capsys, monkeypatch):
         if key.op == "spmm_dx":
             raise RuntimeError("kernel exploded")
         return {"variant": "scalar", "median_s": 2e-4, "n_timed": key.n}
+
     monkeypatch.setattr(tuner, "tune", tune)
     code, out, err = run(capsys, "--model", SPEC, "--batch", "8")
     assert code == 1
@@ -227,6 +247,7 @@ def test_verbose_logs_each_key_at_info(capsys, monkeypatch, caplog):
     def tune(key, **kw):
         logging.getLogger("sparselab.tuning.tuner").info("tuned %s", key)
         return {"variant": "scalar", "median_s": 2e-4}
+
     monkeypatch.setattr(tuner, "tune", tune)
     assert run(capsys, "--model", SPEC, "--batch", "8", "-v")[0] == 0
     assert sum("tuned " in r.getMessage() for r in caplog.records) == 6

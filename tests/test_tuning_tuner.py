@@ -2,22 +2,24 @@
 
 The race is driven by a fake clock (each fake candidate advances it by its own cost), so choices
 are exact and no test asserts anything about real timings."""
+
 import random
 import types
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-
-from sparselab import planner
 from sparselab.tuning import keys, modes, race, resolve, screen, second_point, tuner
 from sparselab.tuning.cache import TuningCache
 from sparselab.tuning.keys import make_key, parse_key
 from sparselab.tuning.problem import compare, tolerance
 
+from sparselab import planner
+
 try:  # the compiled extension is rebuilt concurrently during development
     import sparselab._C  # noqa: F401
+
     from sparselab import PaddedCSR, kernels, ops
 
     HAVE_C = True
@@ -48,10 +50,12 @@ def _fresh_cache_getter(directory):
         if "c" not in holder:
             holder["c"] = TuningCache(directory, fingerprint=FP)
         return holder["c"]
+
     return get_cache
 
 
 # ---------------------------------------------------------------- keys
+
 
 @given(st.integers(1, 1 << 20))
 def test_size_bucket_is_within_sqrt2_and_representative_maps_back(x):
@@ -59,14 +63,14 @@ def test_size_bucket_is_within_sqrt2_and_representative_maps_back(x):
     rep = keys.size_of_bucket(b)
     assert keys.size_bucket(rep) == b
     if x >= 16:  # below that, integer rounding dominates (5 and 6 share a bucket)
-        assert 2 ** -0.26 <= rep / x <= 2 ** 0.26  # half a bucket (2**0.25) plus rounding
+        assert 2**-0.26 <= rep / x <= 2**0.26  # half a bucket (2**0.25) plus rounding
 
 
 @given(st.floats(1e-3, 1.0))
 def test_density_bucket_is_within_quarter_octave(d):
     b = keys.density_bucket(d)
     assert keys.density_bucket(keys.density_of_bucket(b)) == b
-    assert 2 ** -0.126 <= keys.density_of_bucket(b) / d <= 2 ** 0.126
+    assert 2**-0.126 <= keys.density_of_bucket(b) / d <= 2**0.126
 
 
 def test_key_string_roundtrip_and_n_cap():
@@ -80,7 +84,7 @@ def test_key_string_roundtrip_and_n_cap():
 
 def test_powers_of_two_are_their_own_representatives():
     for p in range(0, 15):
-        assert keys.size_of_bucket(keys.size_bucket(2 ** p)) == 2 ** p
+        assert keys.size_of_bucket(keys.size_bucket(2**p)) == 2**p
 
 
 @needs_c
@@ -107,6 +111,7 @@ def test_density_schedule_moves_keys_only_across_bucket_edges():
 
 # ---------------------------------------------------------------- race
 
+
 class FakeClock:
     def __init__(self):
         self.t = 0.0
@@ -123,6 +128,7 @@ def fake(clock, name, rank, cost, output=1.0, kind="sparse", calls=None):
         if isinstance(output, Exception):
             raise output
         return torch.full((4,), output)
+
     return race.Candidate(name, rank, run, kind)
 
 
@@ -133,6 +139,7 @@ def scripted(clock, name, rank, costs):
     def run():
         clock.t += next(costs)
         return torch.ones(4)
+
     return race.Candidate(name, rank, run)
 
 
@@ -143,8 +150,11 @@ def check_equals_one(name, out):
 def test_tie_goes_to_simplest_regardless_of_order():
     for seed in range(5):
         clock = FakeClock()
-        cands = [fake(clock, "tiled", (3,), 1.00e-3), fake(clock, "plain", (1,), 1.015e-3),
-                 fake(clock, "unrolled", (2,), 0.99e-3)]
+        cands = [
+            fake(clock, "tiled", (3,), 1.00e-3),
+            fake(clock, "plain", (1,), 1.015e-3),
+            fake(clock, "unrolled", (2,), 0.99e-3),
+        ]
         random.Random(seed).shuffle(cands)
         res = race.race(cands, check_equals_one, clock=clock)
         assert res.winner == "plain"  # all within the 3% band: the simplest wins
@@ -159,9 +169,12 @@ def test_clear_winner_beats_simplicity():
 
 def test_wrong_or_crashing_candidate_is_rejected_even_if_fastest():
     clock = FakeClock()
-    cands = [fake(clock, "scalar", (0,), 5e-3), fake(clock, "fast_but_wrong", (1,), 1e-4, output=1.01),
-             fake(clock, "crashes", (2,), 1e-5, output=RuntimeError("boom")),
-             fake(clock, "ok", (3,), 1e-3)]
+    cands = [
+        fake(clock, "scalar", (0,), 5e-3),
+        fake(clock, "fast_but_wrong", (1,), 1e-4, output=1.01),
+        fake(clock, "crashes", (2,), 1e-5, output=RuntimeError("boom")),
+        fake(clock, "ok", (3,), 1e-3),
+    ]
     res = race.race(cands, check_equals_one, clock=clock)
     assert res.winner == "ok"
     assert set(res.rejected) == {"fast_but_wrong", "crashes"}
@@ -170,8 +183,11 @@ def test_wrong_or_crashing_candidate_is_rejected_even_if_fastest():
 
 def test_clearly_losing_candidate_is_cut_early():
     clock, calls = FakeClock(), {}
-    cands = [fake(clock, "slow", (0,), 10e-3, calls=calls), fake(clock, "a", (1,), 1e-3, calls=calls),
-             fake(clock, "b", (2,), 1.05e-3, calls=calls)]
+    cands = [
+        fake(clock, "slow", (0,), 10e-3, calls=calls),
+        fake(clock, "a", (1,), 1e-3, calls=calls),
+        fake(clock, "b", (2,), 1.05e-3, calls=calls),
+    ]
     res = race.race(cands, check_equals_one, clock=clock, max_reps=7, budget_s=1.0)
     assert calls["slow"] == 1 and "slow" in res.cut  # only its warm-up ran
     assert calls["a"] == 8 and res.samples["a"] == 7  # warm-up + 7 timed samples
@@ -185,7 +201,7 @@ def test_budget_bounds_the_race():
     # then the best two (a close finish) duel within one more budget
     assert res.elapsed_s <= 4 * 0.1 + 0.5 + 0.5 + 1e-9
     assert res.samples["c2"] == res.samples["c3"] == 1  # one timed sample each, then out of budget
-    assert res.samples["c0"] == res.samples["c1"] > 1   # the duel
+    assert res.samples["c0"] == res.samples["c1"] > 1  # the duel
     assert res.winner == "c0"
 
 
@@ -228,6 +244,7 @@ def test_tolerance_scales_with_sqrt_of_dot_length():
 
 # ---------------------------------------------------------------- tuner with fakes
 
+
 class FakeProblem:
     """Stands in for problem.Problem: runners are fakes, check compares to the reference."""
 
@@ -239,6 +256,7 @@ class FakeProblem:
         def run():
             self.clock.t += self.costs[name]
             return torch.arange(8.0) + (1.0 if name in self.wrong else 0.0)
+
         return run
 
     def check(self, out):
@@ -252,19 +270,25 @@ def info(name, isa, form, params=None):
     return types.SimpleNamespace(name=name, isa=isa, form=form, params=params or {}, available=True)
 
 
-FAKE_VARIANTS = [info("scalar", "scalar", "plain"), info("avx2_plain", "avx2", "plain"),
-                 info("avx2_tile64", "avx2", "tiled", {"tile": 64}),
-                 info("avx2_tile128", "avx2", "tiled", {"tile": 128}),
-                 info("dense_torch", "torch", "dense")]
+FAKE_VARIANTS = [
+    info("scalar", "scalar", "plain"),
+    info("avx2_plain", "avx2", "plain"),
+    info("avx2_tile64", "avx2", "tiled", {"tile": 64}),
+    info("avx2_tile128", "avx2", "tiled", {"tile": 128}),
+    info("dense_torch", "torch", "dense"),
+]
 
 
 def test_tuner_rejects_a_deliberately_wrong_candidate():
     clock = FakeClock()
-    costs = {"scalar": 8e-3, "avx2_plain": 2e-3, "avx2_tile64": 1e-4, "avx2_tile128": 1.5e-3,
-             "dense_torch": 4e-3}
-    e = tuner.tune(make_key("spmm_fwd", 512, 512, 64, 0.1, 2), variants=FAKE_VARIANTS,
-                   problem=FakeProblem(clock, costs, wrong={"avx2_tile64"}), reference="scalar",
-                   clock=clock)
+    costs = {"scalar": 8e-3, "avx2_plain": 2e-3, "avx2_tile64": 1e-4, "avx2_tile128": 1.5e-3, "dense_torch": 4e-3}
+    e = tuner.tune(
+        make_key("spmm_fwd", 512, 512, 64, 0.1, 2),
+        variants=FAKE_VARIANTS,
+        problem=FakeProblem(clock, costs, wrong={"avx2_tile64"}),
+        reference="scalar",
+        clock=clock,
+    )
     assert e["variant"] == "avx2_tile128"
     assert "avx2_tile64" in e["rejected"]
     assert e["reference_s"] == pytest.approx(8e-3) and e["dense"] == "dense_torch"
@@ -278,8 +302,13 @@ def test_tuner_tie_break_is_deterministic_and_prefers_sparse_over_dense():
         variants = FAKE_VARIANTS[:]
         random.Random(seed).shuffle(variants)
         clock = FakeClock()
-        e = tuner.tune(make_key("spmm_fwd", 512, 512, 64, 0.1, 2), variants=variants,
-                       problem=FakeProblem(clock, costs), reference="scalar", clock=clock)
+        e = tuner.tune(
+            make_key("spmm_fwd", 512, 512, 64, 0.1, 2),
+            variants=variants,
+            problem=FakeProblem(clock, costs),
+            reference="scalar",
+            clock=clock,
+        )
         choices.add(e["variant"])
     assert choices == {"avx2_plain"}  # plain < tiled < dense on a tie
 
@@ -287,21 +316,23 @@ def test_tuner_tie_break_is_deterministic_and_prefers_sparse_over_dense():
 def test_a_burst_on_the_first_timed_run_does_not_cut_the_best_candidate():
     # The best kernel's first timed run meets a burst of load (3x); its warm-up run was normal.
     clock = FakeClock()
-    cands = [fake(clock, "steady", (1,), 1.3e-3),
-             scripted(clock, "bursty", (2,), [1.0e-3, 3.0e-3] + [1.0e-3] * 100)]
+    cands = [fake(clock, "steady", (1,), 1.3e-3), scripted(clock, "bursty", (2,), [1.0e-3, 3.0e-3] + [1.0e-3] * 100)]
     res = race.race(cands, check_equals_one, clock=clock, budget_s=0.05)
     assert "bursty" not in res.cut and res.winner == "bursty"
 
 
 # ---------------------------------------------------------------- check part and screen (large layers)
 
+
 def test_screen_rejects_wrong_cuts_slow_and_reruns_only_the_borderline():
     clock, calls = FakeClock(), {}
-    cands = [fake(clock, "ref", (0,), 40e-3, calls=calls),           # 40x: cut after one run
-             fake(clock, "wrong", (1,), 1e-3, output=2.0, calls=calls),
-             fake(clock, "slowish", (2,), 5e-3, calls=calls),        # 5x: run again, still cut
-             fake(clock, "near", (3,), 3.5e-3, calls=calls),         # 3.5x: kept
-             fake(clock, "best", (4,), 1e-3, calls=calls)]
+    cands = [
+        fake(clock, "ref", (0,), 40e-3, calls=calls),  # 40x: cut after one run
+        fake(clock, "wrong", (1,), 1e-3, output=2.0, calls=calls),
+        fake(clock, "slowish", (2,), 5e-3, calls=calls),  # 5x: run again, still cut
+        fake(clock, "near", (3,), 3.5e-3, calls=calls),  # 3.5x: kept
+        fake(clock, "best", (4,), 1e-3, calls=calls),
+    ]
     res = screen.screen(cands, check_equals_one, clock=clock)
     assert res.kept == ["near", "best"]  # simplest first, as the race takes them
     assert res.cut == ["slowish", "ref"] and "wrong" in res.rejected
@@ -340,6 +371,7 @@ class FakePartedProblem(FakeProblem):
         def counted():
             self.calls[name] = self.calls.get(name, 0) + 1
             return run()
+
         return counted
 
     def check_part(self):
@@ -354,11 +386,15 @@ class FakePartedProblem(FakeProblem):
 
 def test_tuner_checks_and_screens_on_the_check_part_of_a_large_layer():
     clock = FakeClock()
-    costs = {"scalar": 8e-3, "avx2_plain": 5e-3, "avx2_tile64": 1e-3, "avx2_tile128": 1.2e-3,
-             "dense_torch": 6e-3}
+    costs = {"scalar": 8e-3, "avx2_plain": 5e-3, "avx2_tile64": 1e-3, "avx2_tile128": 1.2e-3, "dense_torch": 6e-3}
     problem = FakePartedProblem(clock, costs, wrong_on_part={"avx2_tile64"})
-    e = tuner.tune(make_key("spmm_fwd", 1024, 512, 32, 0.1, 2), variants=FAKE_VARIANTS,
-                   problem=problem, reference="scalar", clock=clock)
+    e = tuner.tune(
+        make_key("spmm_fwd", 1024, 512, 32, 0.1, 2),
+        variants=FAKE_VARIANTS,
+        problem=problem,
+        reference="scalar",
+        clock=clock,
+    )
     assert len(problem.parts) == 1 and problem.parts[0].reference_output is not None
     assert "avx2_tile64" in e["rejected"]  # wrong on the part: never raced, never chosen
     assert e["variant"] == "avx2_tile128"
@@ -375,14 +411,23 @@ def test_tuner_checks_and_screens_on_the_check_part_of_a_large_layer():
 def test_after_a_screen_the_whole_layer_warm_up_cuts_at_the_screen_ratio():
     # avx2_plain is 3.5x the best on the part (kept by the screen) and 5x on the whole layer:
     # its warm-up there is its only run (the race's first cut alone, 8x, would keep it a round).
-    costs = {"scalar": 8e-3, "avx2_plain": 5e-3, "avx2_tile64": 1e-3, "avx2_tile128": 1.2e-3,
-             "dense_torch": 20e-3}
-    part_costs = {"scalar": 0.8e-3, "avx2_plain": 0.35e-3, "avx2_tile64": 0.1e-3, "avx2_tile128": 0.12e-3,
-                  "dense_torch": 0.2e-3}
+    costs = {"scalar": 8e-3, "avx2_plain": 5e-3, "avx2_tile64": 1e-3, "avx2_tile128": 1.2e-3, "dense_torch": 20e-3}
+    part_costs = {
+        "scalar": 0.8e-3,
+        "avx2_plain": 0.35e-3,
+        "avx2_tile64": 0.1e-3,
+        "avx2_tile128": 0.12e-3,
+        "dense_torch": 0.2e-3,
+    }
     clock = FakeClock()
     problem = FakePartedProblem(clock, costs, part_costs=part_costs)
-    e = tuner.tune(make_key("spmm_fwd", 1024, 512, 32, 0.1, 2), variants=FAKE_VARIANTS,
-                   problem=problem, reference="scalar", clock=clock)
+    e = tuner.tune(
+        make_key("spmm_fwd", 1024, 512, 32, 0.1, 2),
+        variants=FAKE_VARIANTS,
+        problem=problem,
+        reference="scalar",
+        clock=clock,
+    )
     assert e["screened_out"] == ["scalar"]
     assert problem.calls["avx2_plain"] == 1 and problem.calls["dense_torch"] == 1
     assert problem.calls["avx2_tile64"] > 2 and e["variant"] == "avx2_tile64"
@@ -394,7 +439,7 @@ def test_after_a_screen_the_whole_layer_warm_up_cuts_at_the_screen_ratio():
 def test_check_part_is_the_first_rows_of_the_layer_at_the_same_n(op, monkeypatch):
     from sparselab.tuning import problem as problem_mod
 
-    monkeypatch.setattr(problem_mod, "CHECK_MACS", 2 ** 12)
+    monkeypatch.setattr(problem_mod, "CHECK_MACS", 2**12)
     key = make_key(op, 300, 70, 40, 0.25, 1)
     whole = problem_mod.Problem(key, shape=(300, 70, 40, 0.25))
     part = whole.check_part()
@@ -407,14 +452,14 @@ def test_check_part_is_the_first_rows_of_the_layer_at_the_same_n(op, monkeypatch
     if op == "spmm_fwd":
         assert torch.allclose(part_out, full_out[:, :rows])
     elif op == "sddmm_dw":
-        assert torch.allclose(part_out, full_out[:part.W.capacity])
+        assert torch.allclose(part_out, full_out[: part.W.capacity])
     else:  # dX over the first rows only: the reference computed densely
         want = part.dY.double() @ part.W.to_dense().double()
         assert torch.allclose(part_out.double(), want, atol=1e-4)
     assert whole.sane(full_out) is None
     assert whole.sane(full_out[:-1]) is not None
     assert whole.sane(torch.full_like(full_out, float("nan"))) is not None
-    monkeypatch.setattr(problem_mod, "CHECK_MACS", 2 ** 30)
+    monkeypatch.setattr(problem_mod, "CHECK_MACS", 2**30)
     assert whole.check_part() is None  # a small layer is checked whole
 
 
@@ -422,7 +467,7 @@ def test_check_part_is_the_first_rows_of_the_layer_at_the_same_n(op, monkeypatch
 def test_real_tuning_of_a_layer_checked_on_its_part(monkeypatch):
     from sparselab.tuning import problem as problem_mod
 
-    monkeypatch.setattr(problem_mod, "CHECK_MACS", 2 ** 14)
+    monkeypatch.setattr(problem_mod, "CHECK_MACS", 2**14)
     key = make_key("spmm_fwd", 400, 96, 48, 0.2, 1)
     e = tuner.tune(key, shape=(400, 96, 48, 0.2), budget_s=0.02)
     assert problem_mod.CHECK_MIN_ROWS <= e["check_rows"] < 400
@@ -434,11 +479,12 @@ def test_real_tuning_of_a_layer_checked_on_its_part(monkeypatch):
 
 # ---------------------------------------------------------------- the second point (capped N)
 
+
 def test_second_n_only_when_the_key_n_is_well_above_the_timed_n():
-    assert second_point.second_n(128, 2048) == 512      # 4x the first, whole tiles
-    assert second_point.second_n(512, 2048) == 2048     # the target itself when within 4x
-    assert second_point.second_n(100, 1000) == 384      # rounded down to full 64-row tiles
-    assert second_point.second_n(512, 700) is None      # less than 1.5x apart: the first N stands
+    assert second_point.second_n(128, 2048) == 512  # 4x the first, whole tiles
+    assert second_point.second_n(512, 2048) == 2048  # the target itself when within 4x
+    assert second_point.second_n(100, 1000) == 384  # rounded down to full 64-row tiles
+    assert second_point.second_n(512, 700) is None  # less than 1.5x apart: the first N stands
     assert second_point.second_n(512, 800) == 800
     assert second_point.second_n(64, 64) is None
 
@@ -448,15 +494,15 @@ def test_timed_n_is_the_call_n_near_the_cap_and_whole_tiles_far_above_it():
 
     key = make_key("sddmm_dw", 3000, 1500, 100, 0.6, 2)
     nnz = 3000 * 1500 * 0.6
-    cap = int(2 ** 28 // nnz)
+    cap = int(2**28 // nnz)
     assert cap == 99
-    assert timing_n(key, (3000, 1500, 100, 0.6)) == 100       # within 1.5x: timed as it is
+    assert timing_n(key, (3000, 1500, 100, 0.6)) == 100  # within 1.5x: timed as it is
     assert timing_n(key, (3000, 1500, 148, 0.6)) == 148
-    assert timing_n(key, (3000, 1500, 400, 0.6)) == 128        # at least one whole 128-row tile ...
-    assert second_point.second_n(128, 400) == 400              # ... and a second point
+    assert timing_n(key, (3000, 1500, 400, 0.6)) == 128  # at least one whole 128-row tile ...
+    assert second_point.second_n(128, 400) == 400  # ... and a second point
     assert timing_n(key, (3000, 1500, 2048, 0.6)) == 128
     assert timing_n(key, (640, 640, 2048, 0.1)) == MAX_N_TIME
-    assert timing_n(key, (300, 100, 700, 0.1)) == 700           # small layer: up to 1.5x MAX_N_TIME
+    assert timing_n(key, (300, 100, 700, 0.1)) == 700  # small layer: up to 1.5x MAX_N_TIME
     assert timing_n(key, (300, 100, 2048, 0.1)) == MAX_N_TIME
     # Every N above what is timed as it is gets a second point.
     for n_call in range(1, 3000, 7):
@@ -466,8 +512,14 @@ def test_timed_n_is_the_call_n_near_the_cap_and_whole_tiles_far_above_it():
 
 def test_finalists_take_the_fastest_of_each_form_first():
     medians = {"tile32": 1.00, "tile64_cb512": 1.19, "tile64": 1.22, "bm32": 1.25, "bm64": 1.28, "plain": 9.0}
-    form = {"tile32": "tiled", "tile64": "tiled", "tile64_cb512": "blocked", "bm32": "block_major",
-            "bm64": "block_major", "plain": "plain"}.__getitem__
+    form = {
+        "tile32": "tiled",
+        "tile64": "tiled",
+        "tile64_cb512": "blocked",
+        "bm32": "block_major",
+        "bm64": "block_major",
+        "plain": "plain",
+    }.__getitem__
     rank = lambda n: (0, n)  # noqa: E731
     assert second_point.finalists(medians, rank) == ["tile32", "tile64_cb512", "tile64"]
     assert second_point.finalists(medians, rank, form) == ["tile32", "tile64_cb512", "bm32"]
@@ -497,16 +549,26 @@ class FakeScalingProblem(FakeProblem):
 def _tune_scaling(lines, key_n, timed_n):
     clock = FakeClock()
     problem = FakeScalingProblem(clock, lines, timed_n)
-    e = tuner.tune(make_key("spmm_fwd", 4096, 4096, key_n, 0.1, 2), variants=FAKE_VARIANTS,
-                   problem=problem, reference="scalar", clock=clock)
+    e = tuner.tune(
+        make_key("spmm_fwd", 4096, 4096, key_n, 0.1, 2),
+        variants=FAKE_VARIANTS,
+        problem=problem,
+        reference="scalar",
+        clock=clock,
+    )
     return e, problem
 
 
 def test_capped_batch_choice_follows_the_key_n_not_the_timed_n():
     # avx2_tile64 wins at N=128 (cheap call, dear rows); avx2_tile128 (a per-call repack,
     # cheap rows) wins from N~300 on, as the block-major kernels do at 4096x4096.
-    lines = {"scalar": (0.0, 1e-3), "avx2_plain": (0.0, 2e-4), "avx2_tile64": (0.0, 5e-5),
-             "avx2_tile128": (4e-3, 3.5e-5), "dense_torch": (0.0, 1e-4)}
+    lines = {
+        "scalar": (0.0, 1e-3),
+        "avx2_plain": (0.0, 2e-4),
+        "avx2_tile64": (0.0, 5e-5),
+        "avx2_tile128": (4e-3, 3.5e-5),
+        "dense_torch": (0.0, 1e-4),
+    }
     e, problem = _tune_scaling(lines, key_n=2048, timed_n=128)
     assert e["first_choice"] == "avx2_tile64"
     assert e["variant"] == "avx2_tile128"
@@ -514,6 +576,7 @@ def test_capped_batch_choice_follows_the_key_n_not_the_timed_n():
     assert e["predicted_s"]["avx2_tile128"] == pytest.approx(4e-3 + 3.5e-5 * 2048)
     # The table shows what decided: the predicted times next to the timed ones.
     from sparselab.tuning import table
+
     row = table.build({str(make_key("spmm_fwd", 4096, 4096, 2048, 0.1, 2)): e})[0]
     assert row["variant"] == "avx2_tile128" and row["time_us"] > row["runner_up_us"]
     assert row["pred_us"] == pytest.approx(1e6 * (4e-3 + 3.5e-5 * 2048), rel=1e-3)
@@ -524,8 +587,13 @@ def test_capped_batch_choice_follows_the_key_n_not_the_timed_n():
 
 
 def test_second_race_failing_everywhere_keeps_the_first_choice():
-    lines = {"scalar": (0.0, 1e-3), "avx2_plain": (0.0, 2e-4), "avx2_tile64": (0.0, 5e-5),
-             "avx2_tile128": (4e-3, 3.5e-5), "dense_torch": (0.0, 1e-4)}
+    lines = {
+        "scalar": (0.0, 1e-3),
+        "avx2_plain": (0.0, 2e-4),
+        "avx2_tile64": (0.0, 5e-5),
+        "avx2_tile128": (4e-3, 3.5e-5),
+        "dense_torch": (0.0, 1e-4),
+    }
 
     class Failing(FakeScalingProblem):
         def at_n(self, n):
@@ -534,36 +602,54 @@ def test_second_race_failing_everywhere_keeps_the_first_choice():
             def runner(name):
                 def run():
                     raise MemoryError("no room at the larger N")
+
                 return run
+
             p.runner = runner
             return p
 
     clock = FakeClock()
-    e = tuner.tune(make_key("spmm_fwd", 4096, 4096, 2048, 0.1, 2), variants=FAKE_VARIANTS,
-                   problem=Failing(clock, lines, 128), reference="scalar", clock=clock)
+    e = tuner.tune(
+        make_key("spmm_fwd", 4096, 4096, 2048, 0.1, 2),
+        variants=FAKE_VARIANTS,
+        problem=Failing(clock, lines, 128),
+        reference="scalar",
+        clock=clock,
+    )
     assert e["variant"] == "avx2_tile64" and "n_second" not in e and "first_choice" not in e
 
 
 def test_fit_n_shrinks_the_second_n_to_the_time_left():
     # three finalists costing 30 ms together at N=128: two runs each at N=512 need 0.24 s
     assert second_point.fit_n(128, 512, 0.03, 1.0) == 512
-    assert second_point.fit_n(128, 512, 0.03, 0.2) == 384   # 426 rounded down to whole tiles
+    assert second_point.fit_n(128, 512, 0.03, 0.2) == 384  # 426 rounded down to whole tiles
     assert second_point.fit_n(128, 512, 0.03, 0.13) == 256
     assert second_point.fit_n(128, 512, 0.03, 0.1) is None  # 213 -> 128: no second point
     assert second_point.fit_n(20, 80, 0.01, 0.0) is None
-    assert second_point.fit_n(20, 80, 0.01, 0.031) == 31    # below one tile: no rounding
+    assert second_point.fit_n(20, 80, 0.01, 0.031) == 31  # below one tile: no rounding
     assert second_point.fit_n(20, 80, 0.0, 0.0) == 80
 
 
 def test_deadline_shrinks_or_skips_the_second_point():
-    lines = {"scalar": (0.0, 1e-3), "avx2_plain": (0.0, 2e-4), "avx2_tile64": (0.0, 5e-5),
-             "avx2_tile128": (4e-3, 3.5e-5), "dense_torch": (0.0, 1e-4)}
+    lines = {
+        "scalar": (0.0, 1e-3),
+        "avx2_plain": (0.0, 2e-4),
+        "avx2_tile64": (0.0, 5e-5),
+        "avx2_tile128": (4e-3, 3.5e-5),
+        "dense_torch": (0.0, 1e-4),
+    }
 
     def tune(deadline):
         clock = FakeClock()
         problem = FakeScalingProblem(clock, lines, 128)
-        e = tuner.tune(make_key("spmm_fwd", 4096, 4096, 2048, 0.1, 2), variants=FAKE_VARIANTS,
-                       problem=problem, reference="scalar", deadline=deadline, clock=clock)
+        e = tuner.tune(
+            make_key("spmm_fwd", 4096, 4096, 2048, 0.1, 2),
+            variants=FAKE_VARIANTS,
+            problem=problem,
+            reference="scalar",
+            deadline=deadline,
+            clock=clock,
+        )
         return e, problem
 
     roomy, problem = tune(10.0)
@@ -596,6 +682,7 @@ def test_deadline_from_the_environment(monkeypatch):
 
 # ---------------------------------------------------------------- modes and the dispatch path
 
+
 def test_modes_api_env_and_context_manager(monkeypatch):
     with pytest.raises(ValueError):
         modes.set_mode("sometimes")
@@ -619,6 +706,7 @@ def counting_tuner(monkeypatch):
     def fake_tune(key, **kw):
         calls.append(str(key))
         return {"variant": "scalar", "median_s": 1e-3}
+
     monkeypatch.setattr(tuner, "tune", fake_tune)
     monkeypatch.setattr(planner, "heuristic", lambda *a: HEURISTIC_PICK)
     return calls
@@ -672,6 +760,7 @@ def test_stale_variant_in_cache_is_retuned(isolated, counting_tuner):
 def test_failed_tuning_falls_back_to_heuristic_with_a_warning(isolated, monkeypatch, counting_tuner):
     def broken(key, **kw):
         raise RuntimeError("kernel exploded")
+
     monkeypatch.setattr(tuner, "tune", broken)
     monkeypatch.setattr(resolve, "_failed_warned", False)
     with pytest.warns(RuntimeWarning, match="kernel exploded"):
@@ -688,6 +777,7 @@ def test_dispatch_memo_follows_mode_changes(counting_tuner):
 
 
 # ---------------------------------------------------------------- the real registry
+
 
 @needs_c
 def test_real_tuning_of_a_small_key_agrees_with_the_registry():
@@ -721,6 +811,7 @@ def test_tuning_weight_is_a_valid_padded_csr():
 
 # ---- memory preference: spmm_dx without the transposed index ----
 
+
 def test_memory_preference_picks_fastest_scatter_dx_from_the_entry(isolated, monkeypatch):
     from sparselab.tuning import preference as prefer
 
@@ -730,8 +821,12 @@ def test_memory_preference_picks_fastest_scatter_dx_from_the_entry(isolated, mon
         calls.append(str(key))
         # 'scalar' reads the transposed index, 'scalar_scatter' does not; a name this build
         # does not have is never picked, however fast it was.
-        return {"variant": "scalar", "median_s": 1e-3,
-                "medians": {"scalar": 1e-3, "scalar_scatter": 1.3e-3, "gone_scatter": 0.5e-3}}
+        return {
+            "variant": "scalar",
+            "median_s": 1e-3,
+            "medians": {"scalar": 1e-3, "scalar_scatter": 1.3e-3, "gone_scatter": 0.5e-3},
+        }
+
     monkeypatch.setattr(tuner, "tune", fake_tune)
     assert planner._from_wisdom("spmm_dx", 512, 512, 64, 0.1, 2) == "scalar"
     with prefer.prefer("memory"):
@@ -759,9 +854,10 @@ def test_memory_preference_heuristic_and_env(monkeypatch):
 
 
 def test_memory_preference_end_to_end_never_builds_the_transpose(monkeypatch):
-    from sparselab import PaddedCSR
     from sparselab.tuning import modes
     from sparselab.tuning import preference as prefer
+
+    from sparselab import PaddedCSR
 
     W = PaddedCSR.random(96, 80, 0.9, seed=3)
     dY = torch.randn(70, 96)
@@ -774,9 +870,10 @@ def test_memory_preference_end_to_end_never_builds_the_transpose(monkeypatch):
 
 
 def test_memory_preference_layer_keeps_no_transposed_index_and_trains_identically():
-    from sparselab import SparseLinear, memory_report
     from sparselab.tuning import modes
     from sparselab.tuning import preference as prefer
+
+    from sparselab import SparseLinear, memory_report
 
     torch.manual_seed(0)
     x = torch.randn(37, 64)
@@ -814,6 +911,7 @@ def test_a_dispatch_miss_is_timed_at_the_calls_shape(isolated, monkeypatch):
     def fake_tune(key, **kw):
         seen.append(kw.get("shape"))
         return {"variant": "scalar", "median_s": 1e-3}
+
     monkeypatch.setattr(tuner, "tune", fake_tune)
     planner._from_wisdom("spmm_fwd", 640, 2560, 300, 0.1, 2)
     assert seen == [(640, 2560, 300, 0.1)]  # not the bucket's representative 724 x 2896, n 362
@@ -839,15 +937,19 @@ def test_close_finish_duel_corrects_an_unlucky_short_race():
     # "b" is truly 5% faster, but its first runs are slow (a noisy machine) and the budget ends
     # the race after one round, where "a" leads. The duel's extra interleaved runs fix that.
     clock = FakeClock()
-    cands = [fake(clock, "a", (1,), 1.0e-3),
-             scripted(clock, "b", (2,), [1.08e-3, 1.08e-3] + [0.95e-3] * 100)]
+    cands = [fake(clock, "a", (1,), 1.0e-3), scripted(clock, "b", (2,), [1.08e-3, 1.08e-3] + [0.95e-3] * 100)]
     res = race.race(cands, check_equals_one, budget_s=4e-3, max_reps=21, clock=clock)
     assert res.winner == "b"
     assert res.samples["b"] == 3  # one timed round, then two duel runs within the budget
-    no_duel = race.race([fake(clock, "a", (1,), 1.0e-3),
-                         race.Candidate("b", (2,), lambda: (setattr(clock, "t", clock.t + 1.2e-3),
-                                                            torch.ones(4))[1], "sparse")],
-                        check_equals_one, budget_s=4e-3, clock=clock)
+    no_duel = race.race(
+        [
+            fake(clock, "a", (1,), 1.0e-3),
+            race.Candidate("b", (2,), lambda: (setattr(clock, "t", clock.t + 1.2e-3), torch.ones(4))[1], "sparse"),
+        ],
+        check_equals_one,
+        budget_s=4e-3,
+        clock=clock,
+    )
     assert no_duel.winner == "a"  # a really slower candidate does not win a duel
 
 
@@ -861,6 +963,7 @@ def test_duel_respects_the_budget():
 
 
 # ---------------------------------------------------------------- no global side effects
+
 
 @needs_c
 def test_tuning_at_first_use_never_changes_torchs_thread_count(isolated, monkeypatch):
@@ -882,6 +985,7 @@ def test_tuning_at_first_use_never_changes_torchs_thread_count(isolated, monkeyp
             seen.append(torch.get_num_threads())
 
     import threading
+
     t = threading.Thread(target=other_thread)
     t.start()
     out = ops.spmm_fwd(W, X)  # a miss: tunes spmm_fwd for this shape, here, now
@@ -910,8 +1014,11 @@ def test_each_tuned_key_is_logged_at_info(caplog):
 
 
 @needs_c
-@pytest.mark.parametrize("content", ["[" * 100_000 + "]" * 100_000, '{"format": 1, "entries": 7}', '{"form'],
-                         ids=["deeply-nested", "wrong-type", "truncated"])
+@pytest.mark.parametrize(
+    "content",
+    ["[" * 100_000 + "]" * 100_000, '{"format": 1, "entries": 7}', '{"form'],
+    ids=["deeply-nested", "wrong-type", "truncated"],
+)
 def test_an_op_survives_a_hostile_cache_file(isolated, monkeypatch, caplog, content):
     """Whatever the cache file holds, ops run: the file is set aside with a WARNING and the key is
     tuned again."""

@@ -5,6 +5,7 @@ Public API: ``set_mode('on'|'off'|'force')``, ``get_mode()``, the ``mode(...)`` 
 (tuning.preference); ``TuningCache`` (tuning.cache) and ``tune`` (tuning.tuner). Importing this
 package is cheap: the heavy parts (torch, the registry, py-cpuinfo) load on first use.
 """
+
 from .modes import MODES, get_mode, mode, set_mode
 from .preference import PREFERENCES, get_prefer, prefer, set_prefer
 

@@ -14,6 +14,7 @@ It survives real life:
   rewritten: the file is ignored (read) or the entry kept in memory (write), with a WARNING;
 - an unwritable location falls back to an in-memory table with exactly one WARNING.
 """
+
 from __future__ import annotations
 
 import json
@@ -201,13 +202,19 @@ class TuningCache:
                 return self._read_disk(locked=True)
         except (Timeout, OSError) as e:
             # Without the lock another process may be writing it: leave the file where it is.
-            log.warning("sparselab tuning cache %s %s; could not take its lock (%s: %s): "
-                        "ignored for now, left in place", self.path, _what(problem), type(e).__name__, e)
+            log.warning(
+                "sparselab tuning cache %s %s; could not take its lock (%s: %s): ignored for now, left in place",
+                self.path,
+                _what(problem),
+                type(e).__name__,
+                e,
+            )
             return {}
 
     def _set_aside(self, problem: str) -> None:
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"
-                                    f"-{time.time_ns() % 1_000_000_000:09d}")
+        aside = self.path.with_name(
+            f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 1_000_000_000:09d}"
+        )
         try:
             os.replace(self.path, aside)
             action = f"moved aside to {aside.name}; it will be rebuilt"
@@ -230,20 +237,29 @@ class TuningCache:
                 # (including newer ones for keys we read earlier) are kept.
                 merged = self._read_disk(locked=True)
                 merged.update(new)
-                write_atomic(self.path, {"format": FORMAT, "fingerprint": self.fingerprint,
-                                         "entries": merged})
+                write_atomic(self.path, {"format": FORMAT, "fingerprint": self.fingerprint, "entries": merged})
                 self._entries = merged
         except Timeout as e:
             # Another process holds the lock for too long: keep this entry in memory only.
-            log.warning("sparselab tuning cache %s: could not take its lock (%s); %d new entries "
-                        "kept in memory for this process", self.path, e, len(new))
+            log.warning(
+                "sparselab tuning cache %s: could not take its lock (%s); %d new entries "
+                "kept in memory for this process",
+                self.path,
+                e,
+                len(new),
+            )
         except OSError as e:
             self._fall_back(e)
 
     def _fall_back(self, error: OSError) -> None:
         self.in_memory = True
-        log.warning("sparselab tuning cache location %s is not writable (%s: %s); tuning results "
-                    "are kept in memory for this process only", self.directory, type(error).__name__, error)
+        log.warning(
+            "sparselab tuning cache location %s is not writable (%s: %s); tuning results "
+            "are kept in memory for this process only",
+            self.directory,
+            type(error).__name__,
+            error,
+        )
 
     def clear(self) -> bool:
         """Forget every entry of this fingerprint; True if a file was removed."""
@@ -277,7 +293,8 @@ class TuningCache:
             raise ForeignFingerprintError(
                 f"{path} was tuned on another CPU or build "
                 f"({doc.get('fingerprint', {}).get('brand', '?')!r}, build "
-                f"{doc.get('fingerprint', {}).get('build_hash', '?')}); use --force to import anyway")
+                f"{doc.get('fingerprint', {}).get('build_hash', '?')}); use --force to import anyway"
+            )
         if problem not in (None, "foreign"):
             raise ValueError(f"{path} is not a sparselab tuning file ({problem})")
         self.put_many(dict(doc["entries"]))

@@ -12,6 +12,7 @@ Simplicity order (lower is simpler and wins a tie within the race's tie band):
   3. dense candidates: dense_torch < dense_mkldnn  (a tie keeps the sparse kernel: it needs no
      dense copy of W, and a tie means the sparse path is not losing)
 """
+
 from __future__ import annotations
 
 FORM_ORDER = {"plain": 0, "scatter": 1, "unrolled": 2, "tiled": 3}
@@ -38,8 +39,13 @@ def rank(info, reference: str) -> tuple:
         return (0,)
     if is_dense(info):
         return (2, DENSE_ORDER.get(info.name, len(DENSE_ORDER)), info.name)
-    return (1, FORM_ORDER.get(info.form, len(FORM_ORDER)), ISA_ORDER.get(info.isa, len(ISA_ORDER)),
-            _params_key(info.params or {}), info.name)
+    return (
+        1,
+        FORM_ORDER.get(info.form, len(FORM_ORDER)),
+        ISA_ORDER.get(info.isa, len(ISA_ORDER)),
+        _params_key(info.params or {}),
+        info.name,
+    )
 
 
 def kind(info, reference: str) -> str:

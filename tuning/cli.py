@@ -13,6 +13,7 @@ Actions combine in the order clear, import, tune, export, show. Exit status: 0 o
 any key failed to tune (the others are kept), 2 on a user mistake (``error: ...``). ``-v`` shows
 each key's tuning (the ``sparselab`` logger at INFO) on stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,25 +37,27 @@ def _parse_ints(text: str, what: str) -> list[int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sparselab-tune",
-                                description="Tune SparseLab's kernel choice for this machine.")
+    p = argparse.ArgumentParser(prog="sparselab-tune", description="Tune SparseLab's kernel choice for this machine.")
     p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
-    p.add_argument("-v", "--verbose", action="store_true",
-                   help="log each key's tuning (time, choice, runner-up) to stderr")
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="log each key's tuning (time, choice, runner-up) to stderr"
+    )
     src = p.add_argument_group("what to tune (default: the standard grid)")
     src.add_argument("--quick", action="store_true", help="a tiny grid (seconds; CI smoke test)")
-    src.add_argument("--model", metavar="JSON_SPEC",
-                     help="JSON file or inline JSON: a list of layers {out, in, n?, sparsity}")
-    src.add_argument("--module", metavar="PKG.MOD:FACTORY",
-                     help="build a model with FACTORY() and tune its SparseLinear layers")
-    src.add_argument("--batch", metavar="N[,N...]",
-                     help="batch sizes for layers without n (default: grid batches)")
+    src.add_argument(
+        "--model", metavar="JSON_SPEC", help="JSON file or inline JSON: a list of layers {out, in, n?, sparsity}"
+    )
+    src.add_argument(
+        "--module", metavar="PKG.MOD:FACTORY", help="build a model with FACTORY() and tune its SparseLinear layers"
+    )
+    src.add_argument("--batch", metavar="N[,N...]", help="batch sizes for layers without n (default: grid batches)")
     src.add_argument("--threads", type=int, metavar="T", help="torch thread count to tune for")
     src.add_argument("--retune", action="store_true", help="re-tune keys already in the cache")
     act = p.add_argument_group("cache actions")
     act.add_argument("--show", action="store_true", help="print the tuning table")
-    act.add_argument("--json", action="store_true",
-                     help="print the table (of --show, or of the keys just tuned) as JSON on stdout")
+    act.add_argument(
+        "--json", action="store_true", help="print the table (of --show, or of the keys just tuned) as JSON on stdout"
+    )
     act.add_argument("--export", metavar="FILE", help="write the tuning table to FILE")
     act.add_argument("--import", dest="import_file", metavar="FILE", help="merge a table from FILE")
     act.add_argument("--force", action="store_true", help="with --import: accept a foreign CPU/build")
@@ -133,8 +136,11 @@ def _warn_if_busy() -> None:
         return
     cpus = os.cpu_count() or 1
     if load >= 0.5 * cpus:
-        print(f"warning: the machine is busy (load average {load:.1f} on {cpus} CPUs); timings "
-              f"will be noisy: tune on an idle machine for the best choices", file=sys.stderr)
+        print(
+            f"warning: the machine is busy (load average {load:.1f} on {cpus} CPUs); timings "
+            f"will be noisy: tune on an idle machine for the best choices",
+            file=sys.stderr,
+        )
 
 
 def _run(args) -> int:
@@ -143,8 +149,7 @@ def _run(args) -> int:
 
     if args.force and not args.import_file:
         raise UserError("--force only applies to --import")
-    tuning_asked = bool(args.quick or args.model or args.module or args.batch or args.threads
-                        or args.retune)
+    tuning_asked = bool(args.quick or args.model or args.module or args.batch or args.threads or args.retune)
     other_action = bool(args.show or args.export or args.import_file or args.clear)
     cache = resolve.get_cache()
     # With --json, stdout holds only the JSON document; progress lines go to stderr.

@@ -10,6 +10,7 @@ py-cpuinfo takes about a second (it probes the CPU in a subprocess), which would
 process on its first sparse op. Its result is therefore cached in-process and on disk, keyed by a
 cheap probe of /proc/cpuinfo (Linux only; elsewhere only in-process).
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,8 +27,19 @@ _ISA_FLAG = re.compile(
     r"^(sse|ssse|avx|fma|f16c|bmi|amx|asimd|neon|sve|fphp|dotprod|i8mm|bf16|vnni|popcnt|lzcnt|"
     r"abm|movbe|adx|aes|sha|vaes|vpclmul|pclmul|gfni|fp16|fp$)"
 )
-_PROBE_KEYS = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags",
-               "cache size", "features", "cpu implementer", "cpu part", "cpu variant")
+_PROBE_KEYS = (
+    "vendor_id",
+    "cpu family",
+    "model",
+    "model name",
+    "stepping",
+    "flags",
+    "cache size",
+    "features",
+    "cpu implementer",
+    "cpu part",
+    "cpu variant",
+)
 
 
 def _cheap_probe() -> str | None:
@@ -37,8 +49,7 @@ def _cheap_probe() -> str | None:
             text = f.read()
     except OSError:
         return None
-    stable = sorted({line.strip() for line in text.splitlines()
-                     if line.split(":")[0].strip().lower() in _PROBE_KEYS})
+    stable = sorted({line.strip() for line in text.splitlines() if line.split(":")[0].strip().lower() in _PROBE_KEYS})
     blob = "\n".join(stable) + f"\n{platform.machine()}\n{os.cpu_count()}"
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -3,6 +3,7 @@
 A *layer* is (out_features, in_features, density, n or None); each layer becomes one key per op
 and per batch size. Keys are deduplicated, so layers that share buckets cost one tuning.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -18,12 +19,22 @@ class SpecError(ValueError):
 
 
 # Common layer shapes (out, in): MNIST MLP, square hidden layers, transformer MLP blocks.
-STANDARD_SHAPES = ((300, 784), (100, 300), (512, 512), (1024, 1024), (2048, 2048), (4096, 4096),
-                   (3072, 768), (768, 3072), (4096, 1024), (1024, 4096))
+STANDARD_SHAPES = (
+    (300, 784),
+    (100, 300),
+    (512, 512),
+    (1024, 1024),
+    (2048, 2048),
+    (4096, 4096),
+    (3072, 768),
+    (768, 3072),
+    (4096, 1024),
+    (1024, 4096),
+)
 # Sparsity 80% .. 98%, where sparse training lives. 50% is left out: it cost 40% of the grid's
 # time (every candidate is slow there) and dense won none of its keys on the reference machine.
 STANDARD_DENSITIES = (0.2, 0.1, 0.05, 0.02)
-STANDARD_BATCHES = (1, 32, 256)                    # inference, small and training batches
+STANDARD_BATCHES = (1, 32, 256)  # inference, small and training batches
 
 QUICK_SHAPES = ((256, 256), (512, 1024))
 QUICK_DENSITIES = (0.1, 0.5)
@@ -34,15 +45,14 @@ def grid_layers(shapes, densities) -> list[tuple]:
     return [(o, i, d, None) for (o, i) in shapes for d in densities]
 
 
-def keys_for(layers: Iterable[tuple], batches: Iterable[int], threads: int,
-             ops: Iterable[str] = OPS) -> list[tuple]:
+def keys_for(layers: Iterable[tuple], batches: Iterable[int], threads: int, ops: Iterable[str] = OPS) -> list[tuple]:
     """One (key, shape) per (op, layer, batch), deduplicated by key, in a stable order: the ops
     of one layer and batch are adjacent so they share one synthetic problem (problem._data).
     ``shape`` = (out, in, n, density) of the first layer and batch seen for the key: what the
     tuner times, as a dispatch miss would."""
     seen, out = set(), []
-    for (o, i, d, n) in layers:
-        for b in ([n] if n else batches):
+    for o, i, d, n in layers:
+        for b in [n] if n else batches:
             for op in ops:
                 k = make_key(op, o, i, b, d, threads)
                 if k not in seen:
@@ -126,6 +136,5 @@ def layers_from_module(path: str) -> list[tuple]:
         if isinstance(o, int) and isinstance(i, int) and d is not None:
             layers.append((o, i, d, None))
     if not layers:
-        raise SpecError(f"{path} has no SparseLinear layers (modules with weight_csr, "
-                        f"in_features, out_features)")
+        raise SpecError(f"{path} has no SparseLinear layers (modules with weight_csr, in_features, out_features)")
     return layers

@@ -17,6 +17,7 @@ The key depends on W only through its density (nnz / (out * in)). A DST topology
 and so keeps the key; a sparsity schedule that changes nnz moves to a new key once the density
 crosses a bucket edge.
 """
+
 from __future__ import annotations
 
 import math
@@ -76,16 +77,25 @@ class TuningKey(NamedTuple):
         return density_of_bucket(self.density_b)
 
     def __str__(self) -> str:
-        return (f"{self.op}|{self.out_features}x{self.in_features}|n{self.n}"
-                f"|d{self.density_b}|{self.dtype}|t{self.threads}")
+        return (
+            f"{self.op}|{self.out_features}x{self.in_features}|n{self.n}|d{self.density_b}|{self.dtype}|t{self.threads}"
+        )
 
 
-def make_key(op: str, out_features: int, in_features: int, n: int, density: float,
-             threads: int, dtype: str = "float32") -> TuningKey:
+def make_key(
+    op: str, out_features: int, in_features: int, n: int, density: float, threads: int, dtype: str = "float32"
+) -> TuningKey:
     if op not in OPS:
         raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
-    return TuningKey(op, size_bucket(out_features), size_bucket(in_features), n_bucket(n),
-                     density_bucket(density), dtype, int(threads))
+    return TuningKey(
+        op,
+        size_bucket(out_features),
+        size_bucket(in_features),
+        n_bucket(n),
+        density_bucket(density),
+        dtype,
+        int(threads),
+    )
 
 
 _KEY_RE = re.compile(r"^(\w+)\|(\d+)x(\d+)\|n(\d+)\|d(\d+)\|(\w+)\|t(\d+)$")
@@ -99,5 +109,4 @@ def parse_key(text: str) -> TuningKey:
     op, out, inn, n, db, dtype, threads = m.groups()
     if op not in OPS:
         raise ValueError(f"not a tuning key (op {op!r}): {text!r}")
-    return TuningKey(op, size_bucket(int(out)), size_bucket(int(inn)), n_bucket(int(n)),
-                     int(db), dtype, int(threads))
+    return TuningKey(op, size_bucket(int(out)), size_bucket(int(inn)), n_bucket(int(n)), int(db), dtype, int(threads))

@@ -7,6 +7,7 @@
 The environment variable ``SPARSELAB_TUNING`` sets the starting mode; ``set_mode`` and the
 ``mode(...)`` context manager change it at run time.
 """
+
 from __future__ import annotations
 
 import contextlib

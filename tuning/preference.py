@@ -12,6 +12,7 @@ The choice comes from the same tuned entry (its ``medians`` hold every valid can
 switching preference never re-tunes. ``SPARSELAB_PREFER`` sets the starting value;
 ``set_prefer`` and the ``prefer(...)`` context manager change it at run time.
 """
+
 from __future__ import annotations
 
 from .modes import ProcessSetting, env_choice

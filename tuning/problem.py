@@ -20,6 +20,7 @@ CHECK_MACS multiply-adds, correctness is checked on the layer's first rows only,
 that part instead of the whole layer: at 4096 x 4096, 80% sparse, N=64 its one call took 0.16 s
 (forward) to 0.5 s (dW) of a 1.5-2.5 s tuning.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,13 +28,13 @@ import math
 
 import torch
 
-N_TILE = 128             # the largest batch tile (T) of any registered variant
+N_TILE = 128  # the largest batch tile (T) of any registered variant
 MAX_N_TIME = 512
 MIN_N_TIME = N_TILE
-TIMING_MACS = 2 ** 28    # multiply-adds in one call at the capped N
-CHECK_MACS = 2 ** 25     # multiply-adds above which correctness is checked on a part
+TIMING_MACS = 2**28  # multiply-adds in one call at the capped N
+CHECK_MACS = 2**25  # multiply-adds above which correctness is checked on a part
 CHECK_MIN_ROWS = 64
-TOL_FACTOR = 32           # rtol = TOL_FACTOR * eps(float32) * sqrt(dot length)
+TOL_FACTOR = 32  # rtol = TOL_FACTOR * eps(float32) * sqrt(dot length)
 EPS32 = float(torch.finfo(torch.float32).eps)
 
 
@@ -94,8 +95,7 @@ def random_weight(out_f: int, in_f: int, density: float, seed: int):
     row_start = torch.arange(out_f + 1, dtype=torch.int64) * k
     row_nnz = torch.full((out_f,), k, dtype=torch.int32)
     # Valid by construction; the full invariant check would cost more than building it.
-    return PaddedCSR(values, cols.reshape(-1).to(index_dtype_for(in_f)), row_start, row_nnz,
-                     (out_f, in_f), check=False)
+    return PaddedCSR(values, cols.reshape(-1).to(index_dtype_for(in_f)), row_start, row_nnz, (out_f, in_f), check=False)
 
 
 @functools.lru_cache(maxsize=1)
@@ -146,8 +146,11 @@ class Problem:
         self.reference_output = None
         # Length of the dot products each output element sums (for the tolerance).
         density = W.density
-        self.dot_length = {"spmm_fwd": W.in_features * density, "spmm_dx": W.out_features * density,
-                           "sddmm_dw": self.n}[self.key.op]
+        self.dot_length = {
+            "spmm_fwd": W.in_features * density,
+            "spmm_dx": W.out_features * density,
+            "sddmm_dw": self.n,
+        }[self.key.op]
 
     def check_part(self) -> "Problem | None":
         """The layer's first rows at the same N, where correctness is checked when one call on the
@@ -164,16 +167,20 @@ class Problem:
         end = int(W.row_start[rows])
         from sparselab import PaddedCSR
 
-        top = PaddedCSR(W.values[:end], W.cols[:end], W.row_start[:rows + 1], W.row_nnz[:rows],
-                        (rows, W.in_features), check=False)
+        top = PaddedCSR(
+            W.values[:end], W.cols[:end], W.row_start[: rows + 1], W.row_nnz[:rows], (rows, W.in_features), check=False
+        )
         part._set_data(top, self.X, self.dY[:, :rows].contiguous(), self.bias[:rows])
         return part
 
     def sane(self, out) -> str | None:
         """None if ``out`` has the op's output shape and is finite: the check of an output that is
         not compared with the reference (outside the check part)."""
-        want = {"spmm_fwd": (self.n, self.W.out_features), "spmm_dx": (self.n, self.W.in_features),
-                "sddmm_dw": (self.W.capacity,)}[self.key.op]
+        want = {
+            "spmm_fwd": (self.n, self.W.out_features),
+            "spmm_dx": (self.n, self.W.in_features),
+            "sddmm_dw": (self.W.capacity,),
+        }[self.key.op]
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
             return f"wrong output shape {tuple(getattr(out, 'shape', ()))}, want {want}"
         if not torch.isfinite(out).all():

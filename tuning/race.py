@@ -23,6 +23,7 @@ Pure logic over callables (no registry, no torch), so it is tested with fakes an
 5. Candidates within ``tie_band`` of the best median are a tie; the tie goes to the lowest
    ``rank`` (the simplest kernel), so repeated tunings pick the same variant.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -46,17 +47,17 @@ ESTIMATOR = statistics.median
 @dataclass(frozen=True)
 class Candidate:
     name: str
-    rank: tuple            # simplicity order: lower wins ties
+    rank: tuple  # simplicity order: lower wins ties
     run: Callable[[], Any]  # one call on the tuning data; returns the op's output
-    kind: str = "sparse"    # "sparse" | "dense" | "reference" (for reporting speedups)
+    kind: str = "sparse"  # "sparse" | "dense" | "reference" (for reporting speedups)
 
 
 @dataclass
 class RaceResult:
     winner: str
     runner_up: str | None
-    medians: dict[str, float]            # every candidate that produced a valid output
-    samples: dict[str, int]              # timed samples (the warm-up run not counted)
+    medians: dict[str, float]  # every candidate that produced a valid output
+    samples: dict[str, int]  # timed samples (the warm-up run not counted)
     rejected: dict[str, str] = field(default_factory=dict)  # name -> why
     cut: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
@@ -66,8 +67,9 @@ class NoValidCandidate(RuntimeError):
     pass
 
 
-def run_once_checked(candidates: list[Candidate], check: Callable[[str, Any], str | None],
-                     clock: Callable[[], float]) -> tuple[dict[str, float], dict[str, str]]:
+def run_once_checked(
+    candidates: list[Candidate], check: Callable[[str, Any], str | None], clock: Callable[[], float]
+) -> tuple[dict[str, float], dict[str, str]]:
     """Run every candidate once, simplest first (so the reference, rank 0, runs first), and judge
     its output. Returns (seconds of each valid candidate's run, {rejected name: why}); raises
     NoValidCandidate when none is valid."""
@@ -91,11 +93,19 @@ def run_once_checked(candidates: list[Candidate], check: Callable[[str, Any], st
     return times, rejected
 
 
-def race(candidates: list[Candidate], check: Callable[[str, Any], str | None], *,
-         budget_s: float = 0.5, max_reps: int = 21, cut_ratios=CUT_RATIOS,
-         tie_band: float = TIE_BAND, close_band: float = CLOSE_BAND, duel_reps: int = DUEL_REPS,
-         deadline: float | None = None,
-         clock: Callable[[], float] = time.perf_counter) -> RaceResult:
+def race(
+    candidates: list[Candidate],
+    check: Callable[[str, Any], str | None],
+    *,
+    budget_s: float = 0.5,
+    max_reps: int = 21,
+    cut_ratios=CUT_RATIOS,
+    tie_band: float = TIE_BAND,
+    close_band: float = CLOSE_BAND,
+    duel_reps: int = DUEL_REPS,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> RaceResult:
     start = clock()
     if deadline is None:
         deadline = float("inf")
@@ -169,8 +179,15 @@ def race(candidates: list[Candidate], check: Callable[[str, Any], str | None], *
     winner = min(tied, key=lambda n: by_name[n].rank)
     # Runner-up: the best other survivor; a cut candidate only if none survived (a cut one has
     # fewer samples, so its median is not comparable with the finalists').
-    others = sorted((n for n in medians if n != winner),
-                    key=lambda n: (n not in survivors, medians[n], by_name[n].rank))
-    return RaceResult(winner=winner, runner_up=others[0] if others else None, medians=medians,
-                      samples={n: len(samples[n]) for n in samples},
-                      rejected=rejected, cut=cut, elapsed_s=clock() - start)
+    others = sorted(
+        (n for n in medians if n != winner), key=lambda n: (n not in survivors, medians[n], by_name[n].rank)
+    )
+    return RaceResult(
+        winner=winner,
+        runner_up=others[0] if others else None,
+        medians=medians,
+        samples={n: len(samples[n]) for n in samples},
+        rejected=rejected,
+        cut=cut,
+        elapsed_s=clock() - start,
+    )

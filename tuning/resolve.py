@@ -4,6 +4,7 @@ was never measured.
 ``sparselab.planner`` memoises its plans per call signature, so this runs once per distinct
 (op, shape, N, density, threads) in a process (and again after a mode change or a cache clear).
 """
+
 from __future__ import annotations
 
 import threading
@@ -11,11 +12,10 @@ import warnings
 
 from .modes import get_mode
 
-
-_lock = threading.RLock()       # one tuning at a time; also guards the state below
-_cache = None                   # the process's TuningCache, created on first tuned lookup
-_retuned: set[str] = set()      # keys already re-tuned by this process in force mode
-_tuning = threading.local()     # set while a tuning runs in this thread (re-entry guard)
+_lock = threading.RLock()  # one tuning at a time; also guards the state below
+_cache = None  # the process's TuningCache, created on first tuned lookup
+_retuned: set[str] = set()  # keys already re-tuned by this process in force mode
+_tuning = threading.local()  # set while a tuning runs in this thread (re-entry guard)
 _failed_warned = False
 
 
@@ -81,8 +81,11 @@ def _tune_and_store(key, cache, shape) -> dict | None:
     except Exception as e:  # never let tuning break a training step: fall back, say so once
         if not _failed_warned:
             _failed_warned = True
-            warnings.warn(f"sparselab: tuning {key} failed ({type(e).__name__}: {e}); "
-                          f"using the heuristic default", RuntimeWarning, stacklevel=4)
+            warnings.warn(
+                f"sparselab: tuning {key} failed ({type(e).__name__}: {e}); using the heuristic default",
+                RuntimeWarning,
+                stacklevel=4,
+            )
         return None
     finally:
         _tuning.active = False

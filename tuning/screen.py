@@ -18,6 +18,7 @@ relatively cheaper), and every candidate that a race could choose (within 1.5x o
 second_point.FINALIST_RATIO) was within 1.71x on the part. What 4x cuts there is the scalar, plain
 and unrolled loops (6-40x) and dense candidates far from winning.
 """
+
 from __future__ import annotations
 
 import time
@@ -32,15 +33,20 @@ RERUN_RATIO = 8.0
 
 @dataclass
 class ScreenResult:
-    kept: list[str]                                        # race on the whole layer
-    times: dict[str, float]                                # fastest run on the part, seconds
-    cut: list[str] = field(default_factory=list)           # valid but screened out
+    kept: list[str]  # race on the whole layer
+    times: dict[str, float]  # fastest run on the part, seconds
+    cut: list[str] = field(default_factory=list)  # valid but screened out
     rejected: dict[str, str] = field(default_factory=dict)  # name -> why
 
 
-def screen(candidates: list[Candidate], check: Callable[[str, Any], str | None], *,
-           cut_ratio: float = CUT_RATIO, rerun_ratio: float = RERUN_RATIO,
-           clock: Callable[[], float] = time.perf_counter) -> ScreenResult:
+def screen(
+    candidates: list[Candidate],
+    check: Callable[[str, Any], str | None],
+    *,
+    cut_ratio: float = CUT_RATIO,
+    rerun_ratio: float = RERUN_RATIO,
+    clock: Callable[[], float] = time.perf_counter,
+) -> ScreenResult:
     """``candidates`` run on the check part; ``check(name, output)`` as in race.race (the
     reference runs first: candidates are taken simplest first)."""
     by_name = {c.name: c for c in candidates}
@@ -53,5 +59,4 @@ def screen(candidates: list[Candidate], check: Callable[[str, Any], str | None],
     best = min(times.values())
     cut = sorted((n for n, t in times.items() if t > cut_ratio * best), key=times.get)
     kept = [c.name for c in sorted(candidates, key=lambda c: c.rank) if c.name in times and c.name not in cut]
-    return ScreenResult(kept=kept, times=dict(sorted(times.items(), key=lambda kv: kv[1])),
-                        cut=cut, rejected=rejected)
+    return ScreenResult(kept=kept, times=dict(sorted(times.items(), key=lambda kv: kv[1])), cut=cut, rejected=rejected)

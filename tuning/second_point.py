@@ -18,6 +18,7 @@ Under the tuner's deadline (tuner.DEADLINE_S) the second N shrinks to what the t
 (``fit_n``) rather than losing a finalist: the finalist that is slowest at the first N is the one
 that may win at the key's N.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -62,9 +63,14 @@ def fit_n(n1: int, n2: int, finalist_s: float, seconds: float, runs: int = 2) ->
     return n if n >= MIN_TARGET_RATIO * n1 and n > n1 else None
 
 
-def finalists(medians: dict[str, float], rank: Callable[[str], tuple],
-              family: Callable[[str], str] = str, *,
-              ratio: float = FINALIST_RATIO, max_count: int = MAX_FINALISTS) -> list[str]:
+def finalists(
+    medians: dict[str, float],
+    rank: Callable[[str], tuple],
+    family: Callable[[str], str] = str,
+    *,
+    ratio: float = FINALIST_RATIO,
+    max_count: int = MAX_FINALISTS,
+) -> list[str]:
     """The candidates worth a second point, fastest first: those within ``ratio`` of the best,
     the fastest of each ``family`` (kernel form) before the rest. Kernels of one form share a
     cost structure, per-call repacking or not; ranked by speed alone, the three finalists of a

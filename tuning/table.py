@@ -3,14 +3,30 @@
 Rows are plain dicts so the library needs no pandas; `render` aligns them as text, `to_json`
 keeps them as JSON (missing values as null there, as `-` in the text).
 """
+
 from __future__ import annotations
 
 import json
 
 from .keys import parse_key
 
-COLUMNS = ["op", "out", "in", "n", "n_timed", "density", "threads", "variant", "time_us", "runner_up",
-           "runner_up_us", "pred_us", "runner_up_pred_us", "x_dense", "x_scalar"]
+COLUMNS = [
+    "op",
+    "out",
+    "in",
+    "n",
+    "n_timed",
+    "density",
+    "threads",
+    "variant",
+    "time_us",
+    "runner_up",
+    "runner_up_us",
+    "pred_us",
+    "runner_up_pred_us",
+    "x_dense",
+    "x_scalar",
+]
 # Numbers read best right-aligned; names left-aligned.
 _TEXT_COLUMNS = {"op", "variant", "runner_up"}
 SORT = ("op", "out", "in", "n", "density", "threads")
@@ -38,18 +54,25 @@ def build(entries: dict[str, dict], only: set[str] | None = None) -> list[dict]:
             continue
         k = parse_key(text)
         pred = e.get("predicted_s") or {}
-        rows.append({
-            "op": k.op, "out": k.out_features, "in": k.in_features, "n": k.n,
-            "n_timed": e.get("n_timed"),
-            "density": round(k.density, 4), "threads": k.threads, "variant": e["variant"],
-            "time_us": _us(e.get("median_s")),
-            "runner_up": e.get("runner_up"),
-            "runner_up_us": _us(e.get("runner_up_s")),
-            "pred_us": _us(pred.get(e["variant"])),
-            "runner_up_pred_us": _us(pred.get(e.get("runner_up"))),
-            "x_dense": _ratio(e.get("dense_s"), e.get("median_s")),
-            "x_scalar": _ratio(e.get("reference_s"), e.get("median_s")),
-        })
+        rows.append(
+            {
+                "op": k.op,
+                "out": k.out_features,
+                "in": k.in_features,
+                "n": k.n,
+                "n_timed": e.get("n_timed"),
+                "density": round(k.density, 4),
+                "threads": k.threads,
+                "variant": e["variant"],
+                "time_us": _us(e.get("median_s")),
+                "runner_up": e.get("runner_up"),
+                "runner_up_us": _us(e.get("runner_up_s")),
+                "pred_us": _us(pred.get(e["variant"])),
+                "runner_up_pred_us": _us(pred.get(e.get("runner_up"))),
+                "x_dense": _ratio(e.get("dense_s"), e.get("median_s")),
+                "x_scalar": _ratio(e.get("reference_s"), e.get("median_s")),
+            }
+        )
     return sorted(rows, key=lambda r: tuple(r[c] for c in SORT))
 
 
@@ -69,8 +92,10 @@ def render(rows: list[dict]) -> str:
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(COLUMNS)]
 
     def line(values):
-        return "  ".join(v.ljust(w) if c in _TEXT_COLUMNS else v.rjust(w)
-                         for c, v, w in zip(COLUMNS, values, widths)).rstrip()
+        return "  ".join(
+            v.ljust(w) if c in _TEXT_COLUMNS else v.rjust(w) for c, v, w in zip(COLUMNS, values, widths)
+        ).rstrip()
+
     return "\n".join([line(COLUMNS)] + [line(row) for row in cells])
 
 

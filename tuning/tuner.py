@@ -25,6 +25,7 @@ cheap, and they are cut after one or two runs. The mandatory part takes 0.5-0.8 
 standard layers (4096 x 4096) on the reference machine; on a busy machine it stretches (the entry
 records the load).
 """
+
 from __future__ import annotations
 
 import logging
@@ -61,20 +62,24 @@ log = logging.getLogger(__name__)
 def _checker(problem, reference: str):
     """check(name, out) for the race: the reference's output becomes the reference (no extra
     scalar call); every other output is compared with it."""
+
     def check(name, out):
         if name == reference and problem.reference_output is None:
             problem.reference_output = out
         if problem.reference_output is None:
             return f"no reference output ({reference!r} failed)"
         return problem.check(out)
+
     return check
 
 
 def _sanity_checker(problem):
     """check(name, out) for a race whose outputs were checked on the check part: shape and
     finiteness only."""
+
     def check(name, out):
         return problem.sane(out)
+
     return check
 
 
@@ -110,8 +115,7 @@ def deadline_s() -> float:
         value = math.nan
     if not (math.isfinite(value) and 0 < value <= DEADLINE_MAX_S):
         # A typo in an env var must not crash a training script: say so, keep the default.
-        message = (f"{ENV_DEADLINE}={raw!r} is not a number of seconds in (0, {DEADLINE_MAX_S:g}]; "
-                   f"using {DEADLINE_S}")
+        message = f"{ENV_DEADLINE}={raw!r} is not a number of seconds in (0, {DEADLINE_MAX_S:g}]; using {DEADLINE_S}"
         log.warning(message)
         warnings.warn(message, stacklevel=2)
         return DEADLINE_S
@@ -125,8 +129,9 @@ def _load() -> float | None:
         return None
 
 
-def _second_race(key, problem, racers, first, n2: int, target: int, budget_s: float, deadline: float,
-                 clock, family=str) -> dict:
+def _second_race(
+    key, problem, racers, first, n2: int, target: int, budget_s: float, deadline: float, clock, family=str
+) -> dict:
     """Race the first race's finalists at batch ``n2`` (smaller if the time left to ``deadline``
     does not afford it); choose by the time predicted at ``target`` (second_point.py). Returns the
     entry's second-point fields plus ``winner`` / ``runner_up``; only ``second_point_skipped``
@@ -145,23 +150,41 @@ def _second_race(key, problem, racers, first, n2: int, target: int, budget_s: fl
     racers2 = [Candidate(r.name, r.rank, p2.runner(r.name), r.kind) for r in racers if r.name in names]
     try:
         # Outputs were checked at the first N; here only the times count.
-        r2 = race(racers2, lambda name, out: None, budget_s=budget_s * second_point.BUDGET_FRACTION,
-                  deadline=deadline, clock=clock)
+        r2 = race(
+            racers2,
+            lambda name, out: None,
+            budget_s=budget_s * second_point.BUDGET_FRACTION,
+            deadline=deadline,
+            clock=clock,
+        )
     except NoValidCandidate:
         return {}
     kept = [n for n in r2.medians if n not in r2.cut]
     predicted = {n: second_point.predict(first.medians[n], r2.medians[n], problem.n, n2, target) for n in kept}
     winner = second_point.choose(predicted, rank)
     others = sorted((n for n in predicted if n != winner), key=predicted.get)
-    return {"winner": winner, "runner_up": others[0] if others else None,
-            "n_second": n2, "target_n": target,
-            "second_medians": dict(sorted(r2.medians.items(), key=lambda kv: kv[1])),
-            "predicted_s": dict(sorted(predicted.items(), key=lambda kv: kv[1])),
-            "first_choice": first.winner}
+    return {
+        "winner": winner,
+        "runner_up": others[0] if others else None,
+        "n_second": n2,
+        "target_n": target,
+        "second_medians": dict(sorted(r2.medians.items(), key=lambda kv: kv[1])),
+        "predicted_s": dict(sorted(predicted.items(), key=lambda kv: kv[1])),
+        "first_choice": first.winner,
+    }
 
 
-def tune(key, *, shape: tuple | None = None, variants=None, problem=None, reference: str | None = None,
-         budget_s: float = BUDGET_S, deadline: float | None = None, clock=time.perf_counter) -> dict:
+def tune(
+    key,
+    *,
+    shape: tuple | None = None,
+    variants=None,
+    problem=None,
+    reference: str | None = None,
+    budget_s: float = BUDGET_S,
+    deadline: float | None = None,
+    clock=time.perf_counter,
+) -> dict:
     """Measure and return the cache entry for ``key``, timed at ``shape`` = (out_features,
     in_features, n, density) if given (the call that missed), else at the key's representative
     shape. ``deadline``: seconds for this key (default ``deadline_s()``). The other parameters
@@ -185,8 +208,7 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
         raise RuntimeError(f"reference variant {reference!r} of {key.op} is not available")
     racers = []
     for v in variants:
-        racers.append(Candidate(v.name, cand.rank(v, reference), problem.runner(v.name),
-                                cand.kind(v, reference)))
+        racers.append(Candidate(v.name, cand.rank(v, reference), problem.runner(v.name), cand.kind(v, reference)))
 
     # A large layer: check every candidate on its first rows, and race only those that are not
     # far behind there (screen.py); outputs on the whole layer are then checked for shape and
@@ -196,8 +218,11 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
     check = _checker(problem, reference)
     screened = None
     if part is not None:
-        screened = screen.screen([Candidate(r.name, r.rank, part.runner(r.name), r.kind) for r in racers],
-                                 _checker(part, reference), clock=clock)
+        screened = screen.screen(
+            [Candidate(r.name, r.rank, part.runner(r.name), r.kind) for r in racers],
+            _checker(part, reference),
+            clock=clock,
+        )
         racers = [r for r in racers if r.name in screened.kept]
         check = _sanity_checker(problem)
         phases["check_part"] = time.perf_counter() - started - sum(phases.values())
@@ -214,16 +239,33 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
     # race's generous first one: at 4096x4096, N=32 the plain and unrolled loops and dense_torch
     # were 3.7x the best on the part and 4.5x on the whole layer, 60 ms a call.
     cut_ratios = (screen.CUT_RATIO,) + CUT_RATIOS[1:] if screened is not None else CUT_RATIOS
-    result = race(racers, check, budget_s=first_budget, deadline=first_deadline, clock=clock,
-                  duel_reps=0 if n2 is not None else DUEL_REPS, cut_ratios=cut_ratios)
+    result = race(
+        racers,
+        check,
+        budget_s=first_budget,
+        deadline=first_deadline,
+        clock=clock,
+        duel_reps=0 if n2 is not None else DUEL_REPS,
+        cut_ratios=cut_ratios,
+    )
 
     phases["race"] = time.perf_counter() - started - sum(phases.values())
     med = result.medians
     winner, runner_up = result.winner, result.runner_up
     second = {}
     if n2 is not None:
-        second = _second_race(key, problem, racers, result, n2, target, budget_s, deadline_at, clock,
-                              family=lambda name: getattr(infos[name], "form", name))
+        second = _second_race(
+            key,
+            problem,
+            racers,
+            result,
+            n2,
+            target,
+            budget_s,
+            deadline_at,
+            clock,
+            family=lambda name: getattr(infos[name], "form", name),
+        )
         phases["second_point"] = time.perf_counter() - started - sum(phases.values())
         if "winner" in second:
             winner, runner_up = second.pop("winner"), second.pop("runner_up") or runner_up
@@ -265,7 +307,17 @@ def tune(key, *, shape: tuple | None = None, variants=None, problem=None, refere
 
 
 def _log_entry(key, e: dict) -> None:
-    runner_up = (f"runner-up {e['runner_up']} ({e['runner_up_s'] * 1e6:.1f} us)" if e.get("runner_up_s")
-                 else f"runner-up {e.get('runner_up') or '-'}")
-    log.info("tuned %s in %.3f s: %s (%.1f us at N=%d), %s", key, e["tuning_s"], e["variant"],
-             e["median_s"] * 1e6, e["n_timed"], runner_up)
+    runner_up = (
+        f"runner-up {e['runner_up']} ({e['runner_up_s'] * 1e6:.1f} us)"
+        if e.get("runner_up_s")
+        else f"runner-up {e.get('runner_up') or '-'}"
+    )
+    log.info(
+        "tuned %s in %.3f s: %s (%.1f us at N=%d), %s",
+        key,
+        e["tuning_s"],
+        e["variant"],
+        e["median_s"] * 1e6,
+        e["n_timed"],
+        runner_up,
+    )

@@ -45,8 +45,8 @@ int main(int argc, char** argv) {
   for (auto& v : dy) v = float(rng() % 100) / 100.0f;
   CsrView<int16_t> w{vals.data(), cols.data(), row_start.data(), row_nnz.data(), out, in};
   const size_t sf = 64 + std::max({dw_blockmajor_scratch<128, 64, 64>(n, in, out, nnz, 1),
-                                    dw_blockmajor_scratch<64, 64, 64>(n, in, out, nnz, 1),
-                                    dw_blockmajor_scratch<32, 64, 64>(n, in, out, nnz, 1)});
+                                   dw_blockmajor_scratch<64, 64, 64>(n, in, out, nnz, 1),
+                                   dw_blockmajor_scratch<32, 64, 64>(n, in, out, nnz, 1)});
   float* scratch = static_cast<float*>(aligned_alloc(64, (sf * 4 + 63) / 64 * 64));
   int64_t chunks[2] = {0, out};
   DwArgs<int16_t> a{w, n, dy.data(), out, x.data(), in, dw.data(), chunks, 1, scratch, 1};

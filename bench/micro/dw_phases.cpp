@@ -54,8 +54,10 @@ int main(int argc, char** argv) {
   double best = 1e9;
   for (int r = 0; r < reps; ++r) {
     const std::clock_t c0 = std::clock();
-    if (fwd) fwd_blockmajor<VecAvx512, 128, 64, 64>(f);
-    else dw_rowreg<VecAvx512, 128, 1024, 64>(a);
+    if (fwd)
+      fwd_blockmajor<VecAvx512, 128, 64, 64>(f);
+    else
+      dw_rowreg<VecAvx512, 128, 1024, 64>(a);
     best = std::min(best, double(std::clock() - c0) / CLOCKS_PER_SEC);
   }
   std::printf("%.2f ms  %.1f GFLOP/s (best CPU time of %d)\n", best * 1e3, 2.0 * nnz * n / best / 1e9, reps);

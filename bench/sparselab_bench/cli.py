@@ -31,17 +31,22 @@ def _version() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sparselab-bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="sparselab-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     report = commands.add_parser("report", help="markdown + plots per CPU from result files")
     report.add_argument("files", nargs="+", type=Path, help="pytest-benchmark JSON files")
     report.add_argument("--out", type=Path, default=Path("reports"), help="writes OUT/<cpu-slug>/ (default: reports)")
-    report.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True,
-                        help="measure bandwidth (DRAM, L2, L3) and peak GFLOP/s for the roofline, cached in "
-                             "probes.json (default: on; only on the CPU the results came from)")
+    report.add_argument(
+        "--probe",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure bandwidth (DRAM, L2, L3) and peak GFLOP/s for the roofline, cached in "
+        "probes.json (default: on; only on the CPU the results came from)",
+    )
     report.add_argument("--note", help="a paragraph on where the results came from, put under the title")
 
     compare = commands.add_parser("compare", help="head vs base, noise-aware (no files: newest run vs baseline)")
@@ -49,14 +54,21 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("head", type=Path, nargs="?", help="head results (default: this CPU's newest saved run)")
     compare.add_argument("--threshold", type=float, default=0.05, help="relative change to flag (default: 0.05)")
     compare.add_argument("--force", action="store_true", help="compare even if the files come from different CPUs")
-    compare.add_argument("--out", type=Path, default=Path("reports/compare"),
-                         help="where compare.md and compare.png go (default: reports/compare)")
+    compare.add_argument(
+        "--out",
+        type=Path,
+        default=Path("reports/compare"),
+        help="where compare.md and compare.png go (default: reports/compare)",
+    )
     compare.add_argument("--fail-on-regression", action="store_true", help="exit 1 if anything got slower")
 
     run = commands.add_parser("run", help="run a suite, saved under .benchmarks/<cpu>/ (pytest-benchmark storage)")
     run.add_argument("--quick", action="store_true", help="the quick grid (a few minutes)")
-    run.add_argument("--save-baseline", action="store_true",
-                     help="also make this run the CPU's baseline (bench/baselines/<cpu>.json)")
+    run.add_argument(
+        "--save-baseline",
+        action="store_true",
+        help="also make this run the CPU's baseline (bench/baselines/<cpu>.json)",
+    )
     run.epilog = "After --: the suite and pytest options (default: the kernel suite's headline cases)."
 
     history = commands.add_parser("history", help="one benchmark across this CPU's saved runs")
@@ -65,26 +77,47 @@ def _parser() -> argparse.ArgumentParser:
 
     pr = commands.add_parser("pr", help="PR evidence: BASE_REF vs head, built and run side by side")
     pr.add_argument("base_ref", help="git ref of the base (e.g. main, HEAD~1)")
-    pr.add_argument("--head", dest="head_ref", help="git ref of the head (default: the installed SparseLab, "
-                                                    "i.e. this checkout with its uncommitted changes)")
+    pr.add_argument(
+        "--head",
+        dest="head_ref",
+        help="git ref of the head (default: the installed SparseLab, i.e. this checkout with its uncommitted changes)",
+    )
     pr.add_argument("--quick", action="store_true", help="quick grid, 3 processes per side")
     pr.add_argument("--processes", type=int, help="processes per side (default 5, --quick 3)")
     pr.add_argument("--threshold", type=float, default=0.05, help="relative change a verdict needs (default 0.05)")
-    pr.add_argument("--threads", type=int, help="torch threads of the benchmark processes (OMP_NUM_THREADS; "
-                                                "default: torch's). On a busy shared machine 1 is steadier")
+    pr.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads of the benchmark processes (OMP_NUM_THREADS; "
+        "default: torch's). On a busy shared machine 1 is steadier",
+    )
     pr.add_argument("--json", type=Path, help="also write the rows as JSON")
     pr.add_argument("--fail-on-regression", action="store_true", help="exit 1 if anything got slower")
     pr.add_argument("--builds", type=Path, help="build cache (default: <repo>/.benchmarks/builds)")
     pr.add_argument("--keep", type=Path, help="keep every process's JSON and log in this directory")
-    pr.add_argument("--stat", choices=("median", "min"), default="median",
-                    help="each process's time: its median round (default) or its fastest round (steadier on "
-                         "a machine shared with other jobs)")
-    pr.add_argument("--suite-from", choices=("own", "head"), default="own",
-                    help="own (default): each side runs its commit's bench/ files; head: both run head's")
-    pr.add_argument("--reuse", type=Path, metavar="KEEP_DIR",
-                    help="judge the processes kept by an earlier --keep run again; builds and runs nothing")
-    pr.epilog = ("After --: the suite and pytest options (default: bench/bench_kernels.py --grid moderate "
-                 "-k headline; --quick: bench/bench_kernels.py --quick).")
+    pr.add_argument(
+        "--stat",
+        choices=("median", "min"),
+        default="median",
+        help="each process's time: its median round (default) or its fastest round (steadier on "
+        "a machine shared with other jobs)",
+    )
+    pr.add_argument(
+        "--suite-from",
+        choices=("own", "head"),
+        default="own",
+        help="own (default): each side runs its commit's bench/ files; head: both run head's",
+    )
+    pr.add_argument(
+        "--reuse",
+        type=Path,
+        metavar="KEEP_DIR",
+        help="judge the processes kept by an earlier --keep run again; builds and runs nothing",
+    )
+    pr.epilog = (
+        "After --: the suite and pytest options (default: bench/bench_kernels.py --grid moderate "
+        "-k headline; --quick: bench/bench_kernels.py --quick)."
+    )
     return parser
 
 
@@ -121,10 +154,20 @@ def _run(args: argparse.Namespace) -> int:
     root, slug = storage.repo_root(), storage.this_cpu_slug()
     suite = args.suite or (QUICK if args.quick else DEFAULT)
     before = set(storage.runs(root, slug))
-    command = [sys.executable, "-c", "import sys, pytest; sys.exit(pytest.main(sys.argv[1:]))",
-               *suite_args(root, suite), "-p", "no:cacheprovider", "--benchmark-only", "--benchmark-autosave",
-               "--benchmark-save-data", "--benchmark-disable-gc", "--benchmark-sort=fullname",
-               f"--benchmark-storage=file://{storage.runs_dir(root, slug)}"]
+    command = [
+        sys.executable,
+        "-c",
+        "import sys, pytest; sys.exit(pytest.main(sys.argv[1:]))",
+        *suite_args(root, suite),
+        "-p",
+        "no:cacheprovider",
+        "--benchmark-only",
+        "--benchmark-autosave",
+        "--benchmark-save-data",
+        "--benchmark-disable-gc",
+        "--benchmark-sort=fullname",
+        f"--benchmark-storage=file://{storage.runs_dir(root, slug)}",
+    ]
     with tempfile.TemporaryDirectory(prefix="sparselab-bench-cwd-") as cwd:
         code = subprocess.run(command, cwd=cwd).returncode
     if code != 0:
@@ -162,10 +205,21 @@ def _pr(args: argparse.Namespace) -> int:
         raise BenchDataError("--processes must be at least 1")
     if args.threads is not None and args.threads < 1:
         raise BenchDataError("--threads must be at least 1")
-    text, rows = run_pr(args.base_ref, args.head_ref, args.quick, args.processes, args.threshold,
-                        args.suite, args.builds, args.keep, threads=args.threads, stat=args.stat,
-                        reuse=args.reuse, suite_from=args.suite_from,
-                        log=lambda m: print(m, file=sys.stderr))
+    text, rows = run_pr(
+        args.base_ref,
+        args.head_ref,
+        args.quick,
+        args.processes,
+        args.threshold,
+        args.suite,
+        args.builds,
+        args.keep,
+        threads=args.threads,
+        stat=args.stat,
+        reuse=args.reuse,
+        suite_from=args.suite_from,
+        log=lambda m: print(m, file=sys.stderr),
+    )
     print(text)
     if args.json:
         write_json(rows, args.json)
@@ -180,8 +234,8 @@ COMMANDS = {"report": _report, "compare": _compare, "run": _run, "history": _his
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first `--` is the suite and its pytest options (run, pr).
-    suite = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
+    suite = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     args = _parser().parse_args(argv)
     args.suite = suite
     try:

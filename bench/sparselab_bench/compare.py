@@ -77,11 +77,13 @@ def _check_same_cpu(base: BenchFile, head: BenchFile, force: bool) -> list[str]:
     b, h = base.machine, head.machine
     notes = []
     if b["cpu_slug"] != h["cpu_slug"]:
-        problem = (f"{base.path} ran on {b['brand']} ({b['cpu_slug']}) but {head.path} ran on "
-                   f"{h['brand']} ({h['cpu_slug']})")
+        problem = (
+            f"{base.path} ran on {b['brand']} ({b['cpu_slug']}) but {head.path} ran on {h['brand']} ({h['cpu_slug']})"
+        )
         if not force:
-            raise BenchDataError(f"{problem}; timings from different CPUs are not comparable "
-                                 "(run both on one machine, or pass --force)")
+            raise BenchDataError(
+                f"{problem}; timings from different CPUs are not comparable (run both on one machine, or pass --force)"
+            )
         notes.append(f"**Warning: different CPUs, compared anyway (--force).** {problem}.")
     threads = (b.get("torch_num_threads"), h.get("torch_num_threads"))
     if None not in threads and threads[0] != threads[1]:  # None: file written without bench/conftest.py
@@ -89,8 +91,9 @@ def _check_same_cpu(base: BenchFile, head: BenchFile, force: bool) -> list[str]:
     return notes
 
 
-def compare_files(base_path: str | Path, head_path: str | Path, threshold: float = 0.05,
-                  force: bool = False) -> Comparison:
+def compare_files(
+    base_path: str | Path, head_path: str | Path, threshold: float = 0.05, force: bool = False
+) -> Comparison:
     base, head = read_bench_file(base_path), read_bench_file(head_path)
     notes = _check_same_cpu(base, head, force)
     base_rows, head_rows = _by_fullname(base), _by_fullname(head)
@@ -103,9 +106,18 @@ def compare_files(base_path: str | Path, head_path: str | Path, threshold: float
         b, h = base_rows.loc[name], head_rows.loc[name]
         ratio = h["median"] / b["median"]
         low, high, method = ratio_interval(b, h, rng)
-        records.append({"name": name, "base_median": b["median"], "head_median": h["median"], "ratio": ratio,
-                        "low": low, "high": high, "method": method,
-                        "verdict": verdict(ratio, low, high, threshold)})
+        records.append(
+            {
+                "name": name,
+                "base_median": b["median"],
+                "head_median": h["median"],
+                "ratio": ratio,
+                "low": low,
+                "high": high,
+                "method": method,
+                "verdict": verdict(ratio, low, high, threshold),
+            }
+        )
     only_base = len(base_rows) - len(common)
     only_head = len(head_rows) - len(common)
     if only_base or only_head:
@@ -123,19 +135,31 @@ def _commit(bench_file: BenchFile) -> str:
 def markdown(comparison: Comparison) -> str:
     rows = comparison.rows
     counts = rows["verdict"].value_counts()
-    summary = (f"**{counts.get('faster', 0)} faster, {counts.get('slower', 0)} slower, "
-               f"{counts.get('same', 0)} same** (threshold ±{comparison.threshold:.0%}; a verdict also needs "
-               "the 95% interval of head/base to exclude 1)")
+    summary = (
+        f"**{counts.get('faster', 0)} faster, {counts.get('slower', 0)} slower, "
+        f"{counts.get('same', 0)} same** (threshold ±{comparison.threshold:.0%}; a verdict also needs "
+        "the 95% interval of head/base to exclude 1)"
+    )
     table = markdown_table(
         ["benchmark", "base median", "head median", "head/base", "95% interval", "interval from", "verdict"],
-        [[f"`{r.name}`", fmt_seconds(r.base_median), fmt_seconds(r.head_median), f"{r.ratio:.3f}",
-          f"{r.low:.3f} – {r.high:.3f}", r.method,
-          f"**{r.verdict}**" if r.verdict != "same" else r.verdict]
-         for r in rows.itertuples()],
+        [
+            [
+                f"`{r.name}`",
+                fmt_seconds(r.base_median),
+                fmt_seconds(r.head_median),
+                f"{r.ratio:.3f}",
+                f"{r.low:.3f} – {r.high:.3f}",
+                r.method,
+                f"**{r.verdict}**" if r.verdict != "same" else r.verdict,
+            ]
+            for r in rows.itertuples()
+        ],
     )
     base, head = comparison.base, comparison.head
-    header = (f"base: `{base.path.name}` ({_commit(base)}), head: `{head.path.name}` ({_commit(head)}), "
-              f"CPU: {head.machine['brand']} (`{head.machine['cpu_slug']}`)")
+    header = (
+        f"base: `{base.path.name}` ({_commit(base)}), head: `{head.path.name}` ({_commit(head)}), "
+        f"CPU: {head.machine['brand']} (`{head.machine['cpu_slug']}`)"
+    )
     return "\n\n".join(["## Benchmark comparison", header, *comparison.notes, summary, table]) + "\n"
 
 

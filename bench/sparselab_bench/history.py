@@ -45,8 +45,15 @@ def points(files: list[Path], name: str) -> tuple[str, list[dict]]:
             continue
         r = hit.iloc[0]
         commit, dirty = _commit(path)
-        out.append({"run": path.name, "commit": commit + ("+" if dirty else ""), "median": float(r["median"]),
-                    "q1": float(r["q1"]), "q3": float(r["q3"])})
+        out.append(
+            {
+                "run": path.name,
+                "commit": commit + ("+" if dirty else ""),
+                "median": float(r["median"]),
+                "q1": float(r["q1"]),
+                "q3": float(r["q3"]),
+            }
+        )
     return full, out
 
 
@@ -59,8 +66,11 @@ def plot(full: str, pts: list[dict], path: Path) -> None:
     high = [(p["q3"] - p["median"]) * 1e6 for p in pts]
     ax.errorbar(x, med, yerr=[low, high], fmt="o-", capsize=3)
     ax.set_xticks(x, [p["commit"] for p in pts], rotation=45, ha="right")
-    ax.set(xlabel="commit (oldest run first; + = uncommitted changes)", ylabel="median time (µs), bars: IQR",
-           title=full.split("::")[-1])
+    ax.set(
+        xlabel="commit (oldest run first; + = uncommitted changes)",
+        ylabel="median time (µs), bars: IQR",
+        title=full.split("::")[-1],
+    )
     ax.set_ylim(bottom=0)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -71,7 +81,11 @@ def write_history(files: list[Path], name: str, out_dir: Path) -> tuple[str, Pat
     out_dir.mkdir(parents=True, exist_ok=True)
     png = out_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", full.split("::")[-1])[:120] + ".png")
     plot(full, pts, png)
-    table = markdown_table(["run", "commit", "median", "IQR"],
-                           [[p["run"], p["commit"], fmt_seconds(p["median"]),
-                             f"{fmt_seconds(p['q1'])} – {fmt_seconds(p['q3'])}"] for p in pts])
+    table = markdown_table(
+        ["run", "commit", "median", "IQR"],
+        [
+            [p["run"], p["commit"], fmt_seconds(p["median"]), f"{fmt_seconds(p['q1'])} – {fmt_seconds(p['q3'])}"]
+            for p in pts
+        ],
+    )
     return f"`{full}` over {len(pts)} run(s)\n\n{table}\n", png

@@ -42,11 +42,11 @@ STATISTICS = {"median": np.median, "min": np.min}
 
 @dataclass
 class Side:
-    label: str                 # the ref as given, or "installed"
-    commit: str | None         # full sha, None for the installed tree
-    site: Path | None          # build's site dir, None for the installed tree
+    label: str  # the ref as given, or "installed"
+    commit: str | None  # full sha, None for the installed tree
+    site: Path | None  # build's site dir, None for the installed tree
     runs: list[Path] = field(default_factory=list)
-    root: Path | None = None   # where its suite files are (its commit's tree, or the checkout)
+    root: Path | None = None  # where its suite files are (its commit's tree, or the checkout)
 
 
 def _git(root: Path, *args: str) -> str:
@@ -65,8 +65,9 @@ def suite_tree(root: Path, commit: str, builds: Path) -> Path:
     tree = builds / commit / "tree"
     if not (tree / "bench").is_dir():
         tree.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "archive", commit, "bench", "pyproject.toml"], cwd=root,
-                                 capture_output=True, check=False)
+        archive = subprocess.run(
+            ["git", "archive", commit, "bench", "pyproject.toml"], cwd=root, capture_output=True, check=False
+        )
         if archive.returncode != 0:
             raise BenchDataError(f"git archive {commit[:12]} bench: {archive.stderr.decode().strip()}")
         subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
@@ -90,13 +91,30 @@ def build(root: Path, commit: str, builds: Path, log=print) -> Path:
     try:
         # No build isolation: the build tools of this environment (scikit-build-core, pybind11),
         # and no download of a torch wheel; the extension needs no torch headers.
-        step = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                               "-q", "-w", str(wheels), str(src)], capture_output=True, text=True)
+        step = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "-q",
+                "-w",
+                str(wheels),
+                str(src),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if step.returncode != 0:
             raise BenchDataError(f"building {commit[:12]} failed:\n{step.stderr[-3000:]}")
         [wheel] = list(wheels.glob("*.whl"))
-        step = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
-                               str(wheel)], capture_output=True, text=True)
+        step = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+            capture_output=True,
+            text=True,
+        )
         if step.returncode != 0:
             raise BenchDataError(f"unpacking the wheel of {commit[:12]} failed:\n{step.stderr[-3000:]}")
     finally:
@@ -116,8 +134,7 @@ def _rounds_by_process(side: Side) -> dict[str, dict[int, np.ndarray]]:
     return out
 
 
-def _process_stats(processes: list[np.ndarray], rng: np.random.Generator,
-                   stat: str) -> tuple[np.ndarray, np.ndarray]:
+def _process_stats(processes: list[np.ndarray], rng: np.random.Generator, stat: str) -> tuple[np.ndarray, np.ndarray]:
     """Each process's ``stat`` over its rounds, and a (process, resample) matrix of the same
     over resampled rounds."""
     of_rounds = STATISTICS[stat]
@@ -137,8 +154,9 @@ def _resampled_medians(values: np.ndarray, rng: np.random.Generator) -> np.ndarr
     return np.median(values[pick, np.arange(BOOTSTRAP_RESAMPLES)[:, None]], axis=1)
 
 
-def _ratio_and_interval(b: dict[int, np.ndarray], h: dict[int, np.ndarray], rng: np.random.Generator,
-                        stat: str) -> tuple[float, float, float, float, float]:
+def _ratio_and_interval(
+    b: dict[int, np.ndarray], h: dict[int, np.ndarray], rng: np.random.Generator, stat: str
+) -> tuple[float, float, float, float, float]:
     """(base, head, ratio, ci_low, ci_high). Processes i of base and head ran back to back, so
     when both sides have them the ratio is the median of the per-pair ratios (a slow drift of the
     machine's load cancels within a pair); otherwise the ratio of the sides' medians."""
@@ -166,39 +184,72 @@ def verdict(ratio: float, low: float, high: float, threshold: float) -> str:
     return "same"
 
 
-def compare_sides(base: Side, head: Side, threshold: float, seed: int = 0,
-                  stat: str = "median") -> tuple[list[dict], list[str]]:
+def compare_sides(
+    base: Side, head: Side, threshold: float, seed: int = 0, stat: str = "median"
+) -> tuple[list[dict], list[str]]:
     """Rows with the keys name, base, head, ratio, ci_low, ci_high, verdict (seconds)."""
     rng = np.random.default_rng(seed)
     b, h = _rounds_by_process(base), _rounds_by_process(head)
     rows = []
     for name in sorted(set(b) & set(h)):
         base_s, head_s, ratio, low, high = _ratio_and_interval(b[name], h[name], rng, stat)
-        rows.append({"name": name, "base": base_s, "head": head_s, "ratio": ratio, "ci_low": low,
-                     "ci_high": high, "verdict": verdict(ratio, low, high, threshold)})
+        rows.append(
+            {
+                "name": name,
+                "base": base_s,
+                "head": head_s,
+                "ratio": ratio,
+                "ci_low": low,
+                "ci_high": high,
+                "verdict": verdict(ratio, low, high, threshold),
+            }
+        )
     notes = []
     if set(b) ^ set(h):
-        notes.append(f"{len(set(b) - set(h))} benchmark(s) only in base, {len(set(h) - set(b))} only in head: "
-                     f"not compared.")
+        notes.append(
+            f"{len(set(b) - set(h))} benchmark(s) only in base, {len(set(h) - set(b))} only in head: not compared."
+        )
     return rows, notes
 
 
-def markdown(rows: list[dict], notes: list[str], base: Side, head: Side, threshold: float, processes: int,
-             suite: list[str], machine: dict, stat: str = "median") -> str:
+def markdown(
+    rows: list[dict],
+    notes: list[str],
+    base: Side,
+    head: Side,
+    threshold: float,
+    processes: int,
+    suite: list[str],
+    machine: dict,
+    stat: str = "median",
+) -> str:
     counts = {v: sum(r["verdict"] == v for r in rows) for v in ("faster", "slower", "same")}
-    title = (f"### Performance: `{head.label}` ({(head.commit or 'working tree')[:12]}) vs "
-             f"`{base.label}` ({base.commit[:12]})")
-    how = (f"{machine.get('brand', '?')} (`{machine.get('cpu_slug', '?')}`), torch threads "
-           f"{machine.get('torch_num_threads', '?')}; {processes} alternating processes per side; suite "
-           f"`{' '.join(suite)}`. Times: median over processes of each process's {_STAT_WORDS[stat]}; head/base: "
-           f"median over back-to-back pairs of processes. Verdict: beyond "
-           f"±{threshold:.0%} and the 95% interval of head/base excludes 1.")
+    title = (
+        f"### Performance: `{head.label}` ({(head.commit or 'working tree')[:12]}) vs "
+        f"`{base.label}` ({base.commit[:12]})"
+    )
+    how = (
+        f"{machine.get('brand', '?')} (`{machine.get('cpu_slug', '?')}`), torch threads "
+        f"{machine.get('torch_num_threads', '?')}; {processes} alternating processes per side; suite "
+        f"`{' '.join(suite)}`. Times: median over processes of each process's {_STAT_WORDS[stat]}; head/base: "
+        f"median over back-to-back pairs of processes. Verdict: beyond "
+        f"±{threshold:.0%} and the 95% interval of head/base excludes 1."
+    )
     summary = f"**{counts['faster']} faster, {counts['slower']} slower, {counts['same']} same**"
     table = markdown_table(
         ["benchmark", "base", "head", "head/base", "95% interval", "verdict"],
-        [[f"`{r['name'].split('::')[-1]}`", fmt_seconds(r["base"]), fmt_seconds(r["head"]), f"{r['ratio']:.3f}",
-          f"{r['ci_low']:.3f} – {r['ci_high']:.3f}", r["verdict"] if r["verdict"] == "same" else f"**{r['verdict']}**"]
-         for r in rows])
+        [
+            [
+                f"`{r['name'].split('::')[-1]}`",
+                fmt_seconds(r["base"]),
+                fmt_seconds(r["head"]),
+                f"{r['ratio']:.3f}",
+                f"{r['ci_low']:.3f} – {r['ci_high']:.3f}",
+                r["verdict"] if r["verdict"] == "same" else f"**{r['verdict']}**",
+            ]
+            for r in rows
+        ],
+    )
     return "\n\n".join([title, how, *notes, summary, table]) + "\n"
 
 
@@ -210,10 +261,21 @@ def _process_files(directory: Path, side: str) -> list[Path]:
 _STAT_WORDS = {"median": "median", "min": "fastest round"}
 
 
-def run_pr(base_ref: str, head_ref: str | None, quick: bool, processes: int | None, threshold: float,
-           suite: list[str] | None, builds: Path | None, keep: Path | None, log=print,
-           threads: int | None = None, stat: str = "median", reuse: Path | None = None,
-           suite_from: str = "own") -> tuple[str, list[dict]]:
+def run_pr(
+    base_ref: str,
+    head_ref: str | None,
+    quick: bool,
+    processes: int | None,
+    threshold: float,
+    suite: list[str] | None,
+    builds: Path | None,
+    keep: Path | None,
+    log=print,
+    threads: int | None = None,
+    stat: str = "median",
+    reuse: Path | None = None,
+    suite_from: str = "own",
+) -> tuple[str, list[dict]]:
     from .storage import repo_root
 
     root = repo_root()
@@ -230,8 +292,7 @@ def run_pr(base_ref: str, head_ref: str | None, quick: bool, processes: int | No
             raise BenchDataError(f"{reuse} holds no base-*.json / head-*.json process files")
         machine = read_bench_file(head.runs[0]).machine
         rows, notes = compare_sides(base, head, threshold, stat=stat)
-        text = markdown(rows, notes, base, head, threshold, min(len(base.runs), len(head.runs)),
-                        suite, machine, stat)
+        text = markdown(rows, notes, base, head, threshold, min(len(base.runs), len(head.runs)), suite, machine, stat)
         return text, rows
     base = Side(base_ref, base_commit, build(root, base_commit, builds, log))
     if head_ref is None:
@@ -251,8 +312,15 @@ def run_pr(base_ref: str, head_ref: str | None, quick: bool, processes: int | No
                 path = work / f"{name}-{i}.json"
                 log(f"pr: process {i + 1}/{processes}, {name}")
                 # One tuning cache per side, kept across its processes: each side tunes once.
-                run_suite(side.root, suite, path, site=side.site, cache_dir=work / f"tuning-{name}",
-                          log=work / f"{name}-{i}.log", threads=threads)
+                run_suite(
+                    side.root,
+                    suite,
+                    path,
+                    site=side.site,
+                    cache_dir=work / f"tuning-{name}",
+                    log=work / f"{name}-{i}.log",
+                    threads=threads,
+                )
                 side.runs.append(path)
         machine = read_bench_file(head.runs[0]).machine
         rows, notes = compare_sides(base, head, threshold, stat=stat)

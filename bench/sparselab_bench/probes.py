@@ -52,6 +52,7 @@ def cache_bandwidth(cache_bytes: int, repeats: int = 51, copies: int = 20) -> fl
     def run():
         for _ in range(copies):
             dst.copy_(src)
+
     return 2 * src.nbytes * copies / _median_seconds(run, repeats) / 1e9
 
 
@@ -100,8 +101,14 @@ def peak_gflops(threads: int, seconds: float = 1.0, size: int = 2048) -> dict:
     }
 
 
-def run_probes(threads: int, seconds: float = 1.0, nbytes: int = 512 * 2**20, gemm_size: int = 2048,
-               l2_bytes: int | None = None, l3_bytes: int | None = None) -> dict:
+def run_probes(
+    threads: int,
+    seconds: float = 1.0,
+    nbytes: int = 512 * 2**20,
+    gemm_size: int = 2048,
+    l2_bytes: int | None = None,
+    l3_bytes: int | None = None,
+) -> dict:
     # The report tool runs in its own process: setting torch's thread count here is its own business.
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -112,16 +119,19 @@ def run_probes(threads: int, seconds: float = 1.0, nbytes: int = 512 * 2**20, ge
             if size:
                 result[key] = cache_bandwidth(size)
         if "l2_gbs" in result or "l3_gbs" in result:
-            result["cache_method"] = ("torch copy_ of buffers filling half the cache (L2 per core, L3 as "
-                                      "py-cpuinfo reports it), 20 copies per timing, median of 51; a lower bound")
+            result["cache_method"] = (
+                "torch copy_ of buffers filling half the cache (L2 per core, L3 as "
+                "py-cpuinfo reports it), 20 copies per timing, median of 51; a lower bound"
+            )
         result.update(peak_gflops(threads, seconds, gemm_size))
     finally:
         torch.set_num_threads(before)
     return result
 
 
-def cached_or_measured(cache: Path, threads: int, measure: bool, l2_bytes: int | None = None,
-                       l3_bytes: int | None = None) -> dict | None:
+def cached_or_measured(
+    cache: Path, threads: int, measure: bool, l2_bytes: int | None = None, l3_bytes: int | None = None
+) -> dict | None:
     """probes.json if it was measured with `threads`, else a fresh measurement when allowed."""
     if cache.is_file():
         try:

@@ -118,8 +118,11 @@ def machine_section(files: list[BenchFile], probes: dict | None, probe_note: str
         rows.append(["memory bandwidth", f"{probes['bandwidth_gbs']:.1f} GB/s ({probes['bandwidth_method']})"])
         rows.append(["peak compute", f"{probes['peak_gflops']:.1f} GFLOP/s ({probes['peak_method']})"])
         if probes.get("l2_gbs") or probes.get("l3_gbs"):
-            levels = ", ".join(f"{name} {probes[key]:.0f} GB/s" for name, key in (("L2", "l2_gbs"), ("L3", "l3_gbs"))
-                               if probes.get(key))
+            levels = ", ".join(
+                f"{name} {probes[key]:.0f} GB/s"
+                for name, key in (("L2", "l2_gbs"), ("L3", "l3_gbs"))
+                if probes.get(key)
+            )
             rows.append(["cache bandwidth", f"{levels} ({probes.get('cache_method', '')})"])
     rows.append(["probes", probe_note])
     rows += [[f"results: `{f.path.name}`", f.datetime or "unknown date"] for f in files]
@@ -127,17 +130,33 @@ def machine_section(files: list[BenchFile], probes: dict | None, probe_note: str
 
 
 def op_tables(best: pd.DataFrame) -> str:
-    headers = ["out×in", "N", "sparsity", "best variant", "time", "GFLOP/s",
-               "dense baseline", "dense time", "dense/sparse time", "torch CSR/sparse time"]
+    headers = [
+        "out×in",
+        "N",
+        "sparsity",
+        "best variant",
+        "time",
+        "GFLOP/s",
+        "dense baseline",
+        "dense time",
+        "dense/sparse time",
+        "torch CSR/sparse time",
+    ]
     parts = ["## Best variant vs dense\n"]
     for op, group in best.groupby("op"):
         rows = [
-            [f"{r['out']}×{r['in']}", r["n"], f"{r['sparsity']:g}", r["variant"], fmt_seconds(r["median"]),
-             f"{r['gflop_s']:.1f}" if pd.notna(r.get("gflop_s")) else "n/a",
-             r["dense_baseline"] if pd.notna(r["dense_baseline"]) else "none",
-             fmt_seconds(r["dense_median"]),
-             f"{r['speedup']:.2f}×" if pd.notna(r["speedup"]) else "n/a",
-             f"{r['csr_speedup']:.2f}×" if pd.notna(r["csr_speedup"]) else "n/a"]
+            [
+                f"{r['out']}×{r['in']}",
+                r["n"],
+                f"{r['sparsity']:g}",
+                r["variant"],
+                fmt_seconds(r["median"]),
+                f"{r['gflop_s']:.1f}" if pd.notna(r.get("gflop_s")) else "n/a",
+                r["dense_baseline"] if pd.notna(r["dense_baseline"]) else "none",
+                fmt_seconds(r["dense_median"]),
+                f"{r['speedup']:.2f}×" if pd.notna(r["speedup"]) else "n/a",
+                f"{r['csr_speedup']:.2f}×" if pd.notna(r["csr_speedup"]) else "n/a",
+            ]
             for _, r in group.iterrows()
         ]
         parts.append(f"### {op}\n\n" + markdown_table(headers, rows) + "\n")
@@ -146,8 +165,18 @@ def op_tables(best: pd.DataFrame) -> str:
 
 # Colour and marker cycles of coprime lengths: variant i gets (COLOURS[i % 20], MARKERS[i % 7]),
 # a distinct pair for up to 140 variants, so no two curves of one plot look alike.
-COLOURS = [f"C{i}" for i in range(10)] + ["#393b79", "#8c6d31", "#843c39", "#7b4173", "#3182bd",
-                                          "#31a354", "#e6550d", "#636363", "#9c9ede", "#e7ba52"]
+COLOURS = [f"C{i}" for i in range(10)] + [
+    "#393b79",
+    "#8c6d31",
+    "#843c39",
+    "#7b4173",
+    "#3182bd",
+    "#31a354",
+    "#e6550d",
+    "#636363",
+    "#9c9ede",
+    "#e7ba52",
+]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 DENSE_STYLES = {"dense_torch": ("black", "--"), "dense_mkldnn": ("dimgray", ":")}
 
@@ -169,8 +198,13 @@ def _sweep(rows: pd.DataFrame) -> pd.DataFrame:
 def _dense_rates(df: pd.DataFrame, op: str, first) -> dict[str, float]:
     """Throughput of each dense baseline on the dense work (2*out*in*N flop per call) at one
     shape: dense work does not depend on sparsity."""
-    dense = df[df["baseline"].isin(list(DENSE_STYLES)) & (df["op"] == op) & (df["out"] == first["out"])
-               & (df["in"] == first["in"]) & (df["n"] == first["n"])]
+    dense = df[
+        df["baseline"].isin(list(DENSE_STYLES))
+        & (df["op"] == op)
+        & (df["out"] == first["out"])
+        & (df["in"] == first["in"])
+        & (df["n"] == first["n"])
+    ]
     if "dense_gflops" not in dense:
         return {}
     rates = {}
@@ -202,8 +236,11 @@ def plot_gflops_vs_sparsity(df: pd.DataFrame, out_dir: Path) -> str:
             for name, rate in dense.items():
                 colour, dash = DENSE_STYLES[name]
                 ax.axhline(rate, color=colour, linestyle=dash, linewidth=1.5, label=f"{name} (dense work)")
-            ax.set(title=f"{op} {_shape_label(rows)}, N={first['n']}", xlabel="sparsity",
-                   ylabel="GFLOP/s (live weights; dense lines: dense work)")
+            ax.set(
+                title=f"{op} {_shape_label(rows)}, N={first['n']}",
+                xlabel="sparsity",
+                ylabel="GFLOP/s (live weights; dense lines: dense work)",
+            )
             ax.set_ylim(bottom=0)
             # Below the axes, outside the data.
             ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)
@@ -215,8 +252,10 @@ def plot_gflops_vs_sparsity(df: pd.DataFrame, out_dir: Path) -> str:
             for name, rate in dense.items():
                 colour, dash = DENSE_STYLES[name]
                 ax.axvline(rate, color=colour, linestyle=dash, linewidth=1.5, label=f"{name} (dense work)")
-            ax.set(title=f"{op} {_shape_label(rows)}, N={first['n']}, sparsity {first['sparsity']:g}",
-                   xlabel="GFLOP/s (live weights; dense lines: dense work)")
+            ax.set(
+                title=f"{op} {_shape_label(rows)}, N={first['n']}, sparsity {first['sparsity']:g}",
+                xlabel="GFLOP/s (live weights; dense lines: dense work)",
+            )
             if dense:
                 ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.08), frameon=False)
     text = "" if not single else "\n_These results hold one sparsity per shape: bars per variant instead of curves._\n"
@@ -247,8 +286,7 @@ def plot_speedup(best: pd.DataFrame | None, out_dir: Path) -> str:
     return _save(fig, out_dir / "speedup_vs_sparsity.png", title) + "\nCrossovers (x marks):\n\n" + crossing + "\n"
 
 
-FAMILY_MARKERS = {"sparselab": "o", "dispatch": "*", "dense_torch": "s", "dense_mkldnn": "D",
-                  "torch_sparse_csr": "^"}
+FAMILY_MARKERS = {"sparselab": "o", "dispatch": "*", "dense_torch": "s", "dense_mkldnn": "D", "torch_sparse_csr": "^"}
 
 
 def _marker_size(n: pd.Series) -> pd.Series:
@@ -284,9 +322,19 @@ def plot_roofline(df: pd.DataFrame, probes: dict | None, out_dir: Path) -> str:
     scatter = None
     for name, g in rows.groupby(family):
         marker = FAMILY_MARKERS.get(name, "o")
-        scatter = ax.scatter(intensity[g.index], g["gflop_s"], c=sparsity[g.index], cmap="viridis", vmin=0.5,
-                             vmax=1.0, s=sizes[g.index], marker=marker, alpha=0.7, edgecolors="black",
-                             linewidths=0.25)
+        scatter = ax.scatter(
+            intensity[g.index],
+            g["gflop_s"],
+            c=sparsity[g.index],
+            cmap="viridis",
+            vmin=0.5,
+            vmax=1.0,
+            s=sizes[g.index],
+            marker=marker,
+            alpha=0.7,
+            edgecolors="black",
+            linewidths=0.25,
+        )
         ax.scatter([], [], marker=marker, s=40, color="lightgray", edgecolors="black", linewidths=0.5, label=name)
     if scatter is not None:
         fig.colorbar(scatter, ax=ax, label="sparsity", pad=0.01)
@@ -302,30 +350,52 @@ def plot_roofline(df: pd.DataFrame, probes: dict | None, out_dir: Path) -> str:
         for name, gbs in levels:
             if name != "DRAM" and not above.any():
                 continue  # cache roofs only explain points above the DRAM roof
-            ax.plot(xs, np.minimum(peak, gbs * xs), color="black", linestyle=styles[name], linewidth=1.2,
-                    label=f"{name} roof {gbs:.0f} GB/s")
+            ax.plot(
+                xs,
+                np.minimum(peak, gbs * xs),
+                color="black",
+                linestyle=styles[name],
+                linewidth=1.2,
+                label=f"{name} roof {gbs:.0f} GB/s",
+            )
         ax.axhline(peak, color="firebrick", linewidth=0.8, label=f"peak {peak:.0f} GFLOP/s")
         if above.any() and len(levels) == 1:
-            notes.append(f"{int(above.sum())} point(s) lie above the DRAM roof (their data came from caches); "
-                         "probes.json has no cache bandwidths to draw cache roofs: re-probe on that CPU "
-                         "(delete probes.json, run `sparselab-bench report --probe`).")
+            notes.append(
+                f"{int(above.sum())} point(s) lie above the DRAM roof (their data came from caches); "
+                "probes.json has no cache bandwidths to draw cache roofs: re-probe on that CPU "
+                "(delete probes.json, run `sparselab-bench report --probe`)."
+            )
         elif above.any():
-            notes.append(f"{int(above.sum())} point(s) lie above the DRAM roof: their operands were served by "
-                         "the caches, whose measured roofs are drawn dashed (L3) and dotted (L2).")
+            notes.append(
+                f"{int(above.sum())} point(s) lie above the DRAM roof: their operands were served by "
+                "the caches, whose measured roofs are drawn dashed (L3) and dotted (L2)."
+            )
     else:
-        notes.append("No probe data: roofs not drawn (run `sparselab-bench report --probe` on the CPU "
-                     "the results came from).")
+        notes.append(
+            "No probe data: roofs not drawn (run `sparselab-bench report --probe` on the CPU the results came from)."
+        )
     batches = sorted(set(n.astype(int)))
     for n_value in batches[:: max(1, (len(batches) + 3) // 4)]:
-        ax.scatter([], [], s=float(_marker_size(pd.Series([n_value])).iloc[0]), color="lightgray", edgecolors="black",
-                   linewidths=0.3, label=f"N={n_value}")
+        ax.scatter(
+            [],
+            [],
+            s=float(_marker_size(pd.Series([n_value])).iloc[0]),
+            color="lightgray",
+            edgecolors="black",
+            linewidths=0.3,
+            label=f"N={n_value}",
+        )
     # Explicit limits: log autoscaling with legend-only (empty) artists can fail on few points.
     top = max(float(rows["gflop_s"].max()), probes["peak_gflops"] if probes else 0.0)
     ax.set_xlim(float(intensity.min()) / 4, float(intensity.max()) * 4)
     ax.set_ylim(float(rows["gflop_s"].min()) / 2, top * 2)
-    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (flop per byte moved, estimated)",
-           ylabel="GFLOP/s (live weights)",
-           title="Roofline: every benchmark row (colour: sparsity, size: batch N, marker: implementation)")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="arithmetic intensity (flop per byte moved, estimated)",
+        ylabel="GFLOP/s (live weights)",
+        title="Roofline: every benchmark row (colour: sparsity, size: batch N, marker: implementation)",
+    )
     ax.title.set_fontsize("medium")
     ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.16, 1.0), frameon=False)
     text = "".join(f"\n{note}\n" for note in notes)
@@ -351,9 +421,13 @@ def plot_tuner_map(df: pd.DataFrame, out_dir: Path) -> str:
     ax.set_xticks(range(grid.shape[1]), [f"{s:g}" for s in grid.columns])
     ax.set_yticks(range(grid.shape[0]), labels)
     ax.set_xlabel("sparsity")
-    table = markdown_table(["shape"] + [f"{s:g}" for s in grid.columns],
-                           [[label] + [v if isinstance(v, str) else "" for v in row]
-                            for label, row in zip(labels, grid.to_numpy(dtype=object))])
+    table = markdown_table(
+        ["shape"] + [f"{s:g}" for s in grid.columns],
+        [
+            [label] + [v if isinstance(v, str) else "" for v in row]
+            for label, row in zip(labels, grid.to_numpy(dtype=object))
+        ],
+    )
     return _save(fig, out_dir / "tuner_choices.png", title) + "\n" + table + "\n"
 
 
@@ -367,8 +441,9 @@ def _probes_for(machine: dict, out_dir: Path, probe: bool) -> tuple[dict | None,
         threads = threads or here["torch_num_threads"]
         if here["cpu_slug"] != machine["cpu_slug"]:
             measure = False  # probing this CPU would draw the wrong roof
-    probes = cached_or_measured(out_dir / "probes.json", threads, measure,
-                                machine.get("l2_cache_size"), machine.get("l3_cache_size"))
+    probes = cached_or_measured(
+        out_dir / "probes.json", threads, measure, machine.get("l2_cache_size"), machine.get("l3_cache_size")
+    )
     if probes:
         return probes, f"probes.json, measured with {probes['threads']} threads"
     if probe and not measure:

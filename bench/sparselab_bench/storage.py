@@ -23,8 +23,9 @@ def repo_root(start: Path | None = None) -> Path:
     """The git checkout holding ``start`` (default: the current directory)."""
     start = start or Path.cwd()
     try:
-        out = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=start, capture_output=True,
-                             text=True, timeout=10, check=True).stdout.strip()
+        out = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=start, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         raise BenchDataError(f"{start} is not inside a git checkout of SparseLab") from None
     return Path(out)
@@ -61,14 +62,18 @@ def runs(root: Path, slug: str) -> list[Path]:
 def newest_run(root: Path, slug: str) -> Path:
     found = runs(root, slug)
     if not found:
-        raise BenchDataError(f"no saved run for this CPU ({slug}) under {runs_dir(root, slug)}: "
-                             f"run `sparselab-bench run` (or pytest bench ... --benchmark-autosave) first")
+        raise BenchDataError(
+            f"no saved run for this CPU ({slug}) under {runs_dir(root, slug)}: "
+            f"run `sparselab-bench run` (or pytest bench ... --benchmark-autosave) first"
+        )
     return found[-1]
 
 
 def baseline(root: Path, slug: str) -> Path:
     path = baseline_path(root, slug)
     if not path.is_file():
-        raise BenchDataError(f"no baseline for this CPU ({slug}): expected {path}; make one on the base "
-                             f"branch with `sparselab-bench run --save-baseline`")
+        raise BenchDataError(
+            f"no baseline for this CPU ({slug}): expected {path}; make one on the base "
+            f"branch with `sparselab-bench run --save-baseline`"
+        )
     return path

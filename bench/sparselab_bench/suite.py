@@ -57,13 +57,30 @@ def suite_args(root: Path, suite: list[str]) -> list[str]:
     return out
 
 
-def run_suite(root: Path, suite: list[str], json_path: Path, *, site: Path | None = None,
-              cache_dir: Path | None = None, extra: list[str] = (), log: Path | None = None,
-              threads: int | None = None) -> None:
+def run_suite(
+    root: Path,
+    suite: list[str],
+    json_path: Path,
+    *,
+    site: Path | None = None,
+    cache_dir: Path | None = None,
+    extra: list[str] = (),
+    log: Path | None = None,
+    threads: int | None = None,
+) -> None:
     """One pytest process over ``suite``; results to ``json_path`` (with every round's time)."""
-    args = [*suite_args(root, suite), "-q", "-p", "no:cacheprovider", "--benchmark-only",
-            "--benchmark-disable-gc", "--benchmark-save-data", "--benchmark-sort=fullname",
-            f"--benchmark-json={json_path}", *extra]
+    args = [
+        *suite_args(root, suite),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--benchmark-only",
+        "--benchmark-disable-gc",
+        "--benchmark-save-data",
+        "--benchmark-sort=fullname",
+        f"--benchmark-json={json_path}",
+        *extra,
+    ]
     if site is None:
         command = [sys.executable, "-c", "import sys, pytest; sys.exit(pytest.main(sys.argv[1:]))", *args]
     else:
@@ -79,5 +96,6 @@ def run_suite(root: Path, suite: list[str], json_path: Path, *, site: Path | Non
         log.write_text(done.stdout + done.stderr)
     if done.returncode != 0 or not json_path.is_file():
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
-        raise BenchDataError(f"the benchmark process failed (exit {done.returncode})"
-                             f"{' against ' + str(site) if site else ''}:\n{tail}")
+        raise BenchDataError(
+            f"the benchmark process failed (exit {done.returncode}){' against ' + str(site) if site else ''}:\n{tail}"
+        )

@@ -28,8 +28,8 @@ CpuFeatures detect() {
   f.fma = c & (1u << 12);
   if (osxsave && avx) {
     const uint64_t xcr0 = read_xcr0();
-    f.os_avx = (xcr0 & 0x6) == 0x6;             // XMM and YMM state
-    f.os_avx512 = (xcr0 & 0xE6) == 0xE6;        // plus opmask, ZMM_Hi256, Hi16_ZMM
+    f.os_avx = (xcr0 & 0x6) == 0x6;       // XMM and YMM state
+    f.os_avx512 = (xcr0 & 0xE6) == 0xE6;  // plus opmask, ZMM_Hi256, Hi16_ZMM
   }
   if (__get_cpuid_max(0, nullptr) >= 7) {
     __cpuid_count(7, 0, a, b, c, d);
@@ -62,9 +62,7 @@ const CpuFeatures& cpu_features() {
   return f;
 }
 
-std::string isa_unavailable_reason(const std::string& isa) {
-  return isa_unavailable_reason(isa, cpu_features());
-}
+std::string isa_unavailable_reason(const std::string& isa) { return isa_unavailable_reason(isa, cpu_features()); }
 
 std::string isa_unavailable_reason(const std::string& isa, const CpuFeatures& f) {
   if (isa == "scalar") return "";
@@ -81,8 +79,7 @@ std::string isa_unavailable_reason(const std::string& isa, const CpuFeatures& f)
 #if !(defined(__x86_64__) || defined(_M_X64))
     return "not compiled: avx512 variants exist only in x86-64 builds";
 #else
-    if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq))
-      return "CPU lacks AVX-512 F/BW/VL/DQ (CPUID)";
+    if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq)) return "CPU lacks AVX-512 F/BW/VL/DQ (CPUID)";
     // The avx512 files are built with -mfma and use AVX2 forms too.
     if (!f.avx2 || !f.fma) return "CPU lacks AVX2/FMA (CPUID), which the avx512 variants also use";
     if (!f.os_avx || !f.os_avx512) return "OS does not save YMM/ZMM/opmask state (XGETBV)";

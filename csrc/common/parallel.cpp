@@ -48,7 +48,10 @@ struct Pool {
       // Spin briefly: kernels are often called back to back.
       bool got = false;
       for (int spin = 0; spin < 2000; ++spin) {  // ~50 us, then sleep
-        if (generation.load(std::memory_order_acquire) != seen) { got = true; break; }
+        if (generation.load(std::memory_order_acquire) != seen) {
+          got = true;
+          break;
+        }
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif

@@ -16,8 +16,7 @@ void parallel_tasks(int threads, int64_t ntasks, TaskBody body, void* ctx);
 template <typename F>
 void parallel_for(int threads, int64_t ntasks, F&& f) {
   parallel_tasks(
-      threads, ntasks,
-      [](void* c, int64_t t, int w) { (*static_cast<F*>(c))(t, w); },
+      threads, ntasks, [](void* c, int64_t t, int w) { (*static_cast<F*>(c))(t, w); },
       const_cast<void*>(static_cast<const void*>(&f)));
 }
 

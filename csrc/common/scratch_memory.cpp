@@ -34,8 +34,10 @@ ScratchBlock scratch_allocate(size_t bytes) {
 
 void scratch_release(ScratchBlock& b) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (b.map_base) munmap(b.map_base, b.map_bytes);
-  else std::free(b.data);
+  if (b.map_base)
+    munmap(b.map_base, b.map_bytes);
+  else
+    std::free(b.data);
 #else
   std::free(b.data);
 #endif

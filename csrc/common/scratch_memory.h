@@ -12,7 +12,7 @@ namespace sparselab {
 constexpr size_t kLargeScratchBytes = size_t(32) << 20;
 
 struct ScratchBlock {
-  float* data = nullptr;   // 64-byte aligned
+  float* data = nullptr;     // 64-byte aligned
   void* map_base = nullptr;  // non-null: mapped, release with munmap
   size_t map_bytes = 0;
 };

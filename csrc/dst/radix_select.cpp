@@ -40,8 +40,8 @@ inline uint32_t key_of(const RadixScores& s, float v) {
 }
 
 template <typename Out>
-int64_t emit_typed(const RadixScores& s, uint32_t thr, int64_t* eq_left, int64_t div, int64_t a_base, Out* a,
-                   Out* b, int64_t cap) {
+int64_t emit_typed(const RadixScores& s, uint32_t thr, int64_t* eq_left, int64_t div, int64_t a_base, Out* a, Out* b,
+                   int64_t cap) {
   int64_t j = 0;
   for (int64_t i = 0; i < s.n && j < cap; ++i) {
     const float v = s.scores[i];
@@ -107,11 +107,10 @@ void radix_hist(const RadixScores& s, int level, uint32_t prefix, int64_t* hist)
   }
 }
 
-int64_t radix_emit(const RadixScores& s, uint32_t thr, int64_t* eq_left, int64_t div, int64_t a_base,
-                   void* out_a, void* out_b, int out_bits, int64_t cap) {
+int64_t radix_emit(const RadixScores& s, uint32_t thr, int64_t* eq_left, int64_t div, int64_t a_base, void* out_a,
+                   void* out_b, int out_bits, int64_t cap) {
   if (out_bits == 64)
-    return emit_typed(s, thr, eq_left, div, a_base, static_cast<int64_t*>(out_a), static_cast<int64_t*>(out_b),
-                      cap);
+    return emit_typed(s, thr, eq_left, div, a_base, static_cast<int64_t*>(out_a), static_cast<int64_t*>(out_b), cap);
   return emit_typed(s, thr, eq_left, div, a_base, static_cast<int32_t*>(out_a), static_cast<int32_t*>(out_b), cap);
 }
 
@@ -119,11 +118,11 @@ void mask_live_positions(float* scores, int64_t r0, int64_t r1, int64_t ncols, c
                          const int64_t* row_start, const int32_t* row_nnz, const void* skip, int skip_bits,
                          int64_t n_skip) {
   if (idx_bits == 16)
-    mask_dispatch_skip(scores, r0, r1, ncols, static_cast<const int16_t*>(cols), row_start, row_nnz, skip,
-                       skip_bits, n_skip);
+    mask_dispatch_skip(scores, r0, r1, ncols, static_cast<const int16_t*>(cols), row_start, row_nnz, skip, skip_bits,
+                       n_skip);
   else
-    mask_dispatch_skip(scores, r0, r1, ncols, static_cast<const int32_t*>(cols), row_start, row_nnz, skip,
-                       skip_bits, n_skip);
+    mask_dispatch_skip(scores, r0, r1, ncols, static_cast<const int32_t*>(cols), row_start, row_nnz, skip, skip_bits,
+                       n_skip);
 }
 
 }  // namespace sparselab

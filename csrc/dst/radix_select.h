@@ -28,8 +28,8 @@ void radix_hist(const RadixScores& s, int level, uint32_t prefix, int64_t* hist)
 // out_a[j] = a_base + i / div, out_b[j] = i % div when div > 0 (a row and a
 // column), else out_a[j] = a_base + i. Outputs are int32 or int64 (out_bits);
 // at most `cap` entries are written. Returns the number written.
-int64_t radix_emit(const RadixScores& s, uint32_t thr, int64_t* eq_left, int64_t div, int64_t a_base,
-                   void* out_a, void* out_b, int out_bits, int64_t cap);
+int64_t radix_emit(const RadixScores& s, uint32_t thr, int64_t* eq_left, int64_t div, int64_t a_base, void* out_a,
+                   void* out_b, int out_bits, int64_t cap);
 
 // Sets scores[(r - r0) * ncols + c] = -inf for every live (row r, column c) of
 // rows r0..r1 of a padded CSR whose slot is not in `skip` (sorted slot ids,

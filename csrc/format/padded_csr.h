@@ -12,10 +12,10 @@ constexpr Idx kPadding = Idx(-1);
 
 template <typename Idx, typename Val = float>
 struct CsrView {
-  const Val* values;        // [capacity]
-  const Idx* cols;          // [capacity]
-  const int64_t* row_start; // [rows + 1]
-  const int32_t* row_nnz;   // [rows]
+  const Val* values;         // [capacity]
+  const Idx* cols;           // [capacity]
+  const int64_t* row_start;  // [rows + 1]
+  const int32_t* row_nnz;    // [rows]
   int64_t rows;
   int64_t ncols;
 };

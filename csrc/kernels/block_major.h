@@ -23,11 +23,11 @@ template <int CB, int G>
 struct BlockMajor {
   static_assert(CB > 0 && CB <= 65536, "block-local columns are uint16");
   int64_t rows = 0, ngroups = 0, nblocks = 0;
-  uint16_t* count = nullptr;      // [ngroups][nblocks][G]: live slots of row r in block b
-  int64_t* group_start = nullptr; // [ngroups + 1]: offset of a group's first slot
-  int64_t* run_start = nullptr;   // [ngroups][nblocks + 1]: see block_major_run_starts
-  float* values = nullptr;        // [nnz], or nullptr when the kernel needs columns only
-  uint16_t* cols = nullptr;       // [nnz]: column - b * CB
+  uint16_t* count = nullptr;       // [ngroups][nblocks][G]: live slots of row r in block b
+  int64_t* group_start = nullptr;  // [ngroups + 1]: offset of a group's first slot
+  int64_t* run_start = nullptr;    // [ngroups][nblocks + 1]: see block_major_run_starts
+  float* values = nullptr;         // [nnz], or nullptr when the kernel needs columns only
+  uint16_t* cols = nullptr;        // [nnz]: column - b * CB
 
   const uint16_t* counts_of(int64_t g) const { return count + g * nblocks * G; }
 };
@@ -42,8 +42,7 @@ size_t block_major_floats(int64_t rows, int64_t cols, int64_t nnz, bool with_val
 }
 
 template <int CB, int G>
-BlockMajor<CB, G> block_major_carve(float* scratch, int64_t rows, int64_t cols, int64_t nnz,
-                                    bool with_values) {
+BlockMajor<CB, G> block_major_carve(float* scratch, int64_t rows, int64_t cols, int64_t nnz, bool with_values) {
   auto up16 = [](size_t f) { return (f + 15) / 16 * 16; };
   BlockMajor<CB, G> bm;
   bm.rows = rows;

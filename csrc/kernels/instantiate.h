@@ -73,7 +73,7 @@ constexpr bool params_match(const char* declared, const char* listed) {
 }  // namespace
 
 // Every line's parameter names and order match its form's.
-#define SL_CHECK(op, form, name, seq)                                          \
+#define SL_CHECK(op, form, name, seq)                                           \
   static_assert(params_match(SL_FORM(op, form, seq)::kParams, SL_PSTRING(seq)), \
                 "csrc/variants.def, " #name ": parameters must be the form's kParams, in order");
 #define SL_FWD(isa, form, name, seq) SL_ON_##isa(SL_CHECK(spmm_fwd, form, name, seq))
@@ -85,24 +85,23 @@ constexpr bool params_match(const char* declared, const char* listed) {
 #undef SL_DW
 #undef SL_CHECK
 
-#define SL_ENTRY(OP, LAYOUT, isa, name, form, seq, FWD, DX, DW, SCRATCH) \
-  VariantEntry{__LINE__, Op::OP, DxLayout::LAYOUT, #name, #isa, #form,  \
-               {SL_PNAMES(seq)}, {SL_PVALUES(seq)}, FWD, DX, DW, SCRATCH},
+#define SL_ENTRY(OP, LAYOUT, isa, name, form, seq, FWD, DX, DW, SCRATCH)                                         \
+  VariantEntry{__LINE__, Op::OP, DxLayout::LAYOUT, #name, #isa, #form, {SL_PNAMES(seq)}, {SL_PVALUES(seq)}, FWD, \
+               DX,       DW,     SCRATCH},
 #define SL_RUN(F) &F::run<int16_t>, &F::run<int32_t>
 #define SL_NONE nullptr, nullptr
 // A forward kernel is also the spmm_dx variant run on W's transposed index.
-#define SL_FWD(isa, form, name, seq)                                                              \
-  SL_ON_##isa(SL_ENTRY(SpmmFwd, None, isa, name, form, seq, SL_RUN(SL_FORM(spmm_fwd, form, seq)),  \
-                       SL_NONE, SL_NONE, &SL_FORM(spmm_fwd, form, seq)::scratch)                   \
-              SL_ENTRY(SpmmDx, Transposed, isa, name, form, seq,                                    \
-                       SL_RUN(SL_FORM(spmm_fwd, form, seq)), SL_NONE, SL_NONE,                      \
-                       &SL_FORM(spmm_fwd, form, seq)::scratch))
-#define SL_DX(isa, form, name, seq)                                                            \
-  SL_ON_##isa(SL_ENTRY(SpmmDx, Scatter, isa, name, form, seq, SL_NONE,                         \
-                       SL_RUN(SL_FORM(spmm_dx, form, seq)), SL_NONE, &SL_FORM(spmm_dx, form, seq)::scratch))
-#define SL_DW(isa, form, name, seq)                                                            \
-  SL_ON_##isa(SL_ENTRY(SddmmDw, None, isa, name, form, seq, SL_NONE, SL_NONE,                  \
-                       SL_RUN(SL_FORM(sddmm_dw, form, seq)), &SL_FORM(sddmm_dw, form, seq)::scratch))
+#define SL_FWD(isa, form, name, seq)                                                                                \
+  SL_ON_##isa(SL_ENTRY(SpmmFwd, None, isa, name, form, seq, SL_RUN(SL_FORM(spmm_fwd, form, seq)), SL_NONE, SL_NONE, \
+                       &SL_FORM(spmm_fwd, form, seq)::scratch)                                                      \
+                  SL_ENTRY(SpmmDx, Transposed, isa, name, form, seq, SL_RUN(SL_FORM(spmm_fwd, form, seq)), SL_NONE, \
+                           SL_NONE, &SL_FORM(spmm_fwd, form, seq)::scratch))
+#define SL_DX(isa, form, name, seq)                                                                                  \
+  SL_ON_##isa(SL_ENTRY(SpmmDx, Scatter, isa, name, form, seq, SL_NONE, SL_RUN(SL_FORM(spmm_dx, form, seq)), SL_NONE, \
+                       &SL_FORM(spmm_dx, form, seq)::scratch))
+#define SL_DW(isa, form, name, seq)                                                                                 \
+  SL_ON_##isa(SL_ENTRY(SddmmDw, None, isa, name, form, seq, SL_NONE, SL_NONE, SL_RUN(SL_FORM(sddmm_dw, form, seq)), \
+                       &SL_FORM(sddmm_dw, form, seq)::scratch))
 
 extern const VariantEntry kVariants[];
 constexpr VariantEntry kVariants[] = {

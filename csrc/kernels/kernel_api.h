@@ -14,14 +14,14 @@ template <typename Idx>
 struct FwdArgs {
   CsrView<Idx> w;
   int64_t n;
-  const float* x;      // [n, ldx], ldx >= w.ncols
+  const float* x;  // [n, ldx], ldx >= w.ncols
   int64_t ldx;
-  const float* bias;   // [w.rows] or nullptr
-  float* y;            // [n, ldy], ldy >= w.rows
+  const float* bias;  // [w.rows] or nullptr
+  float* y;           // [n, ldy], ldy >= w.rows
   int64_t ldy;
   const int64_t* row_chunks;  // chunk c covers rows [row_chunks[c], row_chunks[c+1])
   int64_t nchunks;
-  float* scratch;      // scratch_floats(...) floats, 64-byte aligned
+  float* scratch;  // scratch_floats(...) floats, 64-byte aligned
   int threads;
 };
 
@@ -29,11 +29,11 @@ struct FwdArgs {
 // values are W's values gathered through the transpose permutation).
 template <typename Idx>
 struct DxArgs {
-  CsrView<Idx> w;      // original W (used by scatter variants)
+  CsrView<Idx> w;  // original W (used by scatter variants)
   int64_t n;
-  const float* dy;     // [n, lddy]
+  const float* dy;  // [n, lddy]
   int64_t lddy;
-  float* dx;           // [n, lddx]
+  float* dx;  // [n, lddx]
   int64_t lddx;
   const int64_t* row_chunks;
   int64_t nchunks;
@@ -47,20 +47,23 @@ template <typename Idx>
 struct DwArgs {
   CsrView<Idx> w;
   int64_t n;
-  const float* dy;     // [n, lddy]
+  const float* dy;  // [n, lddy]
   int64_t lddy;
-  const float* x;      // [n, ldx]
+  const float* x;  // [n, ldx]
   int64_t ldx;
-  float* dw;           // [capacity]
+  float* dw;  // [capacity]
   const int64_t* row_chunks;
   int64_t nchunks;
   float* scratch;
   int threads;
 };
 
-template <typename Idx> using FwdFn = void (*)(const FwdArgs<Idx>&);
-template <typename Idx> using DxFn = void (*)(const DxArgs<Idx>&);
-template <typename Idx> using DwFn = void (*)(const DwArgs<Idx>&);
+template <typename Idx>
+using FwdFn = void (*)(const FwdArgs<Idx>&);
+template <typename Idx>
+using DxFn = void (*)(const DxArgs<Idx>&);
+template <typename Idx>
+using DwFn = void (*)(const DwArgs<Idx>&);
 
 // How much scratch (floats) a variant needs for a problem.
 using ScratchFn = size_t (*)(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads);

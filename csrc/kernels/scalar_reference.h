@@ -11,8 +11,8 @@ namespace scalar {
 
 // Y[b, i] = sum_k W[i, cols[k]] * X[b, cols[k]] (+ bias[i]) for rows of chunks.
 template <typename Idx, typename Val>
-void fwd(const CsrView<Idx, Val>& w, int64_t n, const Val* x, int64_t ldx, const Val* bias,
-         Val* y, int64_t ldy, const int64_t* chunks, int64_t nchunks, int threads) {
+void fwd(const CsrView<Idx, Val>& w, int64_t n, const Val* x, int64_t ldx, const Val* bias, Val* y, int64_t ldy,
+         const int64_t* chunks, int64_t nchunks, int threads) {
   parallel_for(threads, nchunks, [&](int64_t c, int) {
     for (int64_t i = chunks[c]; i < chunks[c + 1]; ++i) {
       const Val* v = w.values + w.row_start[i];
@@ -32,8 +32,8 @@ void fwd(const CsrView<Idx, Val>& w, int64_t n, const Val* x, int64_t ldx, const
 // dX[b, j] = sum_i dY[b, i] W[i, j]: scatter from W's rows. Tasks split the
 // batch so no two tasks write the same dX row.
 template <typename Idx, typename Val>
-void dx_scatter(const CsrView<Idx, Val>& w, int64_t n, const Val* dy, int64_t lddy, Val* dx,
-                int64_t lddx, int threads) {
+void dx_scatter(const CsrView<Idx, Val>& w, int64_t n, const Val* dy, int64_t lddy, Val* dx, int64_t lddx,
+                int threads) {
   parallel_for(threads, n, [&](int64_t b, int) {
     Val* dxb = dx + b * lddx;
     for (int64_t j = 0; j < w.ncols; ++j) dxb[j] = 0;
@@ -49,8 +49,8 @@ void dx_scatter(const CsrView<Idx, Val>& w, int64_t n, const Val* dy, int64_t ld
 
 // dW[k] = sum_b dY[b, i] X[b, cols[k]] at live slots; padding slots get 0.
 template <typename Idx, typename Val>
-void dw(const CsrView<Idx, Val>& w, int64_t n, const Val* dy, int64_t lddy, const Val* x,
-        int64_t ldx, Val* dwv, const int64_t* chunks, int64_t nchunks, int threads) {
+void dw(const CsrView<Idx, Val>& w, int64_t n, const Val* dy, int64_t lddy, const Val* x, int64_t ldx, Val* dwv,
+        const int64_t* chunks, int64_t nchunks, int threads) {
   parallel_for(threads, nchunks, [&](int64_t c, int) {
     for (int64_t i = chunks[c]; i < chunks[c + 1]; ++i) {
       const int64_t start = w.row_start[i];

@@ -17,7 +17,7 @@ enum class DxLayout { None, Transposed, Scatter };
 constexpr int kMaxTileParams = 6;
 
 struct VariantEntry {
-  int line;         // line of csrc/variants.def: the registry keeps the list's order
+  int line;  // line of csrc/variants.def: the registry keeps the list's order
   Op op;
   DxLayout dx_layout;
   const char* name;  // nullptr ends a table

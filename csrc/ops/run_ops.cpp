@@ -64,9 +64,12 @@ thread_local Arena arena;
 
 template <typename Idx, typename Val = float>
 CsrView<Idx, Val> view(const RawCsr& m) {
-  return CsrView<Idx, Val>{reinterpret_cast<const Val*>(m.values), reinterpret_cast<const Idx*>(m.cols),
+  return CsrView<Idx, Val>{reinterpret_cast<const Val*>(m.values),
+                           reinterpret_cast<const Idx*>(m.cols),
                            reinterpret_cast<const int64_t*>(m.row_start),
-                           reinterpret_cast<const int32_t*>(m.row_nnz), m.rows, m.ncols};
+                           reinterpret_cast<const int32_t*>(m.row_nnz),
+                           m.rows,
+                           m.ncols};
 }
 
 // Each row's live count, read once: clamped to [0, capacity] and trimmed so
@@ -93,8 +96,10 @@ void snapshot_live_counts(const RawCsr& m, int32_t* out) {
 RawCsr with_live_counts(const RawCsr& m) {
   thread_local std::vector<int32_t> live;
   live.resize(size_t(std::max<int64_t>(m.rows, 1)));
-  if (m.idx_bits == 16) snapshot_live_counts<int16_t>(m, live.data());
-  else snapshot_live_counts<int32_t>(m, live.data());
+  if (m.idx_bits == 16)
+    snapshot_live_counts<int16_t>(m, live.data());
+  else
+    snapshot_live_counts<int32_t>(m, live.data());
   RawCsr s = m;
   s.row_nnz = reinterpret_cast<uintptr_t>(live.data());
   return s;
@@ -140,14 +145,13 @@ void check_runnable(const Variant& v) {
   }();
   const size_t idx = &v - table.data();
   if (idx >= table.size() || !ok[idx])
-    throw std::runtime_error("variant '" + v.name + "' (" + v.isa + ") cannot run on this CPU: " +
-                             isa_unavailable_reason(v.isa));
+    throw std::runtime_error("variant '" + v.name + "' (" + v.isa +
+                             ") cannot run on this CPU: " + isa_unavailable_reason(v.isa));
 }
 
 template <typename Idx>
-void fwd_typed(FwdFn<Idx> fn, const Variant& v, const CsrView<Idx>& w, int64_t n, const float* x,
-               int64_t ldx, const float* bias, float* y, int64_t ldy, const std::vector<int64_t>& ch,
-               int threads) {
+void fwd_typed(FwdFn<Idx> fn, const Variant& v, const CsrView<Idx>& w, int64_t n, const float* x, int64_t ldx,
+               const float* bias, float* y, int64_t ldy, const std::vector<int64_t>& ch, int threads) {
   FwdArgs<Idx> a{w, n, x, ldx, bias, y, ldy, ch.data(), int64_t(ch.size()) - 1, nullptr, threads};
   int64_t nnz = 0;
   for (int64_t i = 0; i < w.rows; ++i) nnz += w.row_nnz[i];
@@ -158,8 +162,8 @@ void fwd_typed(FwdFn<Idx> fn, const Variant& v, const CsrView<Idx>& w, int64_t n
 
 }  // namespace
 
-void run_spmm_fwd(const Variant& v, const RawCsr& w_in, int64_t n, uintptr_t x, int64_t ldx,
-                  uintptr_t bias, uintptr_t y, int64_t ldy, int threads) {
+void run_spmm_fwd(const Variant& v, const RawCsr& w_in, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias,
+                  uintptr_t y, int64_t ldy, int threads) {
   check_runnable(v);
   if (!v.fwd16) throw std::runtime_error("variant '" + v.name + "' is not a spmm_fwd variant");
   const RawCsr w = with_live_counts(w_in);
@@ -173,8 +177,8 @@ void run_spmm_fwd(const Variant& v, const RawCsr& w_in, int64_t n, uintptr_t x, 
     fwd_typed<int32_t>(v.fwd32, v, view<int32_t>(w), n, xp, ldx, bp, yp, ldy, ch, threads);
 }
 
-void run_spmm_dx(const Variant& v, const RawCsr& w_in, const RawCsr& wt_in, uintptr_t perm, int64_t n,
-                 uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
+void run_spmm_dx(const Variant& v, const RawCsr& w_in, const RawCsr& wt_in, uintptr_t perm, int64_t n, uintptr_t dy,
+                 int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
   check_runnable(v);
   auto* dyp = reinterpret_cast<const float*>(dy);
   auto* dxp = reinterpret_cast<float*>(dx);
@@ -188,8 +192,10 @@ void run_spmm_dx(const Variant& v, const RawCsr& w_in, const RawCsr& wt_in, uint
       fn(a);
       arena.trim();
     };
-    if (w.idx_bits == 16) go(v.dx16, view<int16_t>(w));
-    else go(v.dx32, view<int32_t>(w));
+    if (w.idx_bits == 16)
+      go(v.dx16, view<int16_t>(w));
+    else
+      go(v.dx32, view<int32_t>(w));
     return;
   }
   if (v.dx_layout != DxLayout::Transposed || !v.fwd16)
@@ -215,68 +221,87 @@ void run_spmm_dx(const Variant& v, const RawCsr& w_in, const RawCsr& wt_in, uint
   const auto ch = row_chunks(wtv, n, threads);
   auto go = [&](auto fn, auto tv) {
     using Idx = std::remove_const_t<std::remove_pointer_t<decltype(tv.cols)>>;
-    FwdArgs<Idx> a{tv, n, dyp, lddy, nullptr, dxp, lddx, ch.data(), int64_t(ch.size()) - 1,
-                   kernel_floats ? base : nullptr, threads};
+    FwdArgs<Idx> a{
+        tv,     n, dyp, lddy, nullptr, dxp, lddx, ch.data(), int64_t(ch.size()) - 1, kernel_floats ? base : nullptr,
+        threads};
     fn(a);
     arena.trim();
   };
-  if (wt.idx_bits == 16) go(v.fwd16, view<int16_t>(wtv));
-  else go(v.fwd32, view<int32_t>(wtv));
+  if (wt.idx_bits == 16)
+    go(v.fwd16, view<int16_t>(wtv));
+  else
+    go(v.fwd32, view<int32_t>(wtv));
 }
 
-void run_sddmm_dw(const Variant& v, const RawCsr& w_in, int64_t n, uintptr_t dy, int64_t lddy,
-                  uintptr_t x, int64_t ldx, uintptr_t dw, int threads) {
+void run_sddmm_dw(const Variant& v, const RawCsr& w_in, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
+                  uintptr_t dw, int threads) {
   check_runnable(v);
   if (!v.dw16) throw std::runtime_error("variant '" + v.name + "' is not a sddmm_dw variant");
   const RawCsr w = with_live_counts(w_in);
   const auto ch = row_chunks(w, n, threads);
   auto go = [&](auto fn, auto wv) {
     using Idx = std::remove_const_t<std::remove_pointer_t<decltype(wv.cols)>>;
-    DwArgs<Idx> a{wv, n, reinterpret_cast<const float*>(dy), lddy, reinterpret_cast<const float*>(x),
-                  ldx, reinterpret_cast<float*>(dw), ch.data(), int64_t(ch.size()) - 1, nullptr, threads};
+    DwArgs<Idx> a{wv,
+                  n,
+                  reinterpret_cast<const float*>(dy),
+                  lddy,
+                  reinterpret_cast<const float*>(x),
+                  ldx,
+                  reinterpret_cast<float*>(dw),
+                  ch.data(),
+                  int64_t(ch.size()) - 1,
+                  nullptr,
+                  threads};
     a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, live_nnz(w), threads));
     fn(a);
     arena.trim();
   };
-  if (w.idx_bits == 16) go(v.dw16, view<int16_t>(w));
-  else go(v.dw32, view<int32_t>(w));
+  if (w.idx_bits == 16)
+    go(v.dw16, view<int16_t>(w));
+  else
+    go(v.dw32, view<int32_t>(w));
 }
 
 // ---- float64 ----
 
-void run_spmm_fwd_f64(const RawCsr& w_in, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias,
-                      uintptr_t y, int64_t ldy, int threads) {
+void run_spmm_fwd_f64(const RawCsr& w_in, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy,
+                      int threads) {
   const RawCsr w = with_live_counts(w_in);
   const auto ch = row_chunks(w, n, threads);
   auto go = [&](auto wv) {
     scalar::fwd(wv, n, reinterpret_cast<const double*>(x), ldx, reinterpret_cast<const double*>(bias),
                 reinterpret_cast<double*>(y), ldy, ch.data(), int64_t(ch.size()) - 1, threads);
   };
-  if (w.idx_bits == 16) go(view<int16_t, double>(w));
-  else go(view<int32_t, double>(w));
+  if (w.idx_bits == 16)
+    go(view<int16_t, double>(w));
+  else
+    go(view<int32_t, double>(w));
 }
 
-void run_spmm_dx_f64(const RawCsr& w_in, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx,
-                     int64_t lddx, int threads) {
+void run_spmm_dx_f64(const RawCsr& w_in, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx,
+                     int threads) {
   const RawCsr w = with_live_counts(w_in);
   auto go = [&](auto wv) {
-    scalar::dx_scatter(wv, n, reinterpret_cast<const double*>(dy), lddy, reinterpret_cast<double*>(dx),
-                       lddx, threads);
+    scalar::dx_scatter(wv, n, reinterpret_cast<const double*>(dy), lddy, reinterpret_cast<double*>(dx), lddx, threads);
   };
-  if (w.idx_bits == 16) go(view<int16_t, double>(w));
-  else go(view<int32_t, double>(w));
+  if (w.idx_bits == 16)
+    go(view<int16_t, double>(w));
+  else
+    go(view<int32_t, double>(w));
 }
 
-void run_sddmm_dw_f64(const RawCsr& w_in, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x,
-                      int64_t ldx, uintptr_t dw, int threads) {
+void run_sddmm_dw_f64(const RawCsr& w_in, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw,
+                      int threads) {
   const RawCsr w = with_live_counts(w_in);
   const auto ch = row_chunks(w, n, threads);
   auto go = [&](auto wv) {
     scalar::dw(wv, n, reinterpret_cast<const double*>(dy), lddy, reinterpret_cast<const double*>(x), ldx,
                reinterpret_cast<double*>(dw), ch.data(), int64_t(ch.size()) - 1, threads);
   };
-  if (w.idx_bits == 16) go(view<int16_t, double>(w));
-  else go(view<int32_t, double>(w));
+  if (w.idx_bits == 16)
+    go(view<int16_t, double>(w));
+  else
+    go(view<int32_t, double>(w));
 }
 
 // ---- transpose ----
@@ -313,16 +338,21 @@ void build_transpose(const RawCsr& w_in, const RawCsr& wt, uintptr_t perm, int64
   if (t_capacity >= 0) {
     const int64_t total = live_nnz(w);
     if (total > t_capacity)
-      throw std::runtime_error("W has " + std::to_string(total) + " live slots but the transposed index was sized for " +
-                               std::to_string(t_capacity) + " (row_nnz changed meanwhile?)");
+      throw std::runtime_error("W has " + std::to_string(total) +
+                               " live slots but the transposed index was sized for " + std::to_string(t_capacity) +
+                               " (row_nnz changed meanwhile?)");
   }
   auto* pm = reinterpret_cast<int32_t*>(perm);
   if (w.idx_bits == 16) {
-    if (wt.idx_bits == 16) transpose_typed<int16_t, int16_t>(w, wt, pm);
-    else transpose_typed<int16_t, int32_t>(w, wt, pm);
+    if (wt.idx_bits == 16)
+      transpose_typed<int16_t, int16_t>(w, wt, pm);
+    else
+      transpose_typed<int16_t, int32_t>(w, wt, pm);
   } else {
-    if (wt.idx_bits == 16) transpose_typed<int32_t, int16_t>(w, wt, pm);
-    else transpose_typed<int32_t, int32_t>(w, wt, pm);
+    if (wt.idx_bits == 16)
+      transpose_typed<int32_t, int16_t>(w, wt, pm);
+    else
+      transpose_typed<int32_t, int32_t>(w, wt, pm);
   }
 }
 
@@ -345,12 +375,16 @@ void scatter_to_dense(const RawCsr& w_in, int value_bits, uintptr_t dense, int t
   const RawCsr w = with_live_counts(w_in);
   if (value_bits == 64) {
     auto* d = reinterpret_cast<double*>(dense);
-    if (w.idx_bits == 16) scatter_typed<int16_t>(w, d, threads);
-    else scatter_typed<int32_t>(w, d, threads);
+    if (w.idx_bits == 16)
+      scatter_typed<int16_t>(w, d, threads);
+    else
+      scatter_typed<int32_t>(w, d, threads);
   } else {
     auto* d = reinterpret_cast<float*>(dense);
-    if (w.idx_bits == 16) scatter_typed<int16_t>(w, d, threads);
-    else scatter_typed<int32_t>(w, d, threads);
+    if (w.idx_bits == 16)
+      scatter_typed<int16_t>(w, d, threads);
+    else
+      scatter_typed<int32_t>(w, d, threads);
   }
 }
 

@@ -20,24 +20,23 @@ struct RawCsr {
   int64_t ncols = 0;
 };
 
-void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx,
-                  uintptr_t bias, uintptr_t y, int64_t ldy, int threads);
+void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y,
+                  int64_t ldy, int threads);
 
 // wt: W's transposed index (values unused); perm[k] is the slot of W that
 // transposed slot k comes from.
-void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t n,
-                 uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
+void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t n, uintptr_t dy,
+                 int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
 
-void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy,
-                  uintptr_t x, int64_t ldx, uintptr_t dw, int threads);
+void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
+                  uintptr_t dw, int threads);
 
 // float64 paths (scalar only): the same three ops in double precision.
-void run_spmm_fwd_f64(const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias,
-                      uintptr_t y, int64_t ldy, int threads);
-void run_spmm_dx_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx,
-                     int64_t lddx, int threads);
-void run_sddmm_dw_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x,
-                      int64_t ldx, uintptr_t dw, int threads);
+void run_spmm_fwd_f64(const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy,
+                      int threads);
+void run_spmm_dx_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
+void run_sddmm_dw_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw,
+                      int threads);
 
 // Counting sort of W's live slots by column: fills wt.row_start (ncols+1),
 // wt.row_nnz (ncols), wt.cols (nnz, wt.idx_bits) and perm (nnz, int32).

@@ -21,18 +21,22 @@ DEFAULT_TEXT = Path(__file__).resolve().parents[2].parent / "shared" / "data" / 
 class CharData:
     """``CharData(path, context, batch, seed)``; ``get_batch('train' | 'val')`` -> (x, y) int64 (batch, context)."""
 
-    def __init__(self, path: str | Path = DEFAULT_TEXT, *, context: int, batch: int, seed: int = 0,
-                 val_fraction: float = 0.1):
+    def __init__(
+        self, path: str | Path = DEFAULT_TEXT, *, context: int, batch: int, seed: int = 0, val_fraction: float = 0.1
+    ):
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"text file {path} not found (pass --data PATH)")
         text = path.read_text(encoding="utf-8")
         self.chars = sorted(set(text))
         self.stoi = {c: i for i, c in enumerate(self.chars)}
-        ids = torch.tensor([self.stoi[c] for c in text], dtype=torch.int64) if len(text) < 100_000 else \
-            torch.frombuffer(bytearray(self._encode_fast(text)), dtype=torch.int64).clone()
+        ids = (
+            torch.tensor([self.stoi[c] for c in text], dtype=torch.int64)
+            if len(text) < 100_000
+            else torch.frombuffer(bytearray(self._encode_fast(text)), dtype=torch.int64).clone()
+        )
         n_val = int(len(ids) * val_fraction)
-        self.train_ids, self.val_ids = ids[:len(ids) - n_val], ids[len(ids) - n_val:]
+        self.train_ids, self.val_ids = ids[: len(ids) - n_val], ids[len(ids) - n_val :]
         if min(len(self.train_ids), len(self.val_ids)) <= context + 1:
             raise ValueError(f"{path}: too short for context {context} ({len(ids)} characters)")
         self.path, self.context, self.batch = path, int(context), int(batch)

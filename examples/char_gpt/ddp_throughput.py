@@ -26,12 +26,31 @@ OUT = HERE.parents[1] / "reports" / "scale"
 
 
 def run(ranks: int, args, out_dir: Path) -> dict:
-    train = [str(HERE / "train.py"), "--config", args.config, "--dst", args.dst, "--optimizer", args.optimizer,
-             "--threads", str(args.threads), "--steps", str(args.steps), "--eval-every", str(10 ** 9),
-             "--eval-batches", "1", "--no-progress", "--out", str(out_dir)] + \
-            (["--data", args.data] if args.data else [])
-    cmd = [sys.executable] + (["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
-                              if ranks > 1 else []) + train
+    train = [
+        str(HERE / "train.py"),
+        "--config",
+        args.config,
+        "--dst",
+        args.dst,
+        "--optimizer",
+        args.optimizer,
+        "--threads",
+        str(args.threads),
+        "--steps",
+        str(args.steps),
+        "--eval-every",
+        str(10**9),
+        "--eval-batches",
+        "1",
+        "--no-progress",
+        "--out",
+        str(out_dir),
+    ] + (["--data", args.data] if args.data else [])
+    cmd = (
+        [sys.executable]
+        + (["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)] if ranks > 1 else [])
+        + train
+    )
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -41,12 +60,17 @@ def run(ranks: int, args, out_dir: Path) -> dict:
     r = json.loads(name.read_text())
     name.unlink()
     cpu_ms = r.get("median_cpu_ms_per_step")
-    return {"ranks": ranks, "tokens_per_second": r["tokens_per_second"], "ms_per_step": r["median_ms_per_step"],
-            "cpu_ms_per_step": cpu_ms,
-            # Tokens per CPU-second over all ranks (rank 0's CPU time; the ranks do the same work).
-            "tokens_per_cpu_second": r["tokens_per_step"] / (ranks * cpu_ms / 1e3) if cpu_ms else None,
-            "final_train_loss": r["final_train_loss"], "wall_s": time.perf_counter() - t0,
-            "command": " ".join(cmd[1:])}
+    return {
+        "ranks": ranks,
+        "tokens_per_second": r["tokens_per_second"],
+        "ms_per_step": r["median_ms_per_step"],
+        "cpu_ms_per_step": cpu_ms,
+        # Tokens per CPU-second over all ranks (rank 0's CPU time; the ranks do the same work).
+        "tokens_per_cpu_second": r["tokens_per_step"] / (ranks * cpu_ms / 1e3) if cpu_ms else None,
+        "final_train_loss": r["final_train_loss"],
+        "wall_s": time.perf_counter() - t0,
+        "command": " ".join(cmd[1:]),
+    }
 
 
 def main() -> None:
@@ -68,13 +92,19 @@ def main() -> None:
             one = run(1, args, Path(tmp))
             many = run(args.ranks, args, Path(tmp))
             ratio = many["tokens_per_second"] / one["tokens_per_second"]
-            eff = (many["tokens_per_cpu_second"] / one["tokens_per_cpu_second"]
-                   if many["tokens_per_cpu_second"] and one["tokens_per_cpu_second"] else None)
+            eff = (
+                many["tokens_per_cpu_second"] / one["tokens_per_cpu_second"]
+                if many["tokens_per_cpu_second"] and one["tokens_per_cpu_second"]
+                else None
+            )
             rounds.append({"one": one, "many": many, "ratio": ratio, "cpu_efficiency": eff})
-            print(f"round {i + 1}: 1 rank {one['tokens_per_second']:.0f} tok/s ({one['ms_per_step']:.0f} ms/step), "
-                  f"{args.ranks} ranks {many['tokens_per_second']:.0f} tok/s ({many['ms_per_step']:.0f} ms/step): "
-                  f"{ratio:.2f}x; tokens per CPU-second {args.ranks} ranks / 1 rank "
-                  f"{'-' if eff is None else format(eff, '.2f')}", flush=True)
+            print(
+                f"round {i + 1}: 1 rank {one['tokens_per_second']:.0f} tok/s ({one['ms_per_step']:.0f} ms/step), "
+                f"{args.ranks} ranks {many['tokens_per_second']:.0f} tok/s ({many['ms_per_step']:.0f} ms/step): "
+                f"{ratio:.2f}x; tokens per CPU-second {args.ranks} ranks / 1 rank "
+                f"{'-' if eff is None else format(eff, '.2f')}",
+                flush=True,
+            )
     med = statistics.median(r["ratio"] for r in rounds)
     effs = [r["cpu_efficiency"] for r in rounds if r["cpu_efficiency"] is not None]
     med_eff = statistics.median(effs) if effs else None
@@ -83,12 +113,19 @@ def main() -> None:
         # On a loaded host the scheduler gives N processes N shares, which inflates the wall-clock
         # ratio; tokens per CPU-second times N is what N otherwise idle cores would give.
         print(f"median CPU efficiency {med_eff:.2f}: {args.ranks} idle cores would give ~{args.ranks * med_eff:.2f}x")
-    res = {"config": args.config, "ranks": args.ranks, "threads_per_rank": args.threads, "steps": args.steps,
-           "dst": args.dst, "optimizer": args.optimizer, "rounds": rounds, "median_ratio": med,
-           "median_cpu_efficiency": med_eff,
-           "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
-           "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                       "load_avg_at_end": os.getloadavg()}}
+    res = {
+        "config": args.config,
+        "ranks": args.ranks,
+        "threads_per_rank": args.threads,
+        "steps": args.steps,
+        "dst": args.dst,
+        "optimizer": args.optimizer,
+        "rounds": rounds,
+        "median_ratio": med,
+        "median_cpu_efficiency": med_eff,
+        "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "load_avg_at_end": os.getloadavg()},
+    }
     out = Path(args.out) / f"ddp_throughput_{args.config}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n")

@@ -42,11 +42,11 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-import sparselab  # noqa: E402
-
 import train as T  # noqa: E402
 from data import DEFAULT_TEXT, CharData  # noqa: E402
 from model import CONFIGS, get_config  # noqa: E402
+
+import sparselab  # noqa: E402
 
 
 def vm_status(key: str) -> int:
@@ -82,8 +82,10 @@ class Run:
 
 
 def speed_and_memory(args, cfg, data: CharData, optimizer: str) -> dict:
-    runs = {"sparse": Run(cfg, sparse=True, optimizer=optimizer, dst=args.dst, seed=args.seed, steps=10_000),
-            "dense": Run(cfg, sparse=False, optimizer=optimizer, dst=args.dst, seed=args.seed, steps=10_000)}
+    runs = {
+        "sparse": Run(cfg, sparse=True, optimizer=optimizer, dst=args.dst, seed=args.seed, steps=10_000),
+        "dense": Run(cfg, sparse=False, optimizer=optimizer, dst=args.dst, seed=args.seed, steps=10_000),
+    }
     batches = [data.get_batch("train") for _ in range(4)]
     times = {"sparse": [], "dense": []}
     warm = {"sparse": [], "dense": []}
@@ -102,8 +104,11 @@ def speed_and_memory(args, cfg, data: CharData, optimizer: str) -> dict:
             times[mode] += got[mode]
         i += args.per_round
         round_ratios.append(statistics.median(got["sparse"]) / statistics.median(got["dense"]))
-        print(f"  {optimizer} round {r + 1}/{args.rounds}: sparse {statistics.median(got['sparse']):.0f} ms, "
-              f"dense {statistics.median(got['dense']):.0f} ms, ratio {round_ratios[-1]:.3f}", flush=True)
+        print(
+            f"  {optimizer} round {r + 1}/{args.rounds}: sparse {statistics.median(got['sparse']):.0f} ms, "
+            f"dense {statistics.median(got['dense']):.0f} ms, ratio {round_ratios[-1]:.3f}",
+            flush=True,
+        )
     med = {m: statistics.median(t) for m, t in times.items()}
     rep = sparselab.memory_report(runs["sparse"].model, runs["sparse"].opt)
     dense_bytes = sparselab.memory_report(runs["dense"].model, runs["dense"].opt).total
@@ -113,17 +118,28 @@ def speed_and_memory(args, cfg, data: CharData, optimizer: str) -> dict:
         d = per_kind.setdefault(kind, {"sparse": 0, "dense": 0})
         d["sparse"] += L.total
         d["dense"] += L.dense_total
-    out = {"optimizer": optimizer, "ms_per_step": med, "ratio_of_medians": med["sparse"] / med["dense"],
-           "median_round_ratio": statistics.median(round_ratios), "round_ratios": round_ratios,
-           "times_ms": times, "warmup_ms": warm,
-           "memory": {"sparse_layers_bytes": rep.sparse_layers_total - rep.scratch,
-                      "sparse_layers_dense_bytes": rep.sparse_layers_dense_total,
-                      "sparse_layers_ratio": rep.layers_only_ratio,
-                      "kernel_scratch_bytes": rep.scratch, "sparse_layers_ratio_with_scratch": rep.sparse_layers_ratio,
-                      "per_kind": {k: {**v, "ratio": v["sparse"] / v["dense"]} for k, v in per_kind.items()},
-                      "model_bytes": rep.total, "model_dense_bytes": rep.dense_total,
-                      "dense_model_measured_bytes": dense_bytes, "model_ratio": rep.total / dense_bytes,
-                      "table": str(rep)}}
+    out = {
+        "optimizer": optimizer,
+        "ms_per_step": med,
+        "ratio_of_medians": med["sparse"] / med["dense"],
+        "median_round_ratio": statistics.median(round_ratios),
+        "round_ratios": round_ratios,
+        "times_ms": times,
+        "warmup_ms": warm,
+        "memory": {
+            "sparse_layers_bytes": rep.sparse_layers_total - rep.scratch,
+            "sparse_layers_dense_bytes": rep.sparse_layers_dense_total,
+            "sparse_layers_ratio": rep.layers_only_ratio,
+            "kernel_scratch_bytes": rep.scratch,
+            "sparse_layers_ratio_with_scratch": rep.sparse_layers_ratio,
+            "per_kind": {k: {**v, "ratio": v["sparse"] / v["dense"]} for k, v in per_kind.items()},
+            "model_bytes": rep.total,
+            "model_dense_bytes": rep.dense_total,
+            "dense_model_measured_bytes": dense_bytes,
+            "model_ratio": rep.total / dense_bytes,
+            "table": str(rep),
+        },
+    }
     del runs
     gc.collect()
     return out
@@ -133,23 +149,36 @@ def child(args) -> None:
     """One training process for the peak-RSS comparison; prints one JSON line."""
     torch.set_num_threads(args.threads)
     base = vm_status("VmRSS")
-    data0 = CharData(args.data, context=CONFIGS[args.config].context, batch=CONFIGS[args.config].batch,
-                     seed=args.seed)
+    data0 = CharData(args.data, context=CONFIGS[args.config].context, batch=CONFIGS[args.config].batch, seed=args.seed)
     cfg = get_config(args.config, data0.vocab_size)
     after_data = vm_status("VmRSS")
     steps_ms, hwm_steps = [], []
     built = {}
     if args.child != "none":
-        run = Run(cfg, sparse=args.child == "sparse", optimizer=args.optimizer, dst=args.dst, seed=args.seed,
-                  steps=10_000)
+        run = Run(
+            cfg, sparse=args.child == "sparse", optimizer=args.optimizer, dst=args.dst, seed=args.seed, steps=10_000
+        )
         built = {"rss_after_build": vm_status("VmRSS"), "peak_rss_after_build": vm_status("VmHWM")}
         for _ in range(args.rss_steps):
             steps_ms.append(run.step(*data0.get_batch("train")))
             hwm_steps.append(vm_status("VmHWM"))
-    print(json.dumps({"mode": args.child, "dst": args.dst if args.child == "sparse" else None,
-                      "optimizer": args.optimizer, "steps": args.rss_steps, "rss_after_import": base,
-                      "rss_after_data": after_data, **built, "peak_rss_after_step": hwm_steps,
-                      "peak_rss": vm_status("VmHWM"), "rss_end": vm_status("VmRSS"), "steps_ms": steps_ms}))
+    print(
+        json.dumps(
+            {
+                "mode": args.child,
+                "dst": args.dst if args.child == "sparse" else None,
+                "optimizer": args.optimizer,
+                "steps": args.rss_steps,
+                "rss_after_import": base,
+                "rss_after_data": after_data,
+                **built,
+                "peak_rss_after_step": hwm_steps,
+                "peak_rss": vm_status("VmHWM"),
+                "rss_end": vm_status("VmRSS"),
+                "steps_ms": steps_ms,
+            }
+        )
+    )
 
 
 def peak_rss(args) -> dict:
@@ -158,16 +187,50 @@ def peak_rss(args) -> dict:
     A sparse child runs alone first, unmeasured, so the kernels' tuning-cache entries for
     these shapes exist (as after ``sparselab-tune``): a measured child then dispatches from
     the cache, and its peak holds no autotuner benchmark buffers."""
-    warm = [sys.executable, str(Path(__file__).resolve()), "--child", "sparse", "--dst", args.rss_dst[0] if
-            args.rss_dst else args.dst, "--config", args.config, "--optimizer", args.rss_optimizer, "--threads",
-            str(args.threads), "--rss-steps", "2", "--seed", str(args.seed), "--data", args.data]
+    warm = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        "sparse",
+        "--dst",
+        args.rss_dst[0] if args.rss_dst else args.dst,
+        "--config",
+        args.config,
+        "--optimizer",
+        args.rss_optimizer,
+        "--threads",
+        str(args.threads),
+        "--rss-steps",
+        "2",
+        "--seed",
+        str(args.seed),
+        "--data",
+        args.data,
+    ]
     subprocess.run(warm, stdout=subprocess.DEVNULL, check=True)
     cmds = {}
     for mode, dst in (("none", args.dst), ("dense", args.dst)) + tuple(("sparse", d) for d in args.rss_dst):
         key = mode if mode != "sparse" else f"sparse-{dst}"
-        cmds[key] = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--dst", dst,
-                     "--config", args.config, "--optimizer", args.rss_optimizer, "--threads", str(args.threads),
-                     "--rss-steps", str(args.rss_steps), "--seed", str(args.seed), "--data", args.data]
+        cmds[key] = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            mode,
+            "--dst",
+            dst,
+            "--config",
+            args.config,
+            "--optimizer",
+            args.rss_optimizer,
+            "--threads",
+            str(args.threads),
+            "--rss-steps",
+            str(args.rss_steps),
+            "--seed",
+            str(args.seed),
+            "--data",
+            args.data,
+        ]
     procs = {k: subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for k, c in cmds.items()}
     out = {}
     for k, p in procs.items():
@@ -208,13 +271,20 @@ def main(argv=None) -> dict | None:
         child(args)
         return None
     torch.set_num_threads(args.threads)
-    data = CharData(args.data, context=CONFIGS[args.config].context, batch=CONFIGS[args.config].batch,
-                    seed=args.seed)
+    data = CharData(args.data, context=CONFIGS[args.config].context, batch=CONFIGS[args.config].batch, seed=args.seed)
     cfg = get_config(args.config, data.vocab_size)
-    res = {"config": cfg.as_dict(), "args": vars(args), "command": "python measure.py " + " ".join(
-        sys.argv[1:] if argv is None else argv),
-           "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                       "threads": args.threads, "loadavg_start": os.getloadavg()}}
+    res = {
+        "config": cfg.as_dict(),
+        "args": vars(args),
+        "command": "python measure.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "torch": torch.__version__,
+            "threads": args.threads,
+            "loadavg_start": os.getloadavg(),
+        },
+    }
     out = Path(args.out) / f"measure_{args.config}.json"
     if not args.skip_rss:
         print("peak RSS (child processes) ...", flush=True)
@@ -227,9 +297,12 @@ def main(argv=None) -> dict | None:
             print(f"speed, {opt} ...", flush=True)
             res["speed"].append(speed_and_memory(args, cfg, data, opt))
             s = res["speed"][-1]
-            print(f"  {opt}: sparse {s['ms_per_step']['sparse']:.0f} ms/step, dense {s['ms_per_step']['dense']:.0f}"
-                  f" ms/step, ratio {s['ratio_of_medians']:.3f} (median of rounds {s['median_round_ratio']:.3f}); "
-                  f"sparsified layers' memory {s['memory']['sparse_layers_ratio']:.3f}x dense", flush=True)
+            print(
+                f"  {opt}: sparse {s['ms_per_step']['sparse']:.0f} ms/step, dense {s['ms_per_step']['dense']:.0f}"
+                f" ms/step, ratio {s['ratio_of_medians']:.3f} (median of rounds {s['median_round_ratio']:.3f}); "
+                f"sparsified layers' memory {s['memory']['sparse_layers_ratio']:.3f}x dense",
+                flush=True,
+            )
             T.atomic_write_text(out, json.dumps(res, indent=1) + "\n")
     res["machine"]["loadavg_end"] = os.getloadavg()
     T.atomic_write_text(out, json.dumps(res, indent=1) + "\n")

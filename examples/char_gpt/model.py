@@ -71,8 +71,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(C, dim=2)
         h = self.n_head
         q, k, v = (t.view(B, T, h, C // h).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                           dropout_p=self.dropout if self.training else 0.0)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 

@@ -1,7 +1,7 @@
 """Train and validation loss, dense vs sparse, from the results JSON of ``train.py``.
 
-    python plot.py reports/e2e/10M_dense_adamw_s0.json reports/e2e/10M_sparse-rigl_adamw_s0.json
-    python plot.py            # every 10M_*.json under reports/e2e/ -> reports/e2e/loss_10M.png
+python plot.py reports/e2e/10M_dense_adamw_s0.json reports/e2e/10M_sparse-rigl_adamw_s0.json
+python plot.py            # every 10M_*.json under reports/e2e/ -> reports/e2e/loss_10M.png
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ REPORTS = HERE.parents[1] / "reports" / "e2e"
 
 def plot(paths: list[Path], out: Path, title: str | None = None) -> Path:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -28,8 +29,7 @@ def plot(paths: list[Path], out: Path, title: str | None = None) -> Path:
         color = f"C{i}"
         label = "dense" if not r["args"]["sparse"] else f"sparse ({r['args']['dst']})"
         ax.plot(steps, [e["train_loss"] for e in h], color=color, ls="--", lw=1.2, label=f"{label} train")
-        ax.plot(steps, [e["val_loss"] for e in h], color=color, ls="-", lw=2.0, marker="o", ms=3,
-                label=f"{label} val")
+        ax.plot(steps, [e["val_loss"] for e in h], color=color, ls="-", lw=2.0, marker="o", ms=3, label=f"{label} val")
     r0 = runs[0]
     ax.set_xlabel(f"step (schedule: {r0['steps_planned']} steps)")
     ax.set_ylabel("cross-entropy (nats/char)")

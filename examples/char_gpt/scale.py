@@ -103,8 +103,9 @@ def build_sparse_direct(gpt_cls, cfg, *, seed: int, sparsities: dict[str, float]
             for name, lin in list(block.named_modules()):
                 if not isinstance(lin, nn.Linear) or name not in sparsities:
                     continue
-                layer = SparseLinear(lin.in_features, lin.out_features, bias=lin.bias is not None,
-                                     sparsity=sparsities[name])
+                layer = SparseLinear(
+                    lin.in_features, lin.out_features, bias=lin.bias is not None, sparsity=sparsities[name]
+                )
                 std = (0.02 / math.sqrt(2 * cfg.n_layer) if name in residual else 0.02) / math.sqrt(layer.density)
                 layer.weight_values.normal_(0.0, std).masked_fill_(layer.weight_cols < 0, 0.0)
                 if layer.bias is not None:
@@ -142,9 +143,17 @@ def memory_per_live_weight(model: nn.Module, opt: torch.optim.Optimizer | None) 
     dense_params = sum(m.in_features * m.out_features for m in model.modules() if isinstance(m, SparseLinear))
     kinds = {k: sum(getattr(L, k) for L in rep.layers) for k in ("weight", "index", "cache", "grad", "optimizer")}
     total = sum(kinds.values())
-    return {"live_weights": live, "capacity": capacity, "dense_weights": dense_params,
-            "bytes": {**kinds, "scratch": rep.scratch, "total": total,
-                      "other_modules": rep.other.total, "dense_equivalent": rep.sparse_layers_dense_total},
-            "bytes_per_live_weight": {**{k: v / max(1, live) for k, v in kinds.items()},
-                                      "total": total / max(1, live)},
-            "dense_bytes_per_weight": rep.sparse_layers_dense_total / max(1, dense_params)}
+    return {
+        "live_weights": live,
+        "capacity": capacity,
+        "dense_weights": dense_params,
+        "bytes": {
+            **kinds,
+            "scratch": rep.scratch,
+            "total": total,
+            "other_modules": rep.other.total,
+            "dense_equivalent": rep.sparse_layers_dense_total,
+        },
+        "bytes_per_live_weight": {**{k: v / max(1, live) for k, v in kinds.items()}, "total": total / max(1, live)},
+        "dense_bytes_per_weight": rep.sparse_layers_dense_total / max(1, dense_params),
+    }

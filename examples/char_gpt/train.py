@@ -43,13 +43,12 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-import sparselab  # noqa: E402
-from sparselab import SparseLinear  # noqa: E402
-
 from data import DEFAULT_TEXT, CharData  # noqa: E402
 from model import CONFIGS, GPT, get_config  # noqa: E402
-from scale import (Ranks, build_sparse_direct, memory_per_live_weight, release_freed_memory,  # noqa: E402
-                   set_mmap_threshold)
+from scale import Ranks, build_sparse_direct, memory_per_live_weight, release_freed_memory, set_mmap_threshold  # noqa: E402
+
+import sparselab  # noqa: E402
+from sparselab import SparseLinear  # noqa: E402
 
 ROOT = HERE.parents[1]
 REPORTS = ROOT / "reports" / "e2e"
@@ -59,6 +58,7 @@ DST_CHOICES = ("static", "set", "rigl", "srigl", "snfs")
 
 
 # ---------------------------------------------------------------- model / optimizer / DST
+
 
 def layer_sparsities(attn: float = ATTN_SPARSITY, ffn: float = FFN_SPARSITY, prefix: str = "blocks.*.") -> dict:
     """Per-name sparsities for ``sparselab.sparsify`` (glob patterns on qualified names)."""
@@ -92,32 +92,51 @@ def dst_groups(name: str, attn: float = ATTN_SPARSITY, ffn: float = FFN_SPARSITY
     algorithm ``name`` for all of them (so they share one object), the head dense."""
     if name not in DST_CHOICES:
         raise ValueError(f"unknown DST algorithm {name!r}; choose from {', '.join(DST_CHOICES)}")
-    return [{"modules": ["blocks.*.attn.qkv", "blocks.*.attn.proj"], "sparsity": attn, "algorithm": name},
-            {"modules": ["blocks.*.mlp.fc1", "blocks.*.mlp.fc2"], "sparsity": ffn, "algorithm": name},
-            {"modules": "head", "sparsity": None}]
+    return [
+        {"modules": ["blocks.*.attn.qkv", "blocks.*.attn.proj"], "sparsity": attn, "algorithm": name},
+        {"modules": ["blocks.*.mlp.fc1", "blocks.*.mlp.fc2"], "sparsity": ffn, "algorithm": name},
+        {"modules": "head", "sparsity": None},
+    ]
 
 
-def attach_dst(name: str, model: nn.Module, *, steps: int, seed: int, update_freq: int = 100,
-               drop_fraction: float = 0.3, state: dict | None = None) -> "sparselab.dst.SparsityGroups":
+def attach_dst(
+    name: str,
+    model: nn.Module,
+    *,
+    steps: int,
+    seed: int,
+    update_freq: int = 100,
+    drop_fraction: float = 0.3,
+    state: dict | None = None,
+) -> "sparselab.dst.SparsityGroups":
     """Attach DST algorithm ``name`` to the sparse layers of ``model`` (already sparsified by
     ``build_model``); ``state``: a saved ``SparsityGroups.state_dict()`` to resume from."""
-    return sparselab.dst.configure(model, dst_groups(name), state=state, seed=seed, update_freq=update_freq,
-                                   end=max(1, int(0.75 * steps)), drop_fraction=drop_fraction)
+    return sparselab.dst.configure(
+        model,
+        dst_groups(name),
+        state=state,
+        seed=seed,
+        update_freq=update_freq,
+        end=max(1, int(0.75 * steps)),
+        drop_fraction=drop_fraction,
+    )
 
 
 OPTIMIZER_IMPLS = {"default": {}, "fused": {"fused": True}, "for-loop": {"foreach": False}}
 
 
-def make_optimizer(model: nn.Module, name: str, lr: float, weight_decay: float,
-                   impl: str = "default") -> torch.optim.Optimizer:
+def make_optimizer(
+    model: nn.Module, name: str, lr: float, weight_decay: float, impl: str = "default"
+) -> torch.optim.Optimizer:
     """AdamW (betas 0.9/0.95) or SGD (momentum 0.9); weight decay on linear weights only.
     ``impl``: torch's default (foreach: temporaries the size of every parameter at once),
     ``'fused'`` (one kernel per parameter, no such temporaries) or ``'for-loop'``."""
     decay, no_decay = [], []
     for m in model.modules():
         for pname, p in m.named_parameters(recurse=False):
-            is_weight = (isinstance(m, nn.Linear) and pname == "weight") or \
-                        (isinstance(m, SparseLinear) and pname == "weight_values")
+            is_weight = (isinstance(m, nn.Linear) and pname == "weight") or (
+                isinstance(m, SparseLinear) and pname == "weight_values"
+            )
             (decay if is_weight else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if name == "adamw":
@@ -140,6 +159,7 @@ DEFAULT_LR = {"adamw": 1e-3, "sgd": 0.05}
 
 # ---------------------------------------------------------------- one training run
 
+
 class Trainer:
     """Everything one run holds: model, optimizer, DST algorithm, data, step count, history."""
 
@@ -150,9 +170,12 @@ class Trainer:
         if mmap_mb > 0:
             set_mmap_threshold(mmap_mb << 20)
         self.ranks = Ranks(args.backend)
-        self.data = CharData(args.data, context=self._cfg0().context if args.context is None else args.context,
-                             batch=self._cfg0().batch if args.batch is None else args.batch,
-                             seed=self.ranks.data_seed(args.seed))
+        self.data = CharData(
+            args.data,
+            context=self._cfg0().context if args.context is None else args.context,
+            batch=self._cfg0().batch if args.batch is None else args.batch,
+            seed=self.ranks.data_seed(args.seed),
+        )
         self.cfg = get_config(args.config, self.data.vocab_size, context=args.context, batch=args.batch)
         self.lr = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
         self.step = 0
@@ -173,6 +196,7 @@ class Trainer:
 
     def _cfg0(self):
         from model import CONFIGS
+
         return CONFIGS[self.args.config]
 
     def setup(self, resume_state: dict | None = None) -> None:
@@ -182,8 +206,14 @@ class Trainer:
         if resume_state is None:
             if a.sparse:
                 # Attached before DDP wraps the model (the algorithm aligns every rank's topology first).
-                self.algo = attach_dst(a.dst, self.model, steps=a.steps, seed=a.seed, update_freq=a.update_freq,
-                                       drop_fraction=a.drop_fraction)
+                self.algo = attach_dst(
+                    a.dst,
+                    self.model,
+                    steps=a.steps,
+                    seed=a.seed,
+                    update_freq=a.update_freq,
+                    drop_fraction=a.drop_fraction,
+                )
             self.opt = make_optimizer(self.model, a.optimizer, self.lr, a.weight_decay, a.optimizer_impl)
         else:
             self.model.load_state_dict(resume_state["model"])  # adopts the saved topology and capacity
@@ -191,8 +221,15 @@ class Trainer:
             self.opt.load_state_dict(resume_state["optimizer"])
             if a.sparse:
                 # a loaded algorithm never re-budgets layers
-                self.algo = attach_dst(a.dst, self.model, steps=a.steps, seed=a.seed, update_freq=a.update_freq,
-                                       drop_fraction=a.drop_fraction, state=resume_state["dst"])
+                self.algo = attach_dst(
+                    a.dst,
+                    self.model,
+                    steps=a.steps,
+                    seed=a.seed,
+                    update_freq=a.update_freq,
+                    drop_fraction=a.drop_fraction,
+                    state=resume_state["dst"],
+                )
         if self.algo is not None:
             self.algo.attach_optimizer(self.opt)
         # After attaching: the DST algorithm has aligned every rank's topology to rank 0's.
@@ -211,11 +248,19 @@ class Trainer:
     # ---- checkpoint (atomic: a crash leaves the old file or the new one, never half of one)
 
     def state_dict(self) -> dict:
-        return {"format": "sparselab-char-gpt/1", "args": vars(self.args), "step": self.step,
-                "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
-                "dst": self.algo.state_dict() if self.algo is not None else None,
-                "data": self.data.state_dict(), "torch_rng": torch.get_rng_state(), "py_rng": random.getstate(),
-                "history": self.history, "step_ms": self.step_ms}
+        return {
+            "format": "sparselab-char-gpt/1",
+            "args": vars(self.args),
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "dst": self.algo.state_dict() if self.algo is not None else None,
+            "data": self.data.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "py_rng": random.getstate(),
+            "history": self.history,
+            "step_ms": self.step_ms,
+        }
 
     def save(self, path: str | Path) -> None:
         if self.ranks.is_main:  # every rank holds the same model, optimizer and algorithm state
@@ -296,24 +341,44 @@ def init_mode(args) -> str:
 
 # ---------------------------------------------------------------- CLI
 
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="10M", choices=sorted(CONFIGS))
-    ap.add_argument("--init", default="auto", choices=["auto", "direct", "from-dense"],
-                    help="sparse model build: 'direct' never allocates a dense weight; 'from-dense' sparsifies "
-                         "each block's dense init (auto: direct for XL)")
-    ap.add_argument("--optimizer-impl", default="default", choices=sorted(OPTIMIZER_IMPLS),
-                    help="torch's default (foreach), fused, or for-loop (fused/for-loop hold no model-sized "
-                         "temporaries)")
-    ap.add_argument("--checkpoint-activations", action="store_true",
-                    help="recompute each block's activations in backward instead of keeping them")
+    ap.add_argument(
+        "--init",
+        default="auto",
+        choices=["auto", "direct", "from-dense"],
+        help="sparse model build: 'direct' never allocates a dense weight; 'from-dense' sparsifies "
+        "each block's dense init (auto: direct for XL)",
+    )
+    ap.add_argument(
+        "--optimizer-impl",
+        default="default",
+        choices=sorted(OPTIMIZER_IMPLS),
+        help="torch's default (foreach), fused, or for-loop (fused/for-loop hold no model-sized temporaries)",
+    )
+    ap.add_argument(
+        "--checkpoint-activations",
+        action="store_true",
+        help="recompute each block's activations in backward instead of keeping them",
+    )
     ap.add_argument("--backend", default="gloo", help="torch.distributed backend under torchrun")
-    ap.add_argument("--mmap-threshold-mb", type=int, default=None,
-                    help="glibc: tensors of this many MiB or more get their own mapping, returned to the OS "
-                         "when freed (default 1 for XL, else glibc's own; 0 keeps glibc's)")
+    ap.add_argument(
+        "--mmap-threshold-mb",
+        type=int,
+        default=None,
+        help="glibc: tensors of this many MiB or more get their own mapping, returned to the OS "
+        "when freed (default 1 for XL, else glibc's own; 0 keeps glibc's)",
+    )
     g = ap.add_mutually_exclusive_group()
-    g.add_argument("--sparse", dest="sparse", action="store_true", default=True,
-                   help="attention projections 70%% / FFN 90%% sparse (default)")
+    g.add_argument(
+        "--sparse",
+        dest="sparse",
+        action="store_true",
+        default=True,
+        help="attention projections 70%% / FFN 90%% sparse (default)",
+    )
     g.add_argument("--dense", dest="sparse", action="store_false", help="every linear dense")
     ap.add_argument("--dst", default="static", choices=DST_CHOICES)
     ap.add_argument("--update-freq", type=int, default=100)
@@ -341,55 +406,89 @@ def parse_args(argv=None):
     if args.resume and not args.checkpoint:
         ap.error("--resume needs --checkpoint")
     if args.checkpoint_activations and args.sparse and args.dst in ("rigl", "srigl", "snfs"):
-        ap.error("--checkpoint-activations would capture each block twice for gradient-based growth; "
-                 "use it with --dst static or set")
+        ap.error(
+            "--checkpoint-activations would capture each block twice for gradient-based growth; "
+            "use it with --dst static or set"
+        )
     return args
 
 
 def results(tr: Trainer, wall: float, stopped_early: bool) -> dict:
     a = tr.args
-    ms = tr.step_ms[min(len(tr.step_ms) - 1, 10):] if tr.step_ms else []
+    ms = tr.step_ms[min(len(tr.step_ms) - 1, 10) :] if tr.step_ms else []
     mem = sparselab.memory_report(tr.model, tr.opt)
     vals = [h["val_loss"] for h in tr.history if h.get("val_loss") is not None]
     tokens = tr.ranks.world * tr.cfg.batch * tr.cfg.context
     med = statistics.median(ms) if ms else None
-    cpu = tr.step_cpu_ms[min(len(tr.step_cpu_ms) - 1, 10):] if tr.step_cpu_ms else []
-    return {"name": run_name(a), "args": vars(a), "config": tr.cfg.as_dict(), "lr": tr.lr,
-            "world_size": tr.ranks.world, "tokens_per_step": tokens,
-            "tokens_per_second": tokens / (med / 1e3) if med else None, "build_seconds": tr.build_seconds,
-            "median_cpu_ms_per_step": statistics.median(cpu) if cpu else None,
-            "memory_per_live_weight": memory_per_live_weight(tr.model, tr.opt) if a.sparse else None,
-            "prefer": os.environ.get("SPARSELAB_PREFER", "speed"),
-            "steps_done": tr.step, "steps_planned": a.steps, "stopped_early": stopped_early,
-            "final_train_loss": tr.history[-1]["train_loss"] if tr.history else None,
-            "final_val_loss": vals[-1] if vals else None, "best_val_loss": min(vals) if vals else None,
-            "median_ms_per_step": statistics.median(ms) if ms else None, "wall_seconds": wall,
-            "params": sum(p.numel() for p in tr.model.parameters()),
-            "memory": {"total": mem.total, "dense_total": mem.dense_total,
-                       "sparse_layers": mem.sparse_layers_total - mem.scratch,
-                       "sparse_layers_dense": mem.sparse_layers_dense_total, "scratch": mem.scratch},
-            "peak_rss_bytes": peak_rss_bytes(), "history": tr.history,
-            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                        "threads": torch.get_num_threads()}}
+    cpu = tr.step_cpu_ms[min(len(tr.step_cpu_ms) - 1, 10) :] if tr.step_cpu_ms else []
+    return {
+        "name": run_name(a),
+        "args": vars(a),
+        "config": tr.cfg.as_dict(),
+        "lr": tr.lr,
+        "world_size": tr.ranks.world,
+        "tokens_per_step": tokens,
+        "tokens_per_second": tokens / (med / 1e3) if med else None,
+        "build_seconds": tr.build_seconds,
+        "median_cpu_ms_per_step": statistics.median(cpu) if cpu else None,
+        "memory_per_live_weight": memory_per_live_weight(tr.model, tr.opt) if a.sparse else None,
+        "prefer": os.environ.get("SPARSELAB_PREFER", "speed"),
+        "steps_done": tr.step,
+        "steps_planned": a.steps,
+        "stopped_early": stopped_early,
+        "final_train_loss": tr.history[-1]["train_loss"] if tr.history else None,
+        "final_val_loss": vals[-1] if vals else None,
+        "best_val_loss": min(vals) if vals else None,
+        "median_ms_per_step": statistics.median(ms) if ms else None,
+        "wall_seconds": wall,
+        "params": sum(p.numel() for p in tr.model.parameters()),
+        "memory": {
+            "total": mem.total,
+            "dense_total": mem.dense_total,
+            "sparse_layers": mem.sparse_layers_total - mem.scratch,
+            "sparse_layers_dense": mem.sparse_layers_dense_total,
+            "scratch": mem.scratch,
+        },
+        "peak_rss_bytes": peak_rss_bytes(),
+        "history": tr.history,
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+        },
+    }
 
 
 def summary_table(r: dict) -> str:
     def f(v, fmt):
         return "-" if v is None else format(v, fmt)
+
     m = r["memory"]
-    rows = [("run", r["name"]), ("steps", f"{r['steps_done']} / {r['steps_planned']}"),
-            ("final train loss", f(r["final_train_loss"], ".4f")), ("final val loss", f(r["final_val_loss"], ".4f")),
-            ("best val loss", f(r["best_val_loss"], ".4f")), ("median ms/step", f(r["median_ms_per_step"], ".1f")),
-            ("wall time (s)", f(r["wall_seconds"], ".0f")), ("stored parameters", f"{r['params']:,}"),
-            ("weights+grads+optim (MiB)", f"{m['total'] / 2**20:.1f} (dense equivalent {m['dense_total'] / 2**20:.1f})"),
-            ("peak RSS (MiB)", f"{r['peak_rss_bytes'] / 2**20:.0f}"),
-            ("tokens/s (all ranks)", f(r.get("tokens_per_second"), ".0f"))]
+    rows = [
+        ("run", r["name"]),
+        ("steps", f"{r['steps_done']} / {r['steps_planned']}"),
+        ("final train loss", f(r["final_train_loss"], ".4f")),
+        ("final val loss", f(r["final_val_loss"], ".4f")),
+        ("best val loss", f(r["best_val_loss"], ".4f")),
+        ("median ms/step", f(r["median_ms_per_step"], ".1f")),
+        ("wall time (s)", f(r["wall_seconds"], ".0f")),
+        ("stored parameters", f"{r['params']:,}"),
+        ("weights+grads+optim (MiB)", f"{m['total'] / 2**20:.1f} (dense equivalent {m['dense_total'] / 2**20:.1f})"),
+        ("peak RSS (MiB)", f"{r['peak_rss_bytes'] / 2**20:.0f}"),
+        ("tokens/s (all ranks)", f(r.get("tokens_per_second"), ".0f")),
+    ]
     per = r.get("memory_per_live_weight")
     if per:
         b = per["bytes_per_live_weight"]
-        rows.append(("bytes per live weight", f"{b['total']:.1f} (weight {b['weight']:.1f}, grad {b['grad']:.1f}, "
-                     f"optim {b['optimizer']:.1f}, index {b['index']:.1f}, cache {b['cache']:.1f}); dense "
-                     f"{per['dense_bytes_per_weight']:.1f} per weight"))
+        rows.append(
+            (
+                "bytes per live weight",
+                f"{b['total']:.1f} (weight {b['weight']:.1f}, grad {b['grad']:.1f}, "
+                f"optim {b['optimizer']:.1f}, index {b['index']:.1f}, cache {b['cache']:.1f}); dense "
+                f"{per['dense_bytes_per_weight']:.1f} per weight",
+            )
+        )
     w = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
@@ -400,9 +499,22 @@ def main(argv=None) -> dict:
     state = None
     if args.resume:
         state = torch.load(args.checkpoint, weights_only=True)  # tensors and plain data only: no code runs
-        saved = {k: v for k, v in state["args"].items() if k not in ("stop_at", "resume", "no_progress", "out",
-                                                                       "eval_every", "ckpt_every", "threads",
-                                                                       "backend", "mmap_threshold_mb")}
+        saved = {
+            k: v
+            for k, v in state["args"].items()
+            if k
+            not in (
+                "stop_at",
+                "resume",
+                "no_progress",
+                "out",
+                "eval_every",
+                "ckpt_every",
+                "threads",
+                "backend",
+                "mmap_threshold_mb",
+            )
+        }
         diff = {k: (v, getattr(args, k, None)) for k, v in saved.items() if getattr(args, k, None) != v}
         if diff:
             raise SystemExit(f"--resume: arguments differ from the checkpoint's: {diff}")
@@ -412,12 +524,17 @@ def main(argv=None) -> dict:
     out = Path(args.out) / f"{run_name(args)}.json"
     main_rank = tr.ranks.is_main  # only rank 0 evaluates, logs and writes files
     if main_rank:
-        print(f"{run_name(args)}: {tr.cfg}  lr {tr.lr}  {sum(p.numel() for p in tr.model.parameters()):,} stored "
-          f"parameters; steps {tr.step} -> {end} of {args.steps}", flush=True)
+        print(
+            f"{run_name(args)}: {tr.cfg}  lr {tr.lr}  {sum(p.numel() for p in tr.model.parameters()):,} stored "
+            f"parameters; steps {tr.step} -> {end} of {args.steps}",
+            flush=True,
+        )
 
     from tqdm import tqdm
-    bar = tqdm(total=end, initial=tr.step, disable=args.no_progress or not main_rank, dynamic_ncols=True,
-               mininterval=2.0)
+
+    bar = tqdm(
+        total=end, initial=tr.step, disable=args.no_progress or not main_rank, dynamic_ncols=True, mininterval=2.0
+    )
     t_wall = time.perf_counter()
     window: list[float] = []
     while tr.step < end:
@@ -430,14 +547,22 @@ def main(argv=None) -> dict:
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.3f}", ms_step=f"{statistics.median(tr.step_ms[-20:]):.0f}", refresh=False)
         if main_rank and (tr.step % args.eval_every == 0 or tr.step == end):
-            h = {"step": tr.step, "train_loss": sum(window) / len(window), "val_loss": tr.evaluate(),
-                 "lr": tr.opt.param_groups[0]["lr"], "ms_per_step": statistics.median(tr.step_ms[-args.eval_every:])}
+            h = {
+                "step": tr.step,
+                "train_loss": sum(window) / len(window),
+                "val_loss": tr.evaluate(),
+                "lr": tr.opt.param_groups[0]["lr"],
+                "ms_per_step": statistics.median(tr.step_ms[-args.eval_every :]),
+            }
             window = []
             tr.history.append(h)
-            bar.write(f"step {h['step']:5d}  train {h['train_loss']:.4f}  val {h['val_loss']:.4f}  "
-                      f"{h['ms_per_step']:.0f} ms/step")
-            atomic_write_text(out, json.dumps(results(tr, time.perf_counter() - t_wall, tr.step < args.steps),
-                                              indent=1) + "\n")
+            bar.write(
+                f"step {h['step']:5d}  train {h['train_loss']:.4f}  val {h['val_loss']:.4f}  "
+                f"{h['ms_per_step']:.0f} ms/step"
+            )
+            atomic_write_text(
+                out, json.dumps(results(tr, time.perf_counter() - t_wall, tr.step < args.steps), indent=1) + "\n"
+            )
         if args.checkpoint and (tr.step % args.ckpt_every == 0 or tr.step == end):
             tr.save(args.checkpoint)
     bar.close()

@@ -24,9 +24,9 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-import sparselab  # noqa: E402
-
 import dst_mnist as M  # noqa: E402  (bench/dst_mnist.py)
+
+import sparselab  # noqa: E402
 
 
 def memory(args) -> dict:
@@ -39,19 +39,27 @@ def memory(args) -> dict:
         model = M.make_model(True, args.sparsity, args.padding)
         algo = sparselab.RigL(args.sparsity, seed=args.seed)
         model.apply(algo)  # before the optimizer: attaching may repack a layer
-        opt = (torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9) if opt_name == "sgd"
-               else torch.optim.AdamW(model.parameters(), lr=1e-3))
+        opt = (
+            torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            if opt_name == "sgd"
+            else torch.optim.AdamW(model.parameters(), lr=1e-3)
+        )
         algo.attach_optimizer(opt)
         opt.zero_grad()
         F.cross_entropy(model(x), y).backward()
         opt.step()
         rep = sparselab.memory_report(model, opt)
-        out[opt_name] = {"sparse_layers_bytes": rep.sparse_layers_total - rep.scratch,
-                         "sparse_layers_dense_bytes": rep.sparse_layers_dense_total,
-                         "sparse_layers_ratio": rep.layers_only_ratio, "model_bytes": rep.total,
-                         "model_dense_bytes": rep.dense_total, "model_ratio": rep.ratio, "kernel_scratch_bytes": rep.scratch,
-                         "model_ratio_without_scratch": (rep.total - rep.scratch) / rep.dense_total,
-                         "table": str(rep)}
+        out[opt_name] = {
+            "sparse_layers_bytes": rep.sparse_layers_total - rep.scratch,
+            "sparse_layers_dense_bytes": rep.sparse_layers_dense_total,
+            "sparse_layers_ratio": rep.layers_only_ratio,
+            "model_bytes": rep.total,
+            "model_dense_bytes": rep.dense_total,
+            "model_ratio": rep.ratio,
+            "kernel_scratch_bytes": rep.scratch,
+            "model_ratio_without_scratch": (rep.total - rep.scratch) / rep.dense_total,
+            "table": str(rep),
+        }
     return out
 
 
@@ -87,10 +95,18 @@ def main(argv=None) -> int:
         if dense is not None and r is not dense:
             r["acc_vs_dense_pp"] = r["test_acc"] - dense["test_acc"]
             r["time_vs_dense"] = r["seconds"] / dense["seconds"]
-    res = {"command": "python examples/mnist_mlp/run.py " + " ".join(sys.argv[1:] if argv is None else argv),
-           "args": vars(args), "results": results, "memory": memory(args),
-           "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                       "threads": args.threads}}
+    res = {
+        "command": "python examples/mnist_mlp/run.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "args": vars(args),
+        "results": results,
+        "memory": memory(args),
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "torch": torch.__version__,
+            "threads": args.threads,
+        },
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n")

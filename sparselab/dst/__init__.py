@@ -8,22 +8,59 @@ See :mod:`sparselab.dst.base` for the contract of a new algorithm.
 
 from . import distribution, schedules
 from .base import LayerState, SparsityAlgorithm, UpdateInfo
+from .config import ALGORITHMS, Group, SparsityGroups, configure
 from .gmp import GMP
 from .granet import GraNet
 from .rigl import RigL
-from .schedules import (ConstantDrop, ConstantSparsity, CosineDrop, CosineSparsity, CubicSparsity, DropSchedule,
-                        PolynomialSparsity, SparsitySchedule, UpdateSchedule)
+from .schedules import (
+    ConstantDrop,
+    ConstantSparsity,
+    CosineDrop,
+    CosineSparsity,
+    CubicSparsity,
+    DropSchedule,
+    PolynomialSparsity,
+    SparsitySchedule,
+    UpdateSchedule,
+)
 from .scores import LowestIndex, RandomTies, TieBreaker
 from .set import SET
 from .snfs import SNFS
 from .srigl import SRigL
 from .static import Static
 from .topkast import TopKAST, TopKASTLinear
-from .config import ALGORITHMS, Group, SparsityGroups, configure
 from .wrapper import SparsityOptimizer
 
-__all__ = ["SparsityAlgorithm", "LayerState", "UpdateInfo", "Static", "SET", "RigL", "SRigL", "GMP", "GraNet",
-           "SNFS", "TopKAST", "TopKASTLinear", "UpdateSchedule", "DropSchedule", "ConstantDrop", "CosineDrop",
-           "SparsitySchedule", "ConstantSparsity", "CubicSparsity", "PolynomialSparsity", "CosineSparsity",
-           "TieBreaker", "LowestIndex", "RandomTies", "configure", "Group", "SparsityGroups", "SparsityOptimizer",
-           "ALGORITHMS", "distribution", "schedules"]
+__all__ = [
+    "SparsityAlgorithm",
+    "LayerState",
+    "UpdateInfo",
+    "Static",
+    "SET",
+    "RigL",
+    "SRigL",
+    "GMP",
+    "GraNet",
+    "SNFS",
+    "TopKAST",
+    "TopKASTLinear",
+    "UpdateSchedule",
+    "DropSchedule",
+    "ConstantDrop",
+    "CosineDrop",
+    "SparsitySchedule",
+    "ConstantSparsity",
+    "CubicSparsity",
+    "PolynomialSparsity",
+    "CosineSparsity",
+    "TieBreaker",
+    "LowestIndex",
+    "RandomTies",
+    "configure",
+    "Group",
+    "SparsityGroups",
+    "SparsityOptimizer",
+    "ALGORITHMS",
+    "distribution",
+    "schedules",
+]

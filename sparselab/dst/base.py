@@ -140,15 +140,24 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .. import optimizer_tracking
 from .. import distributed as _distributed
+from .. import optimizer_tracking
 from ..nn import SparseLinear
 from . import distribution as _distribution
 from . import scores as _scores
 from .capture import GradientCapture
-from .schedules import (ConstantDrop, ConstantSparsity, CosineDrop, DropSchedule, SparsitySchedule, UpdateSchedule,
-                        check_fraction, check_sparsity, check_step)
 from .radix import mask_live_positions, radix_topk
+from .schedules import (
+    ConstantDrop,
+    ConstantSparsity,
+    CosineDrop,
+    DropSchedule,
+    SparsitySchedule,
+    UpdateSchedule,
+    check_fraction,
+    check_sparsity,
+    check_step,
+)
 from .select import keep_top_per_row, topk_indices, topk_mask, topk_per_row
 from .topology import RewriteResult, rewrite_layer
 
@@ -193,7 +202,8 @@ class LayerState:
             raise RuntimeError(
                 f"layer {self.name!r}: no captured gradient for this update. Gradient-based growth needs "
                 f"algo.step() called once after every optimizer step (forward + backward happen between "
-                f"two algo.step() calls), so the algorithm can capture X and dY on the step before an update")
+                f"two algo.step() calls), so the algorithm can capture X and dY on the step before an update"
+            )
         return self.capture.dense_grad(rows)
 
     def __repr__(self) -> str:
@@ -234,8 +244,10 @@ class _PendingSetup(_NoSetup):
         if algo is None:
             return
         if torch.compiler.is_compiling():
-            raise RuntimeError(f"{type(algo).__name__} was attached with model.apply and is set up at the first "
-                               f"eager forward; call algo.attach(model) before torch.compile(model)")
+            raise RuntimeError(
+                f"{type(algo).__name__} was attached with model.apply and is set up at the first "
+                f"eager forward; call algo.attach(model) before torch.compile(model)"
+            )
         algo._finish_attach()
 
     def __reduce__(self):
@@ -282,11 +294,26 @@ class SparsityAlgorithm:
     default_drop_schedule: str = "constant"
     default_padding: float = 0.25
 
-    def __init__(self, sparsity=0.9, *, update_freq=100, drop_fraction=0.3, drop_schedule: str | None = None,
-                 start: int = 0, end: int | None = None, distribution="uniform", seed: int = 0,
-                 padding: float | None = None, chunk_fraction: float = 1 / 16, check: bool = False,
-                 drop_shaper=None, grow_shaper=None, tie_breaker=None, process_group=None,
-                 check_ranks: bool = False):
+    def __init__(
+        self,
+        sparsity=0.9,
+        *,
+        update_freq=100,
+        drop_fraction=0.3,
+        drop_schedule: str | None = None,
+        start: int = 0,
+        end: int | None = None,
+        distribution="uniform",
+        seed: int = 0,
+        padding: float | None = None,
+        chunk_fraction: float = 1 / 16,
+        check: bool = False,
+        drop_shaper=None,
+        grow_shaper=None,
+        tie_breaker=None,
+        process_group=None,
+        check_ranks: bool = False,
+    ):
         self.check = bool(check)
         self.drop_shaper = _scores.check_shaper(drop_shaper, "drop_shaper")
         self.grow_shaper = _scores.check_shaper(grow_shaper, "grow_shaper")
@@ -315,8 +342,11 @@ class SparsityAlgorithm:
             else:
                 raise ValueError(f"drop_schedule must be 'constant' or 'cosine', got {kind!r}")
         self._distribution = _distribution.resolve(distribution)
-        self._distribution_name = distribution if isinstance(distribution, str) else getattr(
-            distribution, "__name__", type(distribution).__name__)
+        self._distribution_name = (
+            distribution
+            if isinstance(distribution, str)
+            else getattr(distribution, "__name__", type(distribution).__name__)
+        )
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
         self.seed = seed
@@ -324,8 +354,11 @@ class SparsityAlgorithm:
         if isinstance(padding, bool) or not isinstance(padding, (int, float)) or not (0 <= padding < math.inf):
             raise ValueError(f"padding must be a finite number >= 0 (fraction of the mean row count), got {padding!r}")
         self.padding = float(padding)
-        if not isinstance(chunk_fraction, (int, float)) or isinstance(chunk_fraction, bool) or not (
-                0 < chunk_fraction <= 1):
+        if (
+            not isinstance(chunk_fraction, (int, float))
+            or isinstance(chunk_fraction, bool)
+            or not (0 < chunk_fraction <= 1)
+        ):
             raise ValueError(f"chunk_fraction must be in (0, 1], got {chunk_fraction!r}")
         self.chunk_fraction = float(chunk_fraction)
 
@@ -356,8 +389,10 @@ class SparsityAlgorithm:
             self._attach(module, "")
             if id(module) not in self._pending:
                 hook = _PendingSetup(self)
-                self._pending[id(module)] = (module.register_forward_pre_hook(hook),
-                                             module.register_state_dict_pre_hook(hook))
+                self._pending[id(module)] = (
+                    module.register_forward_pre_hook(hook),
+                    module.register_state_dict_pre_hook(hook),
+                )
         elif self._pending and any(isinstance(m, SparseLinear) and id(m) in self._pending for m in module.modules()):
             # apply visits parents after children: the last such container is the model, whose
             # module names name the layers.
@@ -370,9 +405,11 @@ class SparsityAlgorithm:
             raise TypeError(f"{type(self).__name__} attaches to nn.Module objects, got {type(module).__name__}")
         sparse = [m for m in module.modules() if isinstance(m, SparseLinear)]
         if not sparse:
-            raise TypeError(f"{type(self).__name__} attaches to sparselab.SparseLinear layers, but "
-                            f"{type(module).__name__} is not one and contains none; convert dense layers first "
-                            f"(sparselab.sparsify(model, sparsity) or SparseLinear.from_dense)")
+            raise TypeError(
+                f"{type(self).__name__} attaches to sparselab.SparseLinear layers, but "
+                f"{type(module).__name__} is not one and contains none; convert dense layers first "
+                f"(sparselab.sparsify(model, sparsity) or SparseLinear.from_dense)"
+            )
         names = {id(m): n for n, m in module.named_modules()}
         for m in sparse:
             self._attach(m, names.get(id(m), ""))
@@ -416,8 +453,9 @@ class SparsityAlgorithm:
         ref = _OWNER.get(module)
         other = ref() if ref is not None else None
         if other is not None and other is not self:
-            raise RuntimeError(f"this SparseLinear is already attached to another {type(other).__name__}; "
-                               f"call other.detach() first")
+            raise RuntimeError(
+                f"this SparseLinear is already attached to another {type(other).__name__}; call other.detach() first"
+            )
         if self._stepped:
             raise RuntimeError("attach every layer before training starts (algo.step() was already called)")
         _OWNER[module] = weakref.ref(self)
@@ -458,8 +496,10 @@ class SparsityAlgorithm:
     def _require_layers(self) -> None:
         self._finish_attach()
         if not self._layers:
-            raise RuntimeError(f"{type(self).__name__} has no SparseLinear attached: call algo.attach(model) "
-                               f"(or model.apply(algo)) first")
+            raise RuntimeError(
+                f"{type(self).__name__} has no SparseLinear attached: call algo.attach(model) "
+                f"(or model.apply(algo)) first"
+            )
 
     # ------------------------------------------------------------------ budgets
 
@@ -517,8 +557,7 @@ class SparsityAlgorithm:
             self.rewrite(layer, drop, *self._nothing()[:2])
         elif target > nnz:
             rows, cols = self.select_grow(layer, self._random_scores(layer), target - nnz)
-            self.rewrite(layer, torch.empty(0, dtype=torch.int64), rows, cols,
-                         self._init_values(layer, rows))
+            self.rewrite(layer, torch.empty(0, dtype=torch.int64), rows, cols, self._init_values(layer, rows))
 
     def _init_values(self, layer: LayerState, rows: Tensor) -> Tensor:
         """SparseLinear's init for new entries: U(-1/sqrt(k), 1/sqrt(k)), k = the row's live count after growing."""
@@ -606,7 +645,7 @@ class SparsityAlgorithm:
             lo, hi = torch.searchsorted(dropped, torch.tensor([s0, s1], dtype=dropped.dtype)).tolist()
             if hi > lo:
                 live[dropped[lo:hi] - s0] = False
-        rows = torch.repeat_interleave(torch.arange(r1 - r0), w.row_start[r0 + 1:r1 + 1] - w.row_start[r0:r1])
+        rows = torch.repeat_interleave(torch.arange(r1 - r0), w.row_start[r0 + 1 : r1 + 1] - w.row_start[r0:r1])
         return rows[live] * layer.shape[1] + cols[live].to(torch.int64)
 
     def _block_scores(self, layer: LayerState, score_fn, r0: int, r1: int, dropped: Tensor | None) -> Tensor:
@@ -625,8 +664,9 @@ class SparsityAlgorithm:
             flat.index_fill_(0, self._blocked_positions(layer, r0, r1, dropped), _NEG_INF)
         return flat
 
-    def select_grow(self, layer: LayerState, score_fn, n: int, *, dropped: Tensor | None = None
-                    ) -> tuple[Tensor, Tensor]:
+    def select_grow(
+        self, layer: LayerState, score_fn, n: int, *, dropped: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """``(rows, cols)`` of the ``n`` highest-scoring positions that are not live
         (a position in ``dropped`` counts as free), sorted by row then column
         (int32 when the layer has fewer than 2**31 positions); ties go to the
@@ -658,7 +698,7 @@ class SparsityAlgorithm:
             self.generator.set_state(rewind)
             return self._select_grow_pool(layer, block_scores, blocks, n, idx_dtype)
         if len(blocks) == 1:
-            return radix_topk(lambda: [(first, None, 0)], n, div=in_f, out_dtype=idx_dtype)
+            return radix_topk(lambda: [(first, None, 0)], n, div=in_f, out_dtype=idx_dtype)  # noqa: F821 (del below)
         pending = [first]
         del first
 
@@ -690,8 +730,9 @@ class SparsityAlgorithm:
                     pool_v, pool_i = pool_v.masked_select(keep), pool_i.masked_select(keep)
         return pool_i // in_f, pool_i % in_f
 
-    def select_grow_per_row(self, layer: LayerState, score_fn, n_per_row: Tensor, *,
-                            dropped: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def select_grow_per_row(
+        self, layer: LayerState, score_fn, n_per_row: Tensor, *, dropped: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Per row ``r`` the ``n_per_row[r]`` highest-scoring free positions (row blocks as in
         :meth:`select_grow`); returns ``(rows, cols)`` sorted by row then column."""
         out_f, in_f = layer.shape
@@ -718,11 +759,20 @@ class SparsityAlgorithm:
         return keep_top_per_row(scores.detach().reshape(-1), w.slot_rows(), w.row_start, w.live_mask(), keep)
 
     def _random_scores(self, layer: LayerState):
-        return lambda rows: torch.rand(len(range(*rows.indices(layer.shape[0]))), layer.shape[1],
-                                       generator=self.generator)
+        return lambda rows: torch.rand(
+            len(range(*rows.indices(layer.shape[0]))), layer.shape[1], generator=self.generator
+        )
 
-    def rewrite(self, layer: LayerState, drop_slots: Tensor, rows: Tensor, cols: Tensor,
-                values: Tensor | None = None, *, min_spare: int = 0) -> RewriteResult:
+    def rewrite(
+        self,
+        layer: LayerState,
+        drop_slots: Tensor,
+        rows: Tensor,
+        cols: Tensor,
+        values: Tensor | None = None,
+        *,
+        min_spare: int = 0,
+    ) -> RewriteResult:
         """Apply a drop / grow to the layer (see :func:`sparselab.dst.topology.rewrite_layer`)."""
         spare = max(1, self._spare(layer))
         compact = False
@@ -730,8 +780,18 @@ class SparsityAlgorithm:
             # Return pruned slots to memory once the layer holds 1.5x what it needs.
             need = layer.nnz - drop_slots.numel() + rows.numel() + layer.shape[0] * spare
             compact = layer.module.capacity > 1.5 * need
-        return rewrite_layer(layer.module, drop_slots, rows, cols, values, optimizers=self._optimizers,
-                             spare=spare, compact=compact, min_spare=min_spare, validate=self.check)
+        return rewrite_layer(
+            layer.module,
+            drop_slots,
+            rows,
+            cols,
+            values,
+            optimizers=self._optimizers,
+            spare=spare,
+            compact=compact,
+            min_spare=min_spare,
+            validate=self.check,
+        )
 
     # ------------------------------------------------------------------ stepping
 
@@ -748,12 +808,17 @@ class SparsityAlgorithm:
         t = self._step
         changed = False
         if self.is_update_step(t):
-            if (not self._optimizers and not self._warned_no_opt
-                    and not any(optimizer_tracking.holders(L.module.weight_values) for L in self._layers)):
+            if (
+                not self._optimizers
+                and not self._warned_no_opt
+                and not any(optimizer_tracking.holders(L.module.weight_values) for L in self._layers)
+            ):
                 self._warned_no_opt = True
-                warnings.warn(f"{type(self).__name__}: no optimizer has stepped these layers yet and none was "
-                              f"attached (algo.attach_optimizer(opt)); there is no optimizer state to move",
-                              stacklevel=2)
+                warnings.warn(
+                    f"{type(self).__name__}: no optimizer has stepped these layers yet and none was "
+                    f"attached (algo.attach_optimizer(opt)); there is no optimizer state to move",
+                    stacklevel=2,
+                )
             with torch.no_grad():
                 changed = self._update(t)
             if self._sync is not None:
@@ -769,8 +834,9 @@ class SparsityAlgorithm:
         for L, (n_drop, n_grow) in zip(self._layers, counts):
             res = self.update_layer(L, t, int(n_drop), int(n_grow))
             if res is not None:
-                infos.append(UpdateInfo(L.name, t, res.dropped, res.grown, res.nnz, res.repacked, res.resized,
-                                        res.grown_slots))
+                infos.append(
+                    UpdateInfo(L.name, t, res.dropped, res.grown, res.nnz, res.repacked, res.resized, res.grown_slots)
+                )
         self.last_update = infos
         return bool(infos)
 
@@ -790,13 +856,21 @@ class SparsityAlgorithm:
 
     def config(self) -> dict:
         """What must match for a checkpoint to resume (subclasses add their knobs)."""
-        cfg = {"algorithm": type(self).__name__, "sparsity": self.sparsity_schedule.config(),
-               "update": self.update_schedule.config(), "drop": self.drop_schedule.config(),
-               "distribution": str(self._distribution_name), "seed": self.seed, "padding": self.padding,
-               "chunk_fraction": self.chunk_fraction}
-        for key, v in (("drop_shaper", _scores.shaper_name(self.drop_shaper)),
-                       ("grow_shaper", _scores.shaper_name(self.grow_shaper)),
-                       ("tie_breaker", getattr(self.tie_breaker, "name", None))):
+        cfg = {
+            "algorithm": type(self).__name__,
+            "sparsity": self.sparsity_schedule.config(),
+            "update": self.update_schedule.config(),
+            "drop": self.drop_schedule.config(),
+            "distribution": str(self._distribution_name),
+            "seed": self.seed,
+            "padding": self.padding,
+            "chunk_fraction": self.chunk_fraction,
+        }
+        for key, v in (
+            ("drop_shaper", _scores.shaper_name(self.drop_shaper)),
+            ("grow_shaper", _scores.shaper_name(self.grow_shaper)),
+            ("tie_breaker", getattr(self.tie_breaker, "name", None)),
+        ):
             if v is not None:  # only when set: default checkpoints keep their configuration
                 cfg[key] = v
         return cfg
@@ -810,10 +884,14 @@ class SparsityAlgorithm:
 
     def state_dict(self) -> dict:
         self._finish_attach()
-        return {"version": 1, "config": self.config(), "step": self._step,
-                "rng_state": self.generator.get_state(),
-                "layers": [{"name": L.name, "shape": list(L.shape), "nnz": L.nnz} for L in self._layers],
-                "extra": self.extra_state()}
+        return {
+            "version": 1,
+            "config": self.config(),
+            "step": self._step,
+            "rng_state": self.generator.get_state(),
+            "layers": [{"name": L.name, "shape": list(L.shape), "nnz": L.nnz} for L in self._layers],
+            "extra": self.extra_state(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Resume: step count, RNG state and extra state; the schedule
@@ -823,15 +901,18 @@ class SparsityAlgorithm:
         mine, theirs = self.config(), state.get("config", {})
         if mine != theirs:
             diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-            raise ValueError(f"checkpoint was made by a differently configured algorithm; differing: "
-                             + ", ".join(f"{k}: saved {theirs.get(k)!r} vs {mine.get(k)!r}" for k in diff))
+            raise ValueError(
+                "checkpoint was made by a differently configured algorithm; differing: "
+                + ", ".join(f"{k}: saved {theirs.get(k)!r} vs {mine.get(k)!r}" for k in diff)
+            )
         try:
             saved_shapes = [tuple(int(d) for d in s["shape"]) for s in state.get("layers", [])]
         except (TypeError, KeyError, ValueError):
             raise ValueError("checkpoint 'layers' must be a list of {'shape': [out, in], ...}") from None
         if self._layers and saved_shapes and saved_shapes != [L.shape for L in self._layers]:
-            raise ValueError(f"checkpoint has layers {saved_shapes}, this algorithm "
-                             f"is attached to {[L.shape for L in self._layers]}")
+            raise ValueError(
+                f"checkpoint has layers {saved_shapes}, this algorithm is attached to {[L.shape for L in self._layers]}"
+            )
         step = check_step(state["step"], "step")
         rng = state["rng_state"]
         if not isinstance(rng, Tensor) or rng.dtype != torch.uint8 or rng.dim() != 1:
@@ -855,6 +936,8 @@ class SparsityAlgorithm:
         self._arm_if_update_next()
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(sparsity={self.sparsity_schedule!r}, update={self.update_schedule!r}, "
-                f"drop={self.drop_schedule!r}, distribution={self._distribution_name!r}, seed={self.seed}, "
-                f"layers={len(self._layers)}, step={self._step})")
+        return (
+            f"{type(self).__name__}(sparsity={self.sparsity_schedule!r}, update={self.update_schedule!r}, "
+            f"drop={self.drop_schedule!r}, distribution={self._distribution_name!r}, seed={self.seed}, "
+            f"layers={len(self._layers)}, step={self._step})"
+        )

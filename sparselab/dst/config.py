@@ -72,8 +72,15 @@ from .topkast import TopKAST
 __all__ = ["configure", "Group", "SparsityGroups", "FixedDensities", "ALGORITHMS"]
 
 ALGORITHMS: dict[str, type[SparsityAlgorithm]] = {
-    "static": Static, "set": SET, "rigl": RigL, "srigl": SRigL, "gmp": GMP, "granet": GraNet, "snfs": SNFS,
-    "topkast": TopKAST}
+    "static": Static,
+    "set": SET,
+    "rigl": RigL,
+    "srigl": SRigL,
+    "gmp": GMP,
+    "granet": GraNet,
+    "snfs": SNFS,
+    "topkast": TopKAST,
+}
 # Algorithms whose layers keep a fixed budget: groups using one with the same options share an object.
 _MERGEABLE = (Static, SET, RigL, SRigL, SNFS)
 _UNSET = object()
@@ -173,13 +180,24 @@ class SparsityGroups:
     ``attach_optimizer()``, ``state_dict()`` / ``load_state_dict()``, ``layers``,
     ``last_update``. Made by :func:`configure` (or ``SparsityGroups(groups, ...).attach(model)``)."""
 
-    def __init__(self, groups, *, algorithm="static", sparsify_method: str = "magnitude", reinit: bool = False,
-                 padding: float | int = 0.0, seed: int = 0, **defaults):
+    def __init__(
+        self,
+        groups,
+        *,
+        algorithm="static",
+        sparsify_method: str = "magnitude",
+        reinit: bool = False,
+        padding: float | int = 0.0,
+        seed: int = 0,
+        **defaults,
+    ):
         if isinstance(groups, Mapping):  # {glob: algorithm object, sparsity or group dict}
             groups = [_group_of(glob, v) for glob, v in groups.items()]
         if not isinstance(groups, Sequence) or isinstance(groups, str) or not groups:
-            raise TypeError("groups must be a non-empty list of group dicts ({'modules': glob, 'sparsity': ..., "
-                            "'algorithm': ...}) or a dict {glob: algorithm, sparsity or group dict}")
+            raise TypeError(
+                "groups must be a non-empty list of group dicts ({'modules': glob, 'sparsity': ..., "
+                "'algorithm': ...}) or a dict {glob: algorithm, sparsity or group dict}"
+            )
         distribution = defaults.pop("distribution", "uniform")  # the default within-group split
         self.specs = []
         for i, g in enumerate(groups):
@@ -214,13 +232,16 @@ class SparsityGroups:
                 hit = [n for n in linear if fnmatch.fnmatchcase(n, glob) or fnmatch.fnmatchcase(f"{n}.weight", glob)]
                 if not hit:
                     shown = ", ".join(repr(n) for n in linear[:8]) + (", ..." if len(linear) > 8 else "")
-                    raise ValueError(f"group {i}: {glob!r} matches no linear layer of the model "
-                                     f"(linear layers: {shown or 'none'})")
+                    raise ValueError(
+                        f"group {i}: {glob!r} matches no linear layer of the model (linear layers: {shown or 'none'})"
+                    )
                 for n in hit:
                     if n in owner and owner[n][0] != i:
                         j, other = owner[n]
-                        raise ValueError(f"layer {n!r} is matched twice: by {other!r} (group {j}) and by "
-                                         f"{glob!r} (group {i}); a layer belongs to one group")
+                        raise ValueError(
+                            f"layer {n!r} is matched twice: by {other!r} (group {j}) and by "
+                            f"{glob!r} (group {i}); a layer belongs to one group"
+                        )
                     owner[n] = (i, glob)
                 names.update(hit)
             resolved.append(_Resolved(i, globs, [n for n in linear if n in names], spec))
@@ -232,8 +253,10 @@ class SparsityGroups:
             if a.lower() == "dense":
                 return None
             if a.lower() not in ALGORITHMS:
-                raise ValueError(f"{g.label}: unknown algorithm {a!r}; choose from "
-                                 f"{', '.join(ALGORITHMS)}, 'dense', a SparsityAlgorithm class or instance")
+                raise ValueError(
+                    f"{g.label}: unknown algorithm {a!r}; choose from "
+                    f"{', '.join(ALGORITHMS)}, 'dense', a SparsityAlgorithm class or instance"
+                )
             return ALGORITHMS[a.lower()]
         if isinstance(a, type) and issubclass(a, SparsityAlgorithm):
             return a
@@ -270,8 +293,10 @@ class SparsityGroups:
             if cls is None or s is None:
                 sparse = [n for n in g.names if isinstance(mods[n], SparseLinear)]
                 if sparse:
-                    raise ValueError(f"{g.label} is dense but matches SparseLinear layers ({sparse[0]!r}); "
-                                     f"a dense group can only hold nn.Linear layers")
+                    raise ValueError(
+                        f"{g.label} is dense but matches SparseLinear layers ({sparse[0]!r}); "
+                        f"a dense group can only hold nn.Linear layers"
+                    )
                 self.dense += g.names
                 continue
             if isinstance(cls, SparsityAlgorithm):
@@ -308,8 +333,15 @@ class SparsityGroups:
                 by_name = {}
                 for g in gs:
                     gshapes = [(mods[n].out_features, mods[n].in_features) for n in g.names]
-                    by_name.update(zip(g.names, (min(1.0, max(0.0, float(d))) for d in
-                                                 _distribution.resolve(g.distribution)(gshapes, 1.0 - g.sparsity))))
+                    by_name.update(
+                        zip(
+                            g.names,
+                            (
+                                min(1.0, max(0.0, float(d)))
+                                for d in _distribution.resolve(g.distribution)(gshapes, 1.0 - g.sparsity)
+                            ),
+                        )
+                    )
                 names = [n for n in order if n in by_name]  # model order, as the algorithm attaches them
                 shapes = [(mods[n].out_features, mods[n].in_features) for n in names]
                 dens = [by_name[n] for n in names]
@@ -323,23 +355,36 @@ class SparsityGroups:
 
         from ..sparsify import sparsify
 
-        to_sparsify = {n: 1.0 - min(1.0, d) for algo, gs, names, d0 in built for n, d in zip(names, d0)
-                       if not isinstance(mods[n], SparseLinear)}
+        to_sparsify = {
+            n: 1.0 - min(1.0, d)
+            for algo, gs, names, d0 in built
+            for n, d in zip(names, d0)
+            if not isinstance(mods[n], SparseLinear)
+        }
         if to_sparsify:
-            model = sparsify(model, lambda name, m: to_sparsify.get(name), include=lambda n, m: n in to_sparsify,
-                             method=self.sparsify_method, reinit=self.reinit, padding=self.padding)
+            model = sparsify(
+                model,
+                lambda name, m: to_sparsify.get(name),
+                include=lambda n, m: n in to_sparsify,
+                method=self.sparsify_method,
+                reinit=self.reinit,
+                padding=self.padding,
+            )
             mods = dict(model.named_modules()) if isinstance(model, nn.Module) else {"": model}
         saved = None
         if state is not None:
             saved = state.get("groups") if isinstance(state, dict) else None
             if not isinstance(saved, list) or len(saved) != len(built):
-                raise ValueError(f"state holds {len(saved) if isinstance(saved, list) else 'no'} algorithm groups, "
-                                 f"this configuration makes {len(built)}")
+                raise ValueError(
+                    f"state holds {len(saved) if isinstance(saved, list) else 'no'} algorithm groups, "
+                    f"this configuration makes {len(built)}"
+                )
         for i, (algo, gs, names, _) in enumerate(built):
             if saved is not None:
                 if saved[i].get("layers") != names:
-                    raise ValueError(f"state group {i} holds layers {saved[i].get('layers')}, this configuration "
-                                     f"gives {names}")
+                    raise ValueError(
+                        f"state group {i} holds layers {saved[i].get('layers')}, this configuration gives {names}"
+                    )
                 algo.load_state_dict(saved[i]["state"])
             for n in names:
                 if not isinstance(mods.get(n), SparseLinear):
@@ -382,15 +427,22 @@ class SparsityGroups:
         return changed
 
     def state_dict(self) -> dict:
-        return {"version": 1, "groups": [{"algorithm": type(a).__name__, "layers": [L.name for L in a.layers],
-                                          "state": a.state_dict()} for a in self.algorithms]}
+        return {
+            "version": 1,
+            "groups": [
+                {"algorithm": type(a).__name__, "layers": [L.name for L in a.layers], "state": a.state_dict()}
+                for a in self.algorithms
+            ],
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self._require()
         groups = state.get("groups") if isinstance(state, dict) else None
         if not isinstance(groups, list) or len(groups) != len(self.algorithms):
-            raise ValueError(f"checkpoint holds {len(groups) if isinstance(groups, list) else 'no'} algorithm "
-                             f"groups, this configuration has {len(self.algorithms)}")
+            raise ValueError(
+                f"checkpoint holds {len(groups) if isinstance(groups, list) else 'no'} algorithm "
+                f"groups, this configuration has {len(self.algorithms)}"
+            )
         for a, g in zip(self.algorithms, groups):
             names = [L.name for L in a.layers]
             if g.get("layers") != names:
@@ -415,6 +467,8 @@ def configure(model: nn.Module, groups, *, state: dict | None = None, **kwargs) 
     cfg = SparsityGroups(groups, **kwargs)
     out = cfg.attach(model, state=state)
     if out is not model:
-        raise ValueError("configure: the model itself is a linear layer; use SparsityGroups(...).attach(model), "
-                         "which returns the new SparseLinear")
+        raise ValueError(
+            "configure: the model itself is a linear layer; use SparsityGroups(...).attach(model), "
+            "which returns the new SparseLinear"
+        )
     return cfg

@@ -56,5 +56,7 @@ def resolve(distribution) -> Callable[[Shapes, float], list[float]]:
         return distribution
     if isinstance(distribution, str) and distribution.lower() in DISTRIBUTIONS:
         return DISTRIBUTIONS[distribution.lower()]
-    raise ValueError(f"distribution must be one of {sorted(DISTRIBUTIONS)} or a callable(shapes, density) "
-                     f"returning per-layer densities, got {distribution!r}")
+    raise ValueError(
+        f"distribution must be one of {sorted(DISTRIBUTIONS)} or a callable(shapes, density) "
+        f"returning per-layer densities, got {distribution!r}"
+    )

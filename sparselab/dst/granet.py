@@ -33,23 +33,51 @@ class GraNet(SparsityAlgorithm):
     compact = True
     default_drop_schedule = "cosine"
 
-    def __init__(self, sparsity=0.9, *, initial_sparsity=0.5, end: int | None = None, start: int = 0,
-                 update_freq: int = 100, drop_fraction=0.5, drop_schedule: str | None = None,
-                 distribution="uniform", seed: int = 0, padding: float | None = None,
-                 chunk_fraction: float = 1 / 16, compact: bool = True, check: bool = False,
-                 drop_shaper=None, grow_shaper=None, tie_breaker=None):
+    def __init__(
+        self,
+        sparsity=0.9,
+        *,
+        initial_sparsity=0.5,
+        end: int | None = None,
+        start: int = 0,
+        update_freq: int = 100,
+        drop_fraction=0.5,
+        drop_schedule: str | None = None,
+        distribution="uniform",
+        seed: int = 0,
+        padding: float | None = None,
+        chunk_fraction: float = 1 / 16,
+        compact: bool = True,
+        check: bool = False,
+        drop_shaper=None,
+        grow_shaper=None,
+        tie_breaker=None,
+    ):
         self.compact = bool(compact)
         if end is None:
             raise ValueError("GraNet needs end: the step at which the final sparsity is reached")
         check_step(update_freq, "update_freq", minimum=1)
-        ramp = sparsity if isinstance(sparsity, SparsitySchedule) else CubicSparsity(
-            initial_sparsity, sparsity, start, end)
-        super().__init__(ramp,
-                         update_freq=UpdateSchedule(update_freq, start, end, include_end=True),
-                         drop_fraction=drop_fraction, drop_schedule=drop_schedule, start=start, end=end,
-                         distribution=distribution, seed=seed, padding=padding, chunk_fraction=chunk_fraction,
-                         check=check, drop_shaper=drop_shaper, grow_shaper=grow_shaper,
-                         tie_breaker=tie_breaker)
+        ramp = (
+            sparsity
+            if isinstance(sparsity, SparsitySchedule)
+            else CubicSparsity(initial_sparsity, sparsity, start, end)
+        )
+        super().__init__(
+            ramp,
+            update_freq=UpdateSchedule(update_freq, start, end, include_end=True),
+            drop_fraction=drop_fraction,
+            drop_schedule=drop_schedule,
+            start=start,
+            end=end,
+            distribution=distribution,
+            seed=seed,
+            padding=padding,
+            chunk_fraction=chunk_fraction,
+            check=check,
+            drop_shaper=drop_shaper,
+            grow_shaper=grow_shaper,
+            tie_breaker=tie_breaker,
+        )
 
     def grow_scores(self, layer: LayerState, rows: slice) -> Tensor:
         return layer.dense_grad(rows).abs_()

@@ -39,18 +39,33 @@ _BINS = 1 << 16
 
 
 def _check_block(scores: Tensor, valid: Tensor | None) -> None:
-    if (not isinstance(scores, Tensor) or scores.dtype != torch.float32 or scores.dim() != 1
-            or not scores.is_contiguous() or not scores.is_cpu):
+    if (
+        not isinstance(scores, Tensor)
+        or scores.dtype != torch.float32
+        or scores.dim() != 1
+        or not scores.is_contiguous()
+        or not scores.is_cpu
+    ):
         raise TypeError("radix_topk: score blocks must be contiguous 1-D float32 CPU tensors")
-    if valid is not None and (not isinstance(valid, Tensor) or valid.dtype not in _VALID_BITS
-                              or not valid.is_contiguous() or not valid.is_cpu or valid.numel() != scores.numel()):
+    if valid is not None and (
+        not isinstance(valid, Tensor)
+        or valid.dtype not in _VALID_BITS
+        or not valid.is_contiguous()
+        or not valid.is_cpu
+        or valid.numel() != scores.numel()
+    ):
         raise TypeError("radix_topk: valid_cols must be a contiguous bool/int16/int32 tensor as long as its block")
 
 
 def _args(scores: Tensor, valid: Tensor | None, largest: bool) -> tuple:
     _check_block(scores, valid)
-    return (scores.data_ptr(), scores.numel(), largest, 0 if valid is None else valid.data_ptr(),
-            32 if valid is None else _VALID_BITS[valid.dtype])
+    return (
+        scores.data_ptr(),
+        scores.numel(),
+        largest,
+        0 if valid is None else valid.data_ptr(),
+        32 if valid is None else _VALID_BITS[valid.dtype],
+    )
 
 
 def _kth_bin(hist: Tensor, k: int) -> tuple[int, int]:
@@ -59,14 +74,22 @@ def _kth_bin(hist: Tensor, k: int) -> tuple[int, int]:
     cum = hist.flip(0).cumsum(0)
     j = int(torch.searchsorted(cum, torch.tensor(k)))
     if j >= _BINS:
-        raise RuntimeError(f"radix_topk: the score blocks changed between passes ({int(cum[-1])} of {k} found); "
-                           f"a score source must give the same scores on every pass")
+        raise RuntimeError(
+            f"radix_topk: the score blocks changed between passes ({int(cum[-1])} of {k} found); "
+            f"a score source must give the same scores on every pass"
+        )
     b = _BINS - 1 - j
     return b, k - int(cum[j] - hist[b])
 
 
-def radix_topk(blocks: Callable[[], Iterable[Block]], k: int, *, largest: bool = True, div: int = 0,
-               out_dtype: torch.dtype = torch.int32) -> tuple[Tensor, Tensor | None]:
+def radix_topk(
+    blocks: Callable[[], Iterable[Block]],
+    k: int,
+    *,
+    largest: bool = True,
+    div: int = 0,
+    out_dtype: torch.dtype = torch.int32,
+) -> tuple[Tensor, Tensor | None]:
     """The ``k`` best eligible entries of the streamed scores, in index order.
 
     Returns ``(a, b)``: with ``div > 0`` each winner's block-local index ``i``
@@ -103,13 +126,24 @@ def radix_topk(blocks: Callable[[], Iterable[Block]], k: int, *, largest: bool =
     for scores, valid, base in blocks():
         if o == k:
             break
-        written, eq_left = _C.radix_emit(*_args(scores, valid, largest), thr, eq_left, div, base,
-                                         a[o:].data_ptr(), 0 if b is None else b[o:].data_ptr(), bits, k - o)
+        written, eq_left = _C.radix_emit(
+            *_args(scores, valid, largest),
+            thr,
+            eq_left,
+            div,
+            base,
+            a[o:].data_ptr(),
+            0 if b is None else b[o:].data_ptr(),
+            bits,
+            k - o,
+        )
         o += written
         del scores, valid
     if o != k:
-        raise RuntimeError(f"radix_topk: the score blocks changed between passes ({o} of {k} found); "
-                           f"a score source must give the same scores on every pass")
+        raise RuntimeError(
+            f"radix_topk: the score blocks changed between passes ({o} of {k} found); "
+            f"a score source must give the same scores on every pass"
+        )
     return a, b
 
 
@@ -119,8 +153,10 @@ def mask_live_positions(scores: Tensor, layer, r0: int, r1: int, skip: Tensor | 
     (a SparseLinear) whose slot is not in ``skip`` (sorted slot ids)."""
     out_f, in_f = layer.out_features, layer.in_features
     if not (0 <= r0 <= r1 <= out_f) or scores.numel() != (r1 - r0) * in_f:
-        raise ValueError(f"mask_live_positions: a block of rows {r0}:{r1} of a {out_f}x{in_f} layer needs "
-                         f"{(r1 - r0) * in_f} scores, got {scores.numel()}")
+        raise ValueError(
+            f"mask_live_positions: a block of rows {r0}:{r1} of a {out_f}x{in_f} layer needs "
+            f"{(r1 - r0) * in_f} scores, got {scores.numel()}"
+        )
     if scores.dtype != torch.float32 or not scores.is_contiguous():
         raise TypeError("mask_live_positions: scores must be contiguous float32")
     if not scores.is_cpu:
@@ -133,6 +169,16 @@ def mask_live_positions(scores: Tensor, layer, r0: int, r1: int, skip: Tensor | 
             raise TypeError("mask_live_positions: skip must hold integer slot ids on the CPU")
         if skip.dtype not in (torch.int32, torch.int64) or not skip.is_contiguous():
             skip = skip.to(torch.int64).contiguous()
-    _C.mask_live_positions(scores.data_ptr(), r0, r1, in_f, cols.data_ptr(), 16 if cols.dtype == torch.int16 else 32,
-                           rs.data_ptr(), rn.data_ptr(), skip.data_ptr() if n_skip else 0,
-                           64 if n_skip and skip.dtype == torch.int64 else 32, n_skip)
+    _C.mask_live_positions(
+        scores.data_ptr(),
+        r0,
+        r1,
+        in_f,
+        cols.data_ptr(),
+        16 if cols.dtype == torch.int16 else 32,
+        rs.data_ptr(),
+        rn.data_ptr(),
+        skip.data_ptr() if n_skip else 0,
+        64 if n_skip and skip.dtype == torch.int64 else 32,
+        n_skip,
+    )

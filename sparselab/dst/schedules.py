@@ -23,11 +23,24 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["UpdateSchedule", "DropSchedule", "ConstantDrop", "CosineDrop", "SparsitySchedule", "ConstantSparsity",
-           "PolynomialSparsity", "CubicSparsity", "CosineSparsity", "check_sparsity", "check_fraction", "check_step"]
+__all__ = [
+    "UpdateSchedule",
+    "DropSchedule",
+    "ConstantDrop",
+    "CosineDrop",
+    "SparsitySchedule",
+    "ConstantSparsity",
+    "PolynomialSparsity",
+    "CubicSparsity",
+    "CosineSparsity",
+    "check_sparsity",
+    "check_fraction",
+    "check_step",
+]
 
 
 # ---- argument checks (shared with the algorithms) ----
+
 
 def _is_real(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
@@ -55,6 +68,7 @@ def check_step(v, name: str, *, minimum: int = 0, allow_none: bool = False):
 
 # ---- update frequency ----
 
+
 class UpdateSchedule:
     """Update the topology at steps ``t`` with ``t % every == 0``, ``t >= max(start, 1)``
     and (if ``end`` is set) ``t <= end``; with ``include_end`` also at ``t == end``."""
@@ -76,11 +90,14 @@ class UpdateSchedule:
         return {"every": self.every, "start": self.start, "end": self.end, "include_end": self.include_end}
 
     def __repr__(self) -> str:
-        return (f"UpdateSchedule(every={self.every}, start={self.start}, end={self.end}"
-                f"{', include_end=True' if self.include_end else ''})")
+        return (
+            f"UpdateSchedule(every={self.every}, start={self.start}, end={self.end}"
+            f"{', include_end=True' if self.include_end else ''})"
+        )
 
 
 # ---- drop fraction ----
+
 
 class _StepFunction:
     """A value per step, described by ``config()`` (which ``__repr__`` shows)."""
@@ -133,6 +150,7 @@ class CosineDrop(DropSchedule):
 
 # ---- sparsity ----
 
+
 class SparsitySchedule(_StepFunction):
     """Target sparsity (over the attached layers) at step ``t``."""
 
@@ -162,8 +180,10 @@ class PolynomialSparsity(SparsitySchedule):
         self.initial = check_sparsity(initial, "initial_sparsity")
         self.final = check_sparsity(final, "sparsity")
         if self.initial > self.final:
-            raise ValueError(f"initial_sparsity ({self.initial}) must be <= the final sparsity ({self.final}): "
-                             f"the ramp prunes, it does not densify")
+            raise ValueError(
+                f"initial_sparsity ({self.initial}) must be <= the final sparsity ({self.final}): "
+                f"the ramp prunes, it does not densify"
+            )
         self.start = check_step(start, "start")
         if end is None:
             raise ValueError("a sparsity ramp needs end (the step where it reaches the final sparsity)")
@@ -181,8 +201,14 @@ class PolynomialSparsity(SparsitySchedule):
         return self.final + (self.initial - self.final) * (1.0 - self.progress(t)) ** self.power
 
     def config(self) -> dict:
-        return {"kind": self.kind, "initial": self.initial, "final": self.final, "start": self.start,
-                "end": self.end, "power": self.power}
+        return {
+            "kind": self.kind,
+            "initial": self.initial,
+            "final": self.final,
+            "start": self.start,
+            "end": self.end,
+            "power": self.power,
+        }
 
 
 class CubicSparsity(PolynomialSparsity):
@@ -194,8 +220,7 @@ class CubicSparsity(PolynomialSparsity):
         super().__init__(initial, final, start, end, power=3.0)
 
     def config(self) -> dict:
-        return {"kind": "cubic", "initial": self.initial, "final": self.final, "start": self.start,
-                "end": self.end}
+        return {"kind": "cubic", "initial": self.initial, "final": self.final, "start": self.start, "end": self.end}
 
 
 class CosineSparsity(PolynomialSparsity):
@@ -211,5 +236,4 @@ class CosineSparsity(PolynomialSparsity):
         return self.final + (self.initial - self.final) * 0.5 * (1.0 + math.cos(math.pi * self.progress(t)))
 
     def config(self) -> dict:
-        return {"kind": "cosine", "initial": self.initial, "final": self.final, "start": self.start,
-                "end": self.end}
+        return {"kind": "cosine", "initial": self.initial, "final": self.final, "start": self.start, "end": self.end}

@@ -33,8 +33,8 @@ from torch import Tensor
 
 __all__ = ["TieBreaker", "LowestIndex", "RandomTies", "resolve_tie_breaker", "check_shaper", "shaper_name"]
 
-_REL = 2.0 ** -28     # relative move, far below float32's 2**-24 spacing
-_ABS = 2.0 ** -160    # absolute move, below the smallest float32 denormal (2**-149)
+_REL = 2.0**-28  # relative move, far below float32's 2**-24 spacing
+_ABS = 2.0**-160  # absolute move, below the smallest float32 denormal (2**-149)
 
 
 class TieBreaker:
@@ -68,8 +68,10 @@ class RandomTies(TieBreaker):
         if scores.dtype != torch.float32:
             if not RandomTies._warned:
                 RandomTies._warned = True
-                warnings.warn(f"random tie-breaking needs float32 scores; {scores.dtype} scores keep the "
-                              f"lowest-index rule", stacklevel=3)
+                warnings.warn(
+                    f"random tie-breaking needs float32 scores; {scores.dtype} scores keep the lowest-index rule",
+                    stacklevel=3,
+                )
             return scores
         s = scores.detach().double()
         u = torch.rand(s.shape, generator=generator, dtype=torch.float64)

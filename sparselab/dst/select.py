@@ -21,11 +21,14 @@ _NEG_INF = float("-inf")
 
 
 def _no_nan(scores: Tensor) -> Tensor:
-    return scores.nan_to_num(nan=_NEG_INF, posinf=float("inf"), neginf=_NEG_INF) \
-        if bool(torch.isnan(scores).any()) else scores
+    return (
+        scores.nan_to_num(nan=_NEG_INF, posinf=float("inf"), neginf=_NEG_INF)
+        if bool(torch.isnan(scores).any())
+        else scores
+    )
 
 
-_RADIX_MIN = 1 << 16    # below this, torch.topk is cheap enough
+_RADIX_MIN = 1 << 16  # below this, torch.topk is cheap enough
 
 
 def _radix(scores: Tensor) -> bool:
@@ -98,9 +101,9 @@ def topk_per_row(scores: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
     if kmax == 0:
         return empty, empty
     scores = _no_nan(scores)
-    vals = torch.topk(scores, kmax, dim=1, sorted=True).values           # (R, kmax), descending
+    vals = torch.topk(scores, kmax, dim=1, sorted=True).values  # (R, kmax), descending
     has = k > 0
-    thr = vals.gather(1, (k - 1).clamp_min(0).unsqueeze(1)).squeeze(1)   # k-th largest per row
+    thr = vals.gather(1, (k - 1).clamp_min(0).unsqueeze(1)).squeeze(1)  # k-th largest per row
     thr = torch.where(has, thr, torch.full_like(thr, float("inf")))
     col_thr = thr.unsqueeze(1)
     above = (scores > col_thr) & has.unsqueeze(1)
@@ -117,8 +120,7 @@ def topk_per_row(scores: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
     return rows[order], cols[order]
 
 
-def keep_top_per_row(scores: Tensor, slot_rows: Tensor, row_start: Tensor, eligible: Tensor,
-                     keep: Tensor) -> Tensor:
+def keep_top_per_row(scores: Tensor, slot_rows: Tensor, row_start: Tensor, eligible: Tensor, keep: Tensor) -> Tensor:
     """Bool mask over slots: in each row ``r`` the ``keep[r]`` eligible slots of
     highest score (ties: lowest slot). ``slot_rows`` / ``row_start`` describe a
     padded-CSR slot layout (each row's slots are contiguous)."""

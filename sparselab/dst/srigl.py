@@ -47,8 +47,15 @@ class SRigL(RigL):
     attached layer).
     """
 
-    def __init__(self, sparsity=0.9, *, ablation: bool = True, gamma_sal: float = 0.3,
-                 no_ablation: Iterable[str] | None = None, **kwargs):
+    def __init__(
+        self,
+        sparsity=0.9,
+        *,
+        ablation: bool = True,
+        gamma_sal: float = 0.3,
+        no_ablation: Iterable[str] | None = None,
+        **kwargs,
+    ):
         super().__init__(sparsity, **kwargs)
         if not isinstance(gamma_sal, (int, float)) or isinstance(gamma_sal, bool) or not (0 <= gamma_sal <= 1):
             raise ValueError(f"gamma_sal must be in [0, 1], got {gamma_sal!r}")
@@ -58,8 +65,12 @@ class SRigL(RigL):
         self.ablated_neurons: dict[str, int] = {}
 
     def config(self) -> dict:
-        return {**super().config(), "ablation": self.ablation, "gamma_sal": self.gamma_sal,
-                "no_ablation": None if self.no_ablation is None else list(self.no_ablation)}
+        return {
+            **super().config(),
+            "ablation": self.ablation,
+            "gamma_sal": self.gamma_sal,
+            "no_ablation": None if self.no_ablation is None else list(self.no_ablation),
+        }
 
     def fan_in(self, layer: LayerState, t: int) -> int:
         """Constant fan-in without ablation: ``K // out_features``."""

@@ -49,13 +49,21 @@ from torch import Tensor, nn
 from ..autograd import build_transposed, no_transposed
 from ..nn import SparseLinear
 from .base import LayerState, SparsityAlgorithm
-from .schedules import check_step, check_sparsity
+from .schedules import check_sparsity, check_step
 from .select import topk_indices
 
 __all__ = ["TopKAST", "TopKASTLinear"]
 
-_FORWARD = ("fwd_cols", "fwd_row_start", "fwd_row_nnz", "fwd_slots", "fwd_t_cols", "fwd_t_row_start",
-            "fwd_t_row_nnz", "fwd_t_perm")
+_FORWARD = (
+    "fwd_cols",
+    "fwd_row_start",
+    "fwd_row_nnz",
+    "fwd_slots",
+    "fwd_t_cols",
+    "fwd_t_row_start",
+    "fwd_t_row_nnz",
+    "fwd_t_perm",
+)
 
 
 class _TopKASTFunction(torch.autograd.Function):
@@ -67,10 +75,21 @@ class _TopKASTFunction(torch.autograd.Function):
         a_cols, a_rs, a_nnz, a_slots, *a_t = a_index
         out_f, in_f = shape
         a_values = values.detach()[a_slots]  # the forward set's weights, gathered (nnz(A) floats)
-        y = torch.ops.sparselab.spmm_fwd(x, a_values, a_cols, a_rs, a_nnz, *a_t,
-                                         None if bias is None else bias.detach(), out_f, in_f)
-        ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, values, a_values, cols, row_start,
-                              row_nnz, a_cols, a_rs, a_nnz, *a_t)
+        y = torch.ops.sparselab.spmm_fwd(
+            x, a_values, a_cols, a_rs, a_nnz, *a_t, None if bias is None else bias.detach(), out_f, in_f
+        )
+        ctx.save_for_backward(
+            x if ctx.needs_input_grad[1] else None,
+            values,
+            a_values,
+            cols,
+            row_start,
+            row_nnz,
+            a_cols,
+            a_rs,
+            a_nnz,
+            *a_t,
+        )
         ctx.shape = shape
         return y
 
@@ -212,9 +231,14 @@ class TopKASTLinear(SparseLinear):
         x2 = x.reshape(-1, self.in_features)
         if x2.dim() == 2 and x2.shape[0] > 0 and x2.stride(1) != 1:
             x2 = x2.contiguous()
-        y = _TopKASTFunction.apply(x2, self.weight_values, self.bias,
-                                   (self.weight_cols, self.weight_row_start, self.weight_row_nnz), a,
-                                   (self.out_features, self.in_features))
+        y = _TopKASTFunction.apply(
+            x2,
+            self.weight_values,
+            self.bias,
+            (self.weight_cols, self.weight_row_start, self.weight_row_nnz),
+            a,
+            (self.out_features, self.in_features),
+        )
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
@@ -232,14 +256,17 @@ class TopKAST(SparsityAlgorithm):
 
     default_drop_schedule = "cosine"
 
-    def __init__(self, sparsity=0.9, *, backward_sparsity=0.8, refresh_freq: int = 1, grow: str = "random",
-                 **kwargs):
+    def __init__(self, sparsity=0.9, *, backward_sparsity=0.8, refresh_freq: int = 1, grow: str = "random", **kwargs):
         self.forward_sparsity = check_sparsity(sparsity)
         super().__init__(backward_sparsity, **kwargs)
-        if self.sparsity_schedule.initial > self.forward_sparsity or \
-                self.sparsity_schedule.final > self.forward_sparsity:
-            raise ValueError(f"backward_sparsity ({self.sparsity_schedule!r}) must not exceed the forward "
-                             f"sparsity ({self.forward_sparsity}): the backward set holds the forward set")
+        if (
+            self.sparsity_schedule.initial > self.forward_sparsity
+            or self.sparsity_schedule.final > self.forward_sparsity
+        ):
+            raise ValueError(
+                f"backward_sparsity ({self.sparsity_schedule!r}) must not exceed the forward "
+                f"sparsity ({self.forward_sparsity}): the backward set holds the forward set"
+            )
         self.refresh_freq = check_step(refresh_freq, "refresh_freq", minimum=1)
         if grow not in ("random", "gradient"):
             raise ValueError(f"grow must be 'random' or 'gradient', got {grow!r}")
@@ -247,8 +274,12 @@ class TopKAST(SparsityAlgorithm):
         self.needs_gradient = grow == "gradient"
 
     def config(self) -> dict:
-        return {**super().config(), "forward_sparsity": self.forward_sparsity, "refresh_freq": self.refresh_freq,
-                "grow": self.grow}
+        return {
+            **super().config(),
+            "forward_sparsity": self.forward_sparsity,
+            "refresh_freq": self.refresh_freq,
+            "grow": self.grow,
+        }
 
     def forward_nnz(self, layer: LayerState) -> int:
         """``K`` of a layer: its share of the forward density (by ``distribution``), at most its nnz."""

@@ -48,7 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .. import optim_state, optimizer_tracking
 from ..format import PADDING
@@ -62,8 +62,8 @@ class RewriteResult:
     dropped: int = 0
     grown: int = 0
     nnz: int = 0
-    repacked: bool = False       # row layout changed (re-layout or resize)
-    resized: bool = False        # capacity changed: weight_values has new storage (same Parameter)
+    repacked: bool = False  # row layout changed (re-layout or resize)
+    resized: bool = False  # capacity changed: weight_values has new storage (same Parameter)
     grown_slots: Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
 
 
@@ -91,10 +91,20 @@ def _exclusive_cumsum(x: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def rewrite_layer(layer, drop_slots: Tensor, grow_rows: Tensor, grow_cols: Tensor,
-                  grow_values: Tensor | None = None, *, optimizers=(), spare: int = 0,
-                  compact: bool = False, min_spare: int = 0, validate: bool = False,
-                  block_slots: int | None = None) -> RewriteResult:
+def rewrite_layer(
+    layer,
+    drop_slots: Tensor,
+    grow_rows: Tensor,
+    grow_cols: Tensor,
+    grow_values: Tensor | None = None,
+    *,
+    optimizers=(),
+    spare: int = 0,
+    compact: bool = False,
+    min_spare: int = 0,
+    validate: bool = False,
+    block_slots: int | None = None,
+) -> RewriteResult:
     """Drop ``drop_slots`` (live slot ids) and grow ``(grow_rows, grow_cols)``
     (positions not live after the drop) in ``layer`` (a SparseLinear).
 
@@ -142,9 +152,14 @@ def rewrite_layer(layer, drop_slots: Tensor, grow_rows: Tensor, grow_cols: Tenso
     for o in opts:
         optim_state.reset_slots(o, param, grown_slots)
     layer.topology_changed(validate=validate)  # what layer.weight.mark_topology_changed() does
-    return RewriteResult(dropped=int(edit.drop_slots.numel()), grown=edit.n_grow, nnz=lay.total,
-                         repacked=lay.mode != "in_place" or lay.new_rs is not lay.old_rs,
-                         resized=lay.mode == "resize", grown_slots=grown_slots)
+    return RewriteResult(
+        dropped=int(edit.drop_slots.numel()),
+        grown=edit.n_grow,
+        nnz=lay.total,
+        repacked=lay.mode != "in_place" or lay.new_rs is not lay.old_rs,
+        resized=lay.mode == "resize",
+        grown_slots=grown_slots,
+    )
 
 
 def _sorted(a: Tensor, b: Tensor | None = None) -> bool:
@@ -179,8 +194,9 @@ class _Edit:
         _check_indices("grow_rows", grow_rows, out_f)
         _check_indices("grow_cols", grow_cols, in_f)
         if grow_rows.numel() != grow_cols.numel():
-            raise ValueError(f"rewrite_layer: grow_rows and grow_cols differ in length "
-                             f"({grow_rows.numel()} vs {grow_cols.numel()})")
+            raise ValueError(
+                f"rewrite_layer: grow_rows and grow_cols differ in length ({grow_rows.numel()} vs {grow_cols.numel()})"
+            )
         if grow_values is not None:
             if not isinstance(grow_values, Tensor) or not grow_values.is_floating_point():
                 raise TypeError("rewrite_layer: grow_values must be a floating-point tensor or None")
@@ -214,24 +230,25 @@ class _Edit:
 class _Layout:
     """The rows' new live counts and slot ranges, and which of the three rewrites applies."""
 
-    mode: str            # 'in_place', 'relayout' or 'resize'
+    mode: str  # 'in_place', 'relayout' or 'resize'
     old_rs: Tensor
-    new_rs: Tensor       # is old_rs when no row range moves
-    new_nnz: Tensor      # int64
+    new_rs: Tensor  # is old_rs when no row range moves
+    new_nnz: Tensor  # int64
     total: int
-    blocks: list         # (r0, r1) blocks of rows, each about block_slots slots
+    blocks: list  # (r0, r1) blocks of rows, each about block_slots slots
 
     @classmethod
-    def choose(cls, w, edit: _Edit, *, spare: int, compact: bool, min_spare: int,
-               block_slots: int | None) -> "_Layout":
+    def choose(cls, w, edit: _Edit, *, spare: int, compact: bool, min_spare: int, block_slots: int | None) -> "_Layout":
         out_f = w.shape[0]
         cap = w.capacity
         old_rs = w.row_start
         i64 = torch.int64
         # Per-row counts without per-entry row ids: both lists are sorted.
-        new_nnz = (w.row_nnz.to(i64)
-                   - torch.diff(torch.searchsorted(edit.drop_slots, old_rs.to(edit.drop_slots.dtype)))
-                   + torch.diff(torch.searchsorted(edit.grow_rows, torch.arange(out_f + 1, dtype=edit.gdt))))
+        new_nnz = (
+            w.row_nnz.to(i64)
+            - torch.diff(torch.searchsorted(edit.drop_slots, old_rs.to(edit.drop_slots.dtype)))
+            + torch.diff(torch.searchsorted(edit.grow_rows, torch.arange(out_f + 1, dtype=edit.gdt)))
+        )
         total = int(new_nnz.sum())
         old_cap = old_rs[1:] - old_rs[:-1]
         block_slots = block_slots or max(4096, cap // 64)  # bounds the int64 temporaries of a block
@@ -263,7 +280,7 @@ class _Layout:
                     n = new_nnz[r0:r1]
                     free = int(block_cap[b]) - int(n.sum())
                     caps = n + free // (r1 - r0) + (torch.arange(r1 - r0) < free % (r1 - r0)).to(i64)
-                    new_rs[r0 + 1:r1 + 1] = old_rs[r0] + torch.cumsum(caps, 0)
+                    new_rs[r0 + 1 : r1 + 1] = old_rs[r0] + torch.cumsum(caps, 0)
         if int(new_rs[-1]) >= 2**31:
             raise RuntimeError(f"rewrite_layer: capacity {int(new_rs[-1])} exceeds 2**31 - 1 slots")
         return cls(mode, old_rs, new_rs, new_nnz, total, blocks)
@@ -289,7 +306,7 @@ class _BlockMerge:
             keep[e.drop_slots[d0:d1] - os0] = False
         kept = keep.nonzero().reshape(-1) + os0
         del keep
-        blk_rows = torch.repeat_interleave(torch.arange(r0, r1), old_rs[r0 + 1:r1 + 1] - old_rs[r0:r1])
+        blk_rows = torch.repeat_interleave(torch.arange(r0, r1), old_rs[r0 + 1 : r1 + 1] - old_rs[r0:r1])
         k_rows = blk_rows[kept - os0]
         del blk_rows
         kkey = k_rows * in_f + w.cols[kept].to(i64)
@@ -351,7 +368,7 @@ def _rewrite_relayout(w, merge: _BlockMerge, lay: _Layout, targets) -> Tensor:
             p = merge.plan(r0, r1)
             _write(t, buf, p, fill)
             if ti == 0:
-                grown_slots[p[2]:p[3]] = p[4]
+                grown_slots[p[2] : p[3]] = p[4]
         t.copy_(buf)
     del scratch
     w.row_start.copy_(lay.new_rs)
@@ -368,5 +385,5 @@ def _rewrite_resized(merge: _BlockMerge, lay: _Layout, targets) -> tuple[Tensor,
         p = merge.plan(r0, r1)
         for (t, _, fill), n in zip(targets, new):
             _write(t, n, p, fill)
-        grown_slots[p[2]:p[3]] = p[4]
+        grown_slots[p[2] : p[3]] = p[4]
     return grown_slots, new

@@ -35,8 +35,10 @@ class SparsityOptimizer(torch.optim.Optimizer):
             raise TypeError("this optimizer is already a SparsityOptimizer")
         for name in ("step", "state_dict", "load_state_dict", "attach_optimizer"):
             if not callable(getattr(algorithm, name, None)):
-                raise TypeError(f"algorithm must be a SparsityAlgorithm or SparsityGroups (no {name}()), "
-                                f"got {type(algorithm).__name__}")
+                raise TypeError(
+                    f"algorithm must be a SparsityAlgorithm or SparsityGroups (no {name}()), "
+                    f"got {type(algorithm).__name__}"
+                )
         self.optimizer = optimizer
         self.algorithm = algorithm
         self.defaults = optimizer.defaults

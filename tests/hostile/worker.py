@@ -9,7 +9,6 @@ that is not a clean Python exception. A crash shows as the worker dying mid-case
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import pickle
@@ -17,7 +16,6 @@ import sys
 
 import torch
 
-import sparselab
 from sparselab import PaddedCSR, SparseLinear, ops
 
 OUT, IN = 10, 24
@@ -80,8 +78,9 @@ def _layer_snapshot(layer) -> list:
 
 
 def _same_snapshot(a, b) -> bool:
-    return len(a) == len(b) and all(n == m and x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
-                                    for (n, x), (m, y) in zip(a, b))
+    return len(a) == len(b) and all(
+        n == m and x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y) for (n, x), (m, y) in zip(a, b)
+    )
 
 
 def _check_accepted_layer(layer, problems: list) -> None:
@@ -146,8 +145,9 @@ def case_pickle(case: dict) -> dict:
         torch.save(layer, buf)
         blob = buf.getvalue()
     try:
-        again = pickle.loads(blob) if case.get("protocol") == "pickle" else torch.load(io.BytesIO(blob),
-                                                                                        weights_only=False)
+        again = (
+            pickle.loads(blob) if case.get("protocol") == "pickle" else torch.load(io.BytesIO(blob), weights_only=False)
+        )
     except CLEAN:
         return {"outcome": "refused", "problems": []}
     problems: list[str] = []
@@ -178,9 +178,14 @@ def case_tamper(case: dict) -> dict:
         valid = False
     problems: list[str] = []
     x, dy = _x(), torch.randn(5, OUT, generator=torch.Generator().manual_seed(2))
-    calls = {"to_dense": lambda: W.to_dense(), "spmm_fwd": lambda: ops.spmm_fwd(W, x),
-             "spmm_dx": lambda: ops.spmm_dx(W, dy), "sddmm_dw": lambda: ops.sddmm_dw(W, dy, x),
-             "transposed": lambda: W.transposed(), "to_torch_sparse_csr": lambda: W.to_torch_sparse_csr()}
+    calls = {
+        "to_dense": lambda: W.to_dense(),
+        "spmm_fwd": lambda: ops.spmm_fwd(W, x),
+        "spmm_dx": lambda: ops.spmm_dx(W, dy),
+        "sddmm_dw": lambda: ops.sddmm_dw(W, dy, x),
+        "transposed": lambda: W.transposed(),
+        "to_torch_sparse_csr": lambda: W.to_torch_sparse_csr(),
+    }
     for name, call in calls.items():
         try:
             out = call()

@@ -68,12 +68,12 @@ const std::vector<NcVariant>& registry() {
   static const std::vector<NcVariant> table = [] {
     std::vector<NcVariant> t;
     for (const sparselab::Variant& v : variants()) {
-      const Kind kind = v.op == Op::SpmmFwd ? Kind::Fwd
-                        : v.op == Op::SddmmDw ? Kind::Dw
+      const Kind kind = v.op == Op::SpmmFwd                   ? Kind::Fwd
+                        : v.op == Op::SddmmDw                 ? Kind::Dw
                         : v.dx_layout == DxLayout::Transposed ? Kind::DxT
                                                               : Kind::DxS;
-      t.push_back(NcVariant{kind, op_name(v.op), v.name.c_str(), v.isa.c_str(), v.fwd16, v.fwd32, v.dx16,
-                          v.dx32, v.dw16, v.dw32, v.scratch});
+      t.push_back(NcVariant{kind, op_name(v.op), v.name.c_str(), v.isa.c_str(), v.fwd16, v.fwd32, v.dx16, v.dx32,
+                            v.dw16, v.dw32, v.scratch});
     }
     return t;
   }();
@@ -179,11 +179,11 @@ struct CaseSpec {
   std::string label;
   int64_t out, in, n;
   double sparsity;
-  int idx_bits;          // 16 or 32
-  int ld_extra;          // max extra columns on each leading dimension (NaN-filled)
-  int slack;             // max padding slots per row
+  int idx_bits;            // 16 or 32
+  int ld_extra;            // max extra columns on each leading dimension (NaN-filled)
+  int slack;               // max padding slots per row
   double p_empty, p_full;  // chance a row is forced empty / full
-  int chunk_mode;        // 0 one chunk, 1 one row per chunk, 2 random cuts
+  int chunk_mode;          // 0 one chunk, 1 one row per chunk, 2 random cuts
   bool bias;
   uint64_t seed;
 };
@@ -340,11 +340,9 @@ Problem<Idx> build(const CaseSpec& s) {
     const int64_t one_chunk[2] = {0, s.out};
 
     std::vector<double> y(size_t(s.n * s.out)), dx(size_t(s.n * s.in)), dw(size_t(p.cap));
-    scalar::fwd<Idx, double>(wd, s.n, xd.data(), p.ldx, s.bias ? bd.data() : nullptr, y.data(),
-                             s.out, one_chunk, 1, 1);
+    scalar::fwd<Idx, double>(wd, s.n, xd.data(), p.ldx, s.bias ? bd.data() : nullptr, y.data(), s.out, one_chunk, 1, 1);
     scalar::dx_scatter<Idx, double>(wd, s.n, dyd.data(), p.lddy, dx.data(), s.in, 1);
-    scalar::dw<Idx, double>(wd, s.n, dyd.data(), p.lddy, xd.data(), p.ldx, dw.data(), one_chunk, 1,
-                            1);
+    scalar::dw<Idx, double>(wd, s.n, dyd.data(), p.lddy, xd.data(), p.ldx, dw.data(), one_chunk, 1, 1);
     (pass ? p.y_exp.mag : p.y_exp.ref) = std::move(y);
     (pass ? p.dx_exp.mag : p.dx_exp.ref) = std::move(dx);
     (pass ? p.dw_exp.mag : p.dw_exp.ref) = std::move(dw);
@@ -369,15 +367,15 @@ std::string compare(const float* got, int64_t rows, int64_t cols, int64_t ld, co
       char msg[256] = "";
       if (j >= cols) {
         if (bits(g) != kOutSentinel)
-          snprintf(msg, sizeof msg, "[%lld,%lld] is output padding (ld %lld) but was written: %g",
-                   (long long)b, (long long)j, (long long)ld, double(g));
+          snprintf(msg, sizeof msg, "[%lld,%lld] is output padding (ld %lld) but was written: %g", (long long)b,
+                   (long long)j, (long long)ld, double(g));
       } else {
         const size_t k = size_t(b * cols + j);
         const double tol = 2.0 * double(e.len[k] + 2) * u * e.mag[k];
         const double err = std::fabs(double(g) - e.ref[k]);
         if (!(err <= tol))
-          snprintf(msg, sizeof msg, "[%lld,%lld] got %.9g want %.9g (err %.3g > tol %.3g, len %lld)",
-                   (long long)b, (long long)j, double(g), e.ref[k], err, tol, (long long)e.len[k]);
+          snprintf(msg, sizeof msg, "[%lld,%lld] got %.9g want %.9g (err %.3g > tol %.3g, len %lld)", (long long)b,
+                   (long long)j, double(g), e.ref[k], err, tol, (long long)e.len[k]);
       }
       if (msg[0]) {
         if (bad++ == 0) first = msg;
@@ -400,14 +398,13 @@ std::string compare_dw(const float* got, const Problem<Idx>& p) {
       char msg[256] = "";
       if (!live) {
         if (bits(g) != 0u)
-          snprintf(msg, sizeof msg, "row %lld padding slot %lld is %g, want +0", (long long)i,
-                   (long long)k, double(g));
+          snprintf(msg, sizeof msg, "row %lld padding slot %lld is %g, want +0", (long long)i, (long long)k, double(g));
       } else {
         const double tol = 2.0 * double(p.n + 2) * u * p.dw_exp.mag[size_t(k)];
         const double err = std::fabs(double(g) - p.dw_exp.ref[size_t(k)]);
         if (!(err <= tol))
-          snprintf(msg, sizeof msg, "row %lld slot %lld got %.9g want %.9g (err %.3g > tol %.3g)",
-                   (long long)i, (long long)k, double(g), p.dw_exp.ref[size_t(k)], err, tol);
+          snprintf(msg, sizeof msg, "row %lld slot %lld got %.9g want %.9g (err %.3g > tol %.3g)", (long long)i,
+                   (long long)k, double(g), p.dw_exp.ref[size_t(k)], err, tol);
       }
       if (msg[0] && bad++ == 0) first = msg;
     }
@@ -435,27 +432,38 @@ struct Scratch {
 template <typename Idx>
 FwdFn<Idx> fwd_fn(const NcVariant& v);
 template <>
-FwdFn<int16_t> fwd_fn<int16_t>(const NcVariant& v) { return v.fwd16; }
+FwdFn<int16_t> fwd_fn<int16_t>(const NcVariant& v) {
+  return v.fwd16;
+}
 template <>
-FwdFn<int32_t> fwd_fn<int32_t>(const NcVariant& v) { return v.fwd32; }
+FwdFn<int32_t> fwd_fn<int32_t>(const NcVariant& v) {
+  return v.fwd32;
+}
 template <typename Idx>
 DxFn<Idx> dx_fn(const NcVariant& v);
 template <>
-DxFn<int16_t> dx_fn<int16_t>(const NcVariant& v) { return v.dx16; }
+DxFn<int16_t> dx_fn<int16_t>(const NcVariant& v) {
+  return v.dx16;
+}
 template <>
-DxFn<int32_t> dx_fn<int32_t>(const NcVariant& v) { return v.dx32; }
+DxFn<int32_t> dx_fn<int32_t>(const NcVariant& v) {
+  return v.dx32;
+}
 template <typename Idx>
 DwFn<Idx> dw_fn(const NcVariant& v);
 template <>
-DwFn<int16_t> dw_fn<int16_t>(const NcVariant& v) { return v.dw16; }
+DwFn<int16_t> dw_fn<int16_t>(const NcVariant& v) {
+  return v.dw16;
+}
 template <>
-DwFn<int32_t> dw_fn<int32_t>(const NcVariant& v) { return v.dw32; }
+DwFn<int32_t> dw_fn<int32_t>(const NcVariant& v) {
+  return v.dw32;
+}
 
 // Runs one variant with `threads` threads; returns its output (copied) and
 // an error string for anything wrong besides the numbers.
 template <typename Idx>
-std::vector<float> run_variant(const NcVariant& v, const Problem<Idx>& p, int threads,
-                               std::string& err) {
+std::vector<float> run_variant(const NcVariant& v, const Problem<Idx>& p, int threads, std::string& err) {
   const int64_t n = p.n;
   std::vector<float> result;
   auto sentinel_buf = [](size_t cnt) {
@@ -467,9 +475,17 @@ std::vector<float> run_variant(const NcVariant& v, const Problem<Idx>& p, int th
     case Kind::Fwd: {
       Guarded<float> y = sentinel_buf(size_t(n * p.ldy));
       Scratch sc(v.scratch(n, p.in, p.out, p.nnz, threads));
-      FwdArgs<Idx> a{p.w_view(), n, p.x.data(), p.ldx, p.spec.bias ? p.bias.data() : nullptr,
-                     y.data(), p.ldy, p.chunks_w.data(), int64_t(p.chunks_w.size()) - 1,
-                     sc.ptr(), threads};
+      FwdArgs<Idx> a{p.w_view(),
+                     n,
+                     p.x.data(),
+                     p.ldx,
+                     p.spec.bias ? p.bias.data() : nullptr,
+                     y.data(),
+                     p.ldy,
+                     p.chunks_w.data(),
+                     int64_t(p.chunks_w.size()) - 1,
+                     sc.ptr(),
+                     threads};
       fwd_fn<Idx>(v)(a);
       if (!sc.intact()) err = "wrote past the scratch size it asked for";
       result.assign(y.data(), y.data() + y.size());
@@ -478,8 +494,17 @@ std::vector<float> run_variant(const NcVariant& v, const Problem<Idx>& p, int th
     case Kind::DxT: {  // forward kernel on W^T: dX = dY (W^T)^T
       Guarded<float> dx = sentinel_buf(size_t(n * p.lddx));
       Scratch sc(v.scratch(n, p.out, p.in, p.nnz, threads));
-      FwdArgs<Idx> a{p.t_view(), n, p.dy.data(), p.lddy, nullptr, dx.data(), p.lddx,
-                     p.chunks_t.data(), int64_t(p.chunks_t.size()) - 1, sc.ptr(), threads};
+      FwdArgs<Idx> a{p.t_view(),
+                     n,
+                     p.dy.data(),
+                     p.lddy,
+                     nullptr,
+                     dx.data(),
+                     p.lddx,
+                     p.chunks_t.data(),
+                     int64_t(p.chunks_t.size()) - 1,
+                     sc.ptr(),
+                     threads};
       fwd_fn<Idx>(v)(a);
       if (!sc.intact()) err = "wrote past the scratch size it asked for";
       result.assign(dx.data(), dx.data() + dx.size());
@@ -488,8 +513,9 @@ std::vector<float> run_variant(const NcVariant& v, const Problem<Idx>& p, int th
     case Kind::DxS: {
       Guarded<float> dx = sentinel_buf(size_t(n * p.lddx));
       Scratch sc(v.scratch(n, p.in, p.out, p.nnz, threads));
-      DxArgs<Idx> a{p.w_view(), n, p.dy.data(), p.lddy, dx.data(), p.lddx, p.chunks_w.data(),
-                    int64_t(p.chunks_w.size()) - 1, sc.ptr(), threads};
+      DxArgs<Idx> a{p.w_view(), n,      p.dy.data(),       p.lddy,
+                    dx.data(),  p.lddx, p.chunks_w.data(), int64_t(p.chunks_w.size()) - 1,
+                    sc.ptr(),   threads};
       dx_fn<Idx>(v)(a);
       if (!sc.intact()) err = "wrote past the scratch size it asked for";
       result.assign(dx.data(), dx.data() + dx.size());
@@ -499,8 +525,17 @@ std::vector<float> run_variant(const NcVariant& v, const Problem<Idx>& p, int th
       Guarded<float> dw(size_t(p.cap));
       for (size_t k = 0; k < dw.size(); ++k) dw[k] = kNaN;  // must all be overwritten
       Scratch sc(v.scratch(n, p.in, p.out, p.nnz, threads));
-      DwArgs<Idx> a{p.w_view(), n, p.dy.data(), p.lddy, p.x.data(), p.ldx, dw.data(),
-                    p.chunks_w.data(), int64_t(p.chunks_w.size()) - 1, sc.ptr(), threads};
+      DwArgs<Idx> a{p.w_view(),
+                    n,
+                    p.dy.data(),
+                    p.lddy,
+                    p.x.data(),
+                    p.ldx,
+                    dw.data(),
+                    p.chunks_w.data(),
+                    int64_t(p.chunks_w.size()) - 1,
+                    sc.ptr(),
+                    threads};
       dw_fn<Idx>(v)(a);
       if (!sc.intact()) err = "wrote past the scratch size it asked for";
       result.assign(dw.data(), dw.data() + dw.size());
@@ -514,30 +549,35 @@ template <typename Idx>
 void check_case(const CaseSpec& s) {
   const Problem<Idx> p = build<Idx>(s);
   char desc[300];
-  snprintf(desc, sizeof desc, "case '%s' (out=%lld in=%lld N=%lld nnz=%lld cap=%lld idx%d ldx=%lld "
+  snprintf(desc, sizeof desc,
+           "case '%s' (out=%lld in=%lld N=%lld nnz=%lld cap=%lld idx%d ldx=%lld "
            "lddy=%lld ldy=%lld lddx=%lld chunks=%zu%s)",
-           s.label.c_str(), (long long)p.out, (long long)p.in, (long long)p.n, (long long)p.nnz,
-           (long long)p.cap, int(sizeof(Idx) * 8), (long long)p.ldx, (long long)p.lddy,
-           (long long)p.ldy, (long long)p.lddx, p.chunks_w.size() - 1, s.bias ? " bias" : "");
+           s.label.c_str(), (long long)p.out, (long long)p.in, (long long)p.n, (long long)p.nnz, (long long)p.cap,
+           int(sizeof(Idx) * 8), (long long)p.ldx, (long long)p.lddy, (long long)p.ldy, (long long)p.lddx,
+           p.chunks_w.size() - 1, s.bias ? " bias" : "");
   for (const NcVariant& v : registry()) {
     std::vector<float> first;
     for (int threads : {1, 2}) {
-      const std::string what = std::string(v.op) + " " + v.name + " threads=" +
-                               std::to_string(threads) + " " + desc;
+      const std::string what = std::string(v.op) + " " + v.name + " threads=" + std::to_string(threads) + " " + desc;
       snprintf(g_current, sizeof g_current, "%s", what.c_str());
       std::string err;
       const std::vector<float> got = run_variant(v, p, threads, err);
       if (err.empty()) {
         switch (v.kind) {
-          case Kind::Fwd: err = compare(got.data(), p.n, p.out, p.ldy, p.y_exp); break;
+          case Kind::Fwd:
+            err = compare(got.data(), p.n, p.out, p.ldy, p.y_exp);
+            break;
           case Kind::DxT:
-          case Kind::DxS: err = compare(got.data(), p.n, p.in, p.lddx, p.dx_exp); break;
-          case Kind::Dw: err = compare_dw(got.data(), p); break;
+          case Kind::DxS:
+            err = compare(got.data(), p.n, p.in, p.lddx, p.dx_exp);
+            break;
+          case Kind::Dw:
+            err = compare_dw(got.data(), p);
+            break;
         }
       }
       if (err.empty() && threads > 1 &&
-          (got.size() != first.size() ||
-           std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) != 0))
+          (got.size() != first.size() || std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) != 0))
         err = "result differs bitwise from threads=1";
       if (threads == 1) first = got;
       record(err.empty(), what, err);
@@ -546,18 +586,19 @@ void check_case(const CaseSpec& s) {
 }
 
 void check(const CaseSpec& s) {
-  if (s.idx_bits == 16) check_case<int16_t>(s);
-  else check_case<int32_t>(s);
+  if (s.idx_bits == 16)
+    check_case<int16_t>(s);
+  else
+    check_case<int32_t>(s);
 }
 
 std::vector<CaseSpec> cases() {
   std::vector<CaseSpec> c;
   uint64_t seed = 1;
   // label, out, in, n, sparsity, idx, ld_extra, slack, p_empty, p_full, chunk_mode, bias
-  auto add = [&](std::string label, int64_t out, int64_t in, int64_t n, double sp, int idx,
-                 int ld_extra, int slack, double pe, double pf, int chunk_mode, bool bias) {
-    c.push_back(CaseSpec{std::move(label), out, in, n, sp, idx, ld_extra, slack, pe, pf, chunk_mode,
-                         bias, seed++});
+  auto add = [&](std::string label, int64_t out, int64_t in, int64_t n, double sp, int idx, int ld_extra, int slack,
+                 double pe, double pf, int chunk_mode, bool bias) {
+    c.push_back(CaseSpec{std::move(label), out, in, n, sp, idx, ld_extra, slack, pe, pf, chunk_mode, bias, seed++});
   };
   // Corners, each with both index widths.
   for (int idx : {16, 32}) {
@@ -568,8 +609,7 @@ std::vector<CaseSpec> cases() {
     add("in=1 half", 29, 1, 7, 0.5, idx, 2, 1, 0, 0, 1, false);
     add("N=0", 6, 9, 0, 0.5, idx, 1, 2, 0, 0, 2, true);
     for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 16, 17})
-      add("full rows N=" + std::to_string(n), 7, 23, n, 0.0, idx, n % 3, n % 2 ? 3 : 0, 0, 0,
-          int(n % 3), n % 2 == 0);
+      add("full rows N=" + std::to_string(n), 7, 23, n, 0.0, idx, n % 3, n % 2 ? 3 : 0, 0, 0, int(n % 3), n % 2 == 0);
     add("sparsity 0.999", 50, 400, 9, 0.999, idx, 3, 2, 0, 0, 2, true);
     add("all rows empty", 12, 20, 5, 1.0, idx, 2, 3, 0, 0, 2, true);
     add("empty + full rows", 24, 19, 11, 0.7, idx, 3, 2, 0.3, 0.3, 2, true);
@@ -586,16 +626,15 @@ std::vector<CaseSpec> cases() {
   const double sps[] = {0.0, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999};
   for (int t = 0; t < 300; ++t) {
     const int64_t out = r.range(1, 48), in = r.range(1, 48), n = r.range(1, 21);
-    add("random " + std::to_string(t), out, in, n, sps[r.range(0, 6)], r.chance(0.5) ? 16 : 32,
-        int(r.range(0, 5)), int(r.range(0, 3)), r.chance(0.5) ? 0.15 : 0.0,
-        r.chance(0.5) ? 0.15 : 0.0, int(r.range(0, 2)), r.chance(0.5));
+    add("random " + std::to_string(t), out, in, n, sps[r.range(0, 6)], r.chance(0.5) ? 16 : 32, int(r.range(0, 5)),
+        int(r.range(0, 3)), r.chance(0.5) ? 0.15 : 0.0, r.chance(0.5) ? 0.15 : 0.0, int(r.range(0, 2)), r.chance(0.5));
   }
   // Random medium cases: longer rows and batches.
   for (int t = 0; t < 40; ++t) {
     const int64_t out = r.range(1, 160), in = r.range(1, 160), n = r.range(1, 70);
-    add("random medium " + std::to_string(t), out, in, n, sps[r.range(0, 5)],
-        r.chance(0.5) ? 16 : 32, int(r.range(0, 5)), int(r.range(0, 3)), r.chance(0.5) ? 0.1 : 0.0,
-        r.chance(0.5) ? 0.1 : 0.0, int(r.range(0, 2)), r.chance(0.5));
+    add("random medium " + std::to_string(t), out, in, n, sps[r.range(0, 5)], r.chance(0.5) ? 16 : 32,
+        int(r.range(0, 5)), int(r.range(0, 3)), r.chance(0.5) ? 0.1 : 0.0, r.chance(0.5) ? 0.1 : 0.0,
+        int(r.range(0, 2)), r.chance(0.5));
   }
   return c;
 }
@@ -604,7 +643,8 @@ std::vector<CaseSpec> cases() {
 
 int main(int argc, char** argv) {
   for (int k = 1; k < argc; ++k) {
-    if (std::strcmp(argv[k], "-v") == 0) g_verbose = true;
+    if (std::strcmp(argv[k], "-v") == 0)
+      g_verbose = true;
     else {
       fprintf(stderr, "usage: %s [-v]\n", argv[0]);
       return 2;
@@ -622,19 +662,17 @@ int main(int argc, char** argv) {
   printf("\n");
   for (const char* op : ops) {
     int count = 0;
-    for (const NcVariant& v : registry())
-      count += std::strcmp(v.op, op) == 0 && std::strcmp(v.isa, "neon") == 0;
-    record(count > 0, std::string("registry has a neon variant of ") + op,
-           "none listed in csrc/variants.def for neon");
+    for (const NcVariant& v : registry()) count += std::strcmp(v.op, op) == 0 && std::strcmp(v.isa, "neon") == 0;
+    record(count > 0, std::string("registry has a neon variant of ") + op, "none listed in csrc/variants.def for neon");
   }
 
   // Every form exists for NEON too (csrc/kernels/vec/vec_neon.h runs the generic ones).
-  const char* forms[][2] = {{"spmm_fwd", "plain"},       {"spmm_fwd", "unrolled"},     {"spmm_fwd", "tiled"},
-                            {"spmm_fwd", "blocked"},     {"spmm_fwd", "block_major"},  {"spmm_dx", "tiled"},
-                            {"spmm_dx", "blocked"},      {"spmm_dx", "block_major"},   {"spmm_dx", "scatter_block_major"},
-                            {"sddmm_dw", "plain"},       {"sddmm_dw", "unrolled"},     {"sddmm_dw", "tiled"},
-                            {"sddmm_dw", "blocked"},     {"sddmm_dw", "block_major"},  {"spmm_fwd", "inflight"},
-                            {"spmm_dx", "inflight"},     {"sddmm_dw", "rowreg"}};
+  const char* forms[][2] = {{"spmm_fwd", "plain"},   {"spmm_fwd", "unrolled"},    {"spmm_fwd", "tiled"},
+                            {"spmm_fwd", "blocked"}, {"spmm_fwd", "block_major"}, {"spmm_dx", "tiled"},
+                            {"spmm_dx", "blocked"},  {"spmm_dx", "block_major"},  {"spmm_dx", "scatter_block_major"},
+                            {"sddmm_dw", "plain"},   {"sddmm_dw", "unrolled"},    {"sddmm_dw", "tiled"},
+                            {"sddmm_dw", "blocked"}, {"sddmm_dw", "block_major"}, {"spmm_fwd", "inflight"},
+                            {"spmm_dx", "inflight"}, {"sddmm_dw", "rowreg"}};
   for (const auto& f : forms) {
     bool found = false;
     for (const sparselab::Variant& v : variants())

@@ -61,8 +61,10 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
   // shared: every tile, packed now. owned: one tile; a task packs its slice.
   const float* shared = a.scratch;
   float* owned = a.scratch + panel_floats<T>(a.n, split_rows ? in : out);
-  if (split_rows) pack_panels<T>(a.x, a.ldx, a.n, in, a.scratch, a.threads);
-  else pack_panels<T>(a.dy, a.lddy, a.n, out, a.scratch, a.threads);
+  if (split_rows)
+    pack_panels<T>(a.x, a.ldx, a.n, in, a.scratch, a.threads);
+  else
+    pack_panels<T>(a.dy, a.lddy, a.n, out, a.scratch, a.threads);
   float* sums = a.scratch + dw_fused_panel_floats<T>(a.n, in, out, a.threads) + 16;
   const BlockMajor<CB, G> bm = block_major_carve<CB, G>(sums + nnz + 16, out, in, nnz, false);
   block_major_build(bm, a.w, a.threads);
@@ -148,8 +150,12 @@ struct block_major {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T,CB,G";
   template <typename Idx>
-  static void run(const DwArgs<Idx>& a) { dw_blockmajor<V, T, CB, G>(a); }
-  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return dw_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads); }
+  static void run(const DwArgs<Idx>& a) {
+    dw_blockmajor<V, T, CB, G>(a);
+  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+    return dw_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
+  }
 };
 
 }  // namespace sddmm_dw

@@ -15,8 +15,8 @@ namespace sparselab {
 namespace SPARSELAB_ISA_NS {
 namespace {
 
-constexpr int64_t kBlock = 256;     // batch rows packed per block
-constexpr int64_t kPackCols = 64;   // columns per packing task
+constexpr int64_t kBlock = 256;    // batch rows packed per block
+constexpr int64_t kPackCols = 64;  // columns per packing task
 
 int64_t block_ld(int64_t n) { return neon::round_up4(min64(n, kBlock)); }
 
@@ -26,8 +26,8 @@ template <typename Idx, typename RowSlots>
 void dw_batch_blocks(const DwArgs<Idx>& a, RowSlots row_slots) {
   const CsrView<Idx>& w = a.w;
   const int64_t out = w.rows, in = w.ncols;
-  float* dyt = a.scratch;                         // [out, ldb]
-  float* xt = a.scratch + out * block_ld(a.n);    // [in, ldb]
+  float* dyt = a.scratch;                       // [out, ldb]
+  float* xt = a.scratch + out * block_ld(a.n);  // [in, ldb]
   const int64_t dy_tasks = (out + kPackCols - 1) / kPackCols;
   const int64_t x_tasks = (in + kPackCols - 1) / kPackCols;
   const int64_t nblocks = a.n == 0 ? 1 : (a.n + kBlock - 1) / kBlock;

@@ -33,13 +33,13 @@ constexpr int kSlots = 4;  // live slots per pass
 template <int S>
 inline void slot_dots(const float* p, const float* const* q, int64_t len, float32x4_t* acc) {
   float32x4_t acc1[S];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int s = 0; s < S; ++s) acc[s] = acc1[s] = vdupq_n_f32(0.0f);
   int64_t b = 0;
   for (; b + 8 <= len; b += 8) {
     const float32x4_t d0 = vld1q_f32(p + b);
     const float32x4_t d1 = vld1q_f32(p + b + 4);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int s = 0; s < S; ++s) {
       acc[s] = vfmaq_f32(acc[s], d0, vld1q_f32(q[s] + b));
       acc1[s] = vfmaq_f32(acc1[s], d1, vld1q_f32(q[s] + b + 4));
@@ -47,10 +47,10 @@ inline void slot_dots(const float* p, const float* const* q, int64_t len, float3
   }
   if (b < len) {  // len is a multiple of 4: one 4-step left
     const float32x4_t d0 = vld1q_f32(p + b);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int s = 0; s < S; ++s) acc[s] = vfmaq_f32(acc[s], d0, vld1q_f32(q[s] + b));
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int s = 0; s < S; ++s) acc[s] = vaddq_f32(acc[s], acc1[s]);
 }
 
@@ -62,7 +62,7 @@ void dw_unrolled(const DwArgs<Idx>& a) {
     int32_t k = 0;
     for (; k + kSlots <= nnz; k += kSlots) {
       const float* q[kSlots];
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int s = 0; s < kSlots; ++s) q[s] = xt + int64_t(col[k + s]) * ldb;
       float32x4_t acc[kSlots];
       slot_dots<kSlots>(p, q, ldb, acc);
@@ -87,7 +87,9 @@ template <class V>
 struct plain {
   static constexpr const char kParams[] = "";
   template <typename Idx>
-  static void run(const DwArgs<Idx>& a) { dw_plain(a); }
+  static void run(const DwArgs<Idx>& a) {
+    dw_plain(a);
+  }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t, int) { return dw_blocks_scratch(n, in, out); }
 };
 
@@ -95,7 +97,9 @@ template <class V>
 struct unrolled {
   static constexpr const char kParams[] = "";
   template <typename Idx>
-  static void run(const DwArgs<Idx>& a) { dw_unrolled(a); }
+  static void run(const DwArgs<Idx>& a) {
+    dw_unrolled(a);
+  }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t, int) { return dw_blocks_scratch(n, in, out); }
 };
 

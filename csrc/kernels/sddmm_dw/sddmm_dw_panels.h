@@ -104,8 +104,8 @@ inline void dw_store_sums(float* dst, const float* s, bool first) {
 // with the row's dY tile d in registers, four slots per step (reduced with
 // hsum4). `first`: the first tile, which writes instead of adding.
 template <class V, int T, typename C>
-inline void dw_slot_run(const typename V::reg* d, const float* X, const C* col, int64_t k, int64_t e,
-                        float* dst, bool first) {
+inline void dw_slot_run(const typename V::reg* d, const float* X, const C* col, int64_t k, int64_t e, float* dst,
+                        bool first) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
   for (; k + 4 <= e; k += 4) {
@@ -122,8 +122,10 @@ inline void dw_slot_run(const typename V::reg* d, const float* X, const C* col, 
     }
     // One 4-float store (or load, add, store): 3-6% of the whole call over four scalar ones
     // (sddmm_dw avx2_bm64_cb128, five layer shapes, N=256 and 1024).
-    if (first) V::hsum4(a0, a1, a2, a3, dst + k);
-    else V::hsum4_add(a0, a1, a2, a3, dst + k);
+    if (first)
+      V::hsum4(a0, a1, a2, a3, dst + k);
+    else
+      V::hsum4_add(a0, a1, a2, a3, dst + k);
   }
   // A ragged tail of 2 or 3 slots shares one hsum4 instead of one reduction each.
   const int64_t rem = e - k;
@@ -139,8 +141,10 @@ inline void dw_slot_run(const typename V::reg* d, const float* X, const C* col, 
     }
     float s[4];
     V::hsum4(a0, a1, a2, V::zero(), s);
-    if (rem == 3) dw_store_sums<3>(dst + k, s, first);
-    else dw_store_sums<2>(dst + k, s, first);
+    if (rem == 3)
+      dw_store_sums<3>(dst + k, s, first);
+    else
+      dw_store_sums<2>(dst + k, s, first);
   } else if (rem == 1) {
     const float* xv = X + int64_t(col[k]) * T;
     reg acc = V::zero();
@@ -204,8 +208,12 @@ struct tiled {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T";
   template <typename Idx>
-  static void run(const DwArgs<Idx>& a) { dw_tiled<V, T, 0>(a); }
-  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return dw_panels_scratch<T>(n, in, out, nnz, threads); }
+  static void run(const DwArgs<Idx>& a) {
+    dw_tiled<V, T, 0>(a);
+  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+    return dw_panels_scratch<T>(n, in, out, nnz, threads);
+  }
 };
 
 template <class V, int T, int CB>
@@ -213,8 +221,12 @@ struct blocked {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T,CB";
   template <typename Idx>
-  static void run(const DwArgs<Idx>& a) { dw_tiled<V, T, CB>(a); }
-  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return dw_panels_scratch<T>(n, in, out, nnz, threads); }
+  static void run(const DwArgs<Idx>& a) {
+    dw_tiled<V, T, CB>(a);
+  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+    return dw_panels_scratch<T>(n, in, out, nnz, threads);
+  }
 };
 
 }  // namespace sddmm_dw

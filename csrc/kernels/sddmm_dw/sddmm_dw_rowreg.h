@@ -61,7 +61,9 @@ struct rowreg {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T,CB,G";
   template <typename Idx>
-  static void run(const DwArgs<Idx>& a) { dw_blockmajor<V, T, CB, G, DwRowRegRun>(a); }
+  static void run(const DwArgs<Idx>& a) {
+    dw_blockmajor<V, T, CB, G, DwRowRegRun>(a);
+  }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return dw_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
   }

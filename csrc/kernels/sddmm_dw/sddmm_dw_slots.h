@@ -16,8 +16,12 @@ struct plain {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T";
   template <typename Idx>
-  static void run(const DwArgs<Idx>& a) { dw_slots_tiles_inner<V, T, 1>(a); }
-  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return dw_panels_scratch<T>(n, in, out, nnz, threads); }
+  static void run(const DwArgs<Idx>& a) {
+    dw_slots_tiles_inner<V, T, 1>(a);
+  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+    return dw_panels_scratch<T>(n, in, out, nnz, threads);
+  }
 };
 
 template <class V, int T, int slots>
@@ -25,8 +29,12 @@ struct unrolled {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T,slots";
   template <typename Idx>
-  static void run(const DwArgs<Idx>& a) { dw_slots_tiles_inner<V, T, slots>(a); }
-  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return dw_panels_scratch<T>(n, in, out, nnz, threads); }
+  static void run(const DwArgs<Idx>& a) {
+    dw_slots_tiles_inner<V, T, slots>(a);
+  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+    return dw_panels_scratch<T>(n, in, out, nnz, threads);
+  }
 };
 
 }  // namespace sddmm_dw

@@ -32,8 +32,7 @@ void dx_scatter_blockmajor(const DxArgs<Idx>& a) {
   for (int64_t i = 0; i < out; ++i) nnz += a.w.row_nnz[i];
   float* pd = a.scratch;
   pack_panels<T>(a.dy, a.lddy, a.n, out, pd, a.threads);
-  const BlockMajor<CB, G> bm =
-      block_major_carve<CB, G>(pd + panel_floats<T>(a.n, out) + 16, out, in, nnz, true);
+  const BlockMajor<CB, G> bm = block_major_carve<CB, G>(pd + panel_floats<T>(a.n, out) + 16, out, in, nnz, true);
   block_major_build(bm, a.w, a.threads);
   const int64_t nb = bm.nblocks;
   block_major_run_starts(bm, a.threads);
@@ -71,8 +70,7 @@ void dx_scatter_blockmajor(const DxArgs<Idx>& a) {
         col += m;
       }
     }
-    for (int j = 0; j < width; j += 8)
-      fwd_tiled_store<T>(st, acc + j, j0 + j, int(min64(8, width - j)), b0, nbatch);
+    for (int j = 0; j < width; j += 8) fwd_tiled_store<T>(st, acc + j, j0 + j, int(min64(8, width - j)), b0, nbatch);
   });
 }
 
@@ -85,8 +83,12 @@ struct scatter_block_major {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T,CB,G";
   template <typename Idx>
-  static void run(const DxArgs<Idx>& a) { dx_scatter_blockmajor<V, T, CB, G>(a); }
-  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return dx_scatter_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads); }
+  static void run(const DxArgs<Idx>& a) {
+    dx_scatter_blockmajor<V, T, CB, G>(a);
+  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+    return dx_scatter_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
+  }
 };
 
 }  // namespace spmm_dx

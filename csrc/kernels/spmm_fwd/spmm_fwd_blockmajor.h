@@ -38,8 +38,8 @@ void fwd_blockmajor(const FwdArgs<Idx>& a) {
   // per worker: the tile its panel holds
   int64_t* packed_tile = reinterpret_cast<int64_t*>(panels + size_t(a.threads) * panel_stride);
   for (int k = 0; k < a.threads; ++k) packed_tile[k] = -1;
-  const BlockMajor<CB, G> bm = block_major_carve<CB, G>(
-      panels + size_t(a.threads) * (panel_stride + 2) + 16, out, in, nnz, true);
+  const BlockMajor<CB, G> bm =
+      block_major_carve<CB, G>(panels + size_t(a.threads) * (panel_stride + 2) + 16, out, in, nnz, true);
   block_major_build(bm, a.w, a.threads);
 
   // Few tiles (small batch): also split the row groups so every thread has work.
@@ -94,8 +94,7 @@ void fwd_blockmajor(const FwdArgs<Idx>& a) {
           col += m;
         }
       }
-      for (int r0 = 0; r0 < gn; r0 += 8)
-        fwd_tiled_store<T>(a, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nb);
+      for (int r0 = 0; r0 < gn; r0 += 8) fwd_tiled_store<T>(a, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nb);
     }
   });
 }
@@ -109,8 +108,12 @@ struct block_major {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T,CB,G";
   template <typename Idx>
-  static void run(const FwdArgs<Idx>& a) { fwd_blockmajor<V, T, CB, G>(a); }
-  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return fwd_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads); }
+  static void run(const FwdArgs<Idx>& a) {
+    fwd_blockmajor<V, T, CB, G>(a);
+  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+    return fwd_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
+  }
 };
 
 }  // namespace spmm_fwd

@@ -41,10 +41,9 @@ void fwd_plain(const FwdArgs<Idx>& a) {
 
 // y[r] = dot(row, x_r) for R batch rows x_r = xs[r].
 template <int R, typename Idx>
-inline void row_dots(const float* v, const Idx* col, int32_t nnz, const float* const* xs,
-                     float* out) {
+inline void row_dots(const float* v, const Idx* col, int32_t nnz, const float* const* xs, float* out) {
   float32x4_t acc0[R], acc1[R];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = vdupq_n_f32(0.0f);
   int32_t k = 0;
   for (; k + 8 <= nnz; k += 8) {
@@ -52,7 +51,7 @@ inline void row_dots(const float* v, const Idx* col, int32_t nnz, const float* c
     const float32x4_t v1 = vld1q_f32(v + k + 4);
     const int64_t c0 = col[k], c1 = col[k + 1], c2 = col[k + 2], c3 = col[k + 3];
     const int64_t c4 = col[k + 4], c5 = col[k + 5], c6 = col[k + 6], c7 = col[k + 7];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       acc0[r] = vfmaq_f32(acc0[r], v0, neon::gather4(xs[r], c0, c1, c2, c3));
       acc1[r] = vfmaq_f32(acc1[r], v1, neon::gather4(xs[r], c4, c5, c6, c7));
@@ -61,16 +60,16 @@ inline void row_dots(const float* v, const Idx* col, int32_t nnz, const float* c
   if (k + 4 <= nnz) {
     const float32x4_t v0 = vld1q_f32(v + k);
     const int64_t c0 = col[k], c1 = col[k + 1], c2 = col[k + 2], c3 = col[k + 3];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) acc0[r] = vfmaq_f32(acc0[r], v0, neon::gather4(xs[r], c0, c1, c2, c3));
     k += 4;
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < R; ++r) out[r] = vaddvq_f32(vaddq_f32(acc0[r], acc1[r]));
   for (; k < nnz; ++k) {
     const float vk = v[k];
     const int64_t ck = col[k];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) out[r] += vk * xs[r][ck];
   }
 }
@@ -88,10 +87,10 @@ void fwd_unrolled(const FwdArgs<Idx>& a) {
       for (; b + kRows <= a.n; b += kRows) {
         const float* xs[kRows];
         float out[kRows];
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < kRows; ++r) xs[r] = a.x + (b + r) * a.ldx;
         row_dots<kRows>(v, col, nnz, xs, out);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < kRows; ++r) a.y[(b + r) * a.ldy + i] = out[r] + b0;
       }
       for (; b < a.n; ++b) {
@@ -111,7 +110,9 @@ template <class V>
 struct plain {
   static constexpr const char kParams[] = "";
   template <typename Idx>
-  static void run(const FwdArgs<Idx>& a) { fwd_plain(a); }
+  static void run(const FwdArgs<Idx>& a) {
+    fwd_plain(a);
+  }
   static size_t scratch(int64_t, int64_t, int64_t, int64_t, int) { return 0; }
 };
 
@@ -119,7 +120,9 @@ template <class V, int rows_per_pass>
 struct unrolled {
   static constexpr const char kParams[] = "rows_per_pass";
   template <typename Idx>
-  static void run(const FwdArgs<Idx>& a) { fwd_unrolled<rows_per_pass>(a); }
+  static void run(const FwdArgs<Idx>& a) {
+    fwd_unrolled<rows_per_pass>(a);
+  }
   static size_t scratch(int64_t, int64_t, int64_t, int64_t, int) { return 0; }
 };
 

@@ -53,7 +53,9 @@ template <class V>
 struct plain {
   static constexpr const char kParams[] = "";
   template <typename Idx>
-  static void run(const FwdArgs<Idx>& a) { fwd_rowdot<V, 1>(a); }
+  static void run(const FwdArgs<Idx>& a) {
+    fwd_rowdot<V, 1>(a);
+  }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return 0; }
 };
 
@@ -61,7 +63,9 @@ template <class V, int batch_rows>
 struct unrolled {
   static constexpr const char kParams[] = "batch_rows";
   template <typename Idx>
-  static void run(const FwdArgs<Idx>& a) { fwd_rowdot<V, batch_rows>(a); }
+  static void run(const FwdArgs<Idx>& a) {
+    fwd_rowdot<V, batch_rows>(a);
+  }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return 0; }
 };
 

@@ -51,8 +51,10 @@ void fwd_rows_inflight_group(const FwdArgs<Idx>& a, int64_t i0, int gn, int64_t 
   reg sums = V::lane_sums(acc);
   if (a.bias) sums = V::add(sums, V::load_first(a.bias + i0, gn));
   float* y = a.y + b * a.ldy + i0;
-  if (gn == L) V::store(y, sums);
-  else V::store_first(y, sums, gn);
+  if (gn == L)
+    V::store(y, sums);
+  else
+    V::store_first(y, sums, gn);
 }
 
 template <class V, typename Idx>
@@ -73,7 +75,9 @@ template <class V>
 struct inflight {
   static constexpr const char kParams[] = "";
   template <typename Idx>
-  static void run(const FwdArgs<Idx>& a) { fwd_rows_inflight<V>(a); }
+  static void run(const FwdArgs<Idx>& a) {
+    fwd_rows_inflight<V>(a);
+  }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return 0; }
 };
 

@@ -90,8 +90,12 @@ struct tiled {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T,acc_sets";
   template <typename Idx>
-  static void run(const FwdArgs<Idx>& a) { fwd_tiled<V, T, acc_sets>(a); }
-  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return fwd_tiled_scratch<T>(n, in, out, nnz, threads); }
+  static void run(const FwdArgs<Idx>& a) {
+    fwd_tiled<V, T, acc_sets>(a);
+  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+    return fwd_tiled_scratch<T>(n, in, out, nnz, threads);
+  }
 };
 
 }  // namespace spmm_fwd

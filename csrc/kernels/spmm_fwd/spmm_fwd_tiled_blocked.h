@@ -54,8 +54,7 @@ void fwd_tiled_blocked(const FwdArgs<Idx>& a) {
           cursor[r] = e;
         }
       }
-      for (int r0 = 0; r0 < gn; r0 += 8)
-        fwd_tiled_store<T>(a, buf + r0, g0 + r0, int(min64(8, gn - r0)), b0, nb);
+      for (int r0 = 0; r0 < gn; r0 += 8) fwd_tiled_store<T>(a, buf + r0, g0 + r0, int(min64(8, gn - r0)), b0, nb);
     }
   });
 }
@@ -69,8 +68,12 @@ struct blocked {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T,CB";
   template <typename Idx>
-  static void run(const FwdArgs<Idx>& a) { fwd_tiled_blocked<V, T, CB>(a); }
-  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return fwd_tiled_scratch<T>(n, in, out, nnz, threads); }
+  static void run(const FwdArgs<Idx>& a) {
+    fwd_tiled_blocked<V, T, CB>(a);
+  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+    return fwd_tiled_scratch<T>(n, in, out, nnz, threads);
+  }
 };
 
 }  // namespace spmm_fwd

@@ -29,8 +29,8 @@ inline int64_t round_up4(int64_t v) { return (v + 3) & ~int64_t(3); }
 // and dst[j * ldb + b] = 0 for b in [nb, ldb) (ldb = round_up4(nb)), so dots
 // over dst run in whole vectors. Reads only columns [j0, j1) of rows
 // [b0, b0 + nb).
-inline void pack_transposed(const float* src, int64_t ld, int64_t b0, int64_t nb, int64_t ldb,
-                            int64_t j0, int64_t j1, float* dst) {
+inline void pack_transposed(const float* src, int64_t ld, int64_t b0, int64_t nb, int64_t ldb, int64_t j0, int64_t j1,
+                            float* dst) {
   const int64_t nb4 = nb & ~int64_t(3);
   const float* s0 = src + b0 * ld;
   int64_t j = j0;

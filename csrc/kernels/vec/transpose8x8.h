@@ -9,8 +9,8 @@ namespace sparselab {
 namespace SPARSELAB_ISA_NS {
 namespace {
 
-inline void transpose8x8(__m256& r0, __m256& r1, __m256& r2, __m256& r3, __m256& r4, __m256& r5,
-                         __m256& r6, __m256& r7) {
+inline void transpose8x8(__m256& r0, __m256& r1, __m256& r2, __m256& r3, __m256& r4, __m256& r5, __m256& r6,
+                         __m256& r7) {
   const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
   const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
   const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
@@ -40,10 +40,14 @@ inline void transpose_block8(const float* src, int64_t lds, float* dst, int64_t 
   __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
   __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
   transpose8x8(r0, r1, r2, r3, r4, r5, r6, r7);
-  _mm256_storeu_ps(dst + 0 * ldd, r0); _mm256_storeu_ps(dst + 1 * ldd, r1);
-  _mm256_storeu_ps(dst + 2 * ldd, r2); _mm256_storeu_ps(dst + 3 * ldd, r3);
-  _mm256_storeu_ps(dst + 4 * ldd, r4); _mm256_storeu_ps(dst + 5 * ldd, r5);
-  _mm256_storeu_ps(dst + 6 * ldd, r6); _mm256_storeu_ps(dst + 7 * ldd, r7);
+  _mm256_storeu_ps(dst + 0 * ldd, r0);
+  _mm256_storeu_ps(dst + 1 * ldd, r1);
+  _mm256_storeu_ps(dst + 2 * ldd, r2);
+  _mm256_storeu_ps(dst + 3 * ldd, r3);
+  _mm256_storeu_ps(dst + 4 * ldd, r4);
+  _mm256_storeu_ps(dst + 5 * ldd, r5);
+  _mm256_storeu_ps(dst + 6 * ldd, r6);
+  _mm256_storeu_ps(dst + 7 * ldd, r7);
 }
 
 // dst[q * ldd + r] = src[r * lds + q] + bias[r] (bias may be null) for an 8 x 8 block:

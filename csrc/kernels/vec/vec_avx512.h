@@ -21,9 +21,7 @@ struct VecAvx512 {
   static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
   static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
 
-  static reg gather(const float* x, const int32_t* idx) {
-    return _mm512_i32gather_ps(_mm512_loadu_si512(idx), x, 4);
-  }
+  static reg gather(const float* x, const int32_t* idx) { return _mm512_i32gather_ps(_mm512_loadu_si512(idx), x, 4); }
   static reg gather(const float* x, const int16_t* idx) {
     const __m256i i16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx));
     return _mm512_i32gather_ps(_mm512_cvtepi16_epi32(i16), x, 4);
@@ -35,8 +33,7 @@ struct VecAvx512 {
   static __m128 sums4(reg a0, reg a1, reg a2, reg a3) {
     // Fold 512 -> 256 bits, then the AVX2 tree.
     auto fold = [](reg v) {
-      return _mm256_add_ps(_mm512_castps512_ps256(v),
-                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+      return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
     };
     const __m256 h01 = _mm256_hadd_ps(fold(a0), fold(a1));
     const __m256 h23 = _mm256_hadd_ps(fold(a2), fold(a3));
