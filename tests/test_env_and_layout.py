@@ -4,6 +4,7 @@ extension agree). Layout: the library imports neither pandas nor matplotlib (the
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -13,8 +14,15 @@ from sparselab import env
 def _python(code: str, **environ) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith("SPARSELAB_SCRATCH")}
     full.update(environ)
+    # Run outside the checkout: `python -c` puts the working directory first on sys.path, and the
+    # source tree's sparselab/ has no compiled _C after a non-editable install.
     return subprocess.run(
-        [sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, env=full, timeout=120
+        [sys.executable, "-W", "always", "-c", code],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=120,
+        cwd=tempfile.gettempdir(),
     )
 
 

@@ -6,6 +6,7 @@ import copy
 import io
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -133,5 +134,9 @@ def test_forward_in_a_thread_while_another_thread_changes_the_capacity_never_cra
         t.join()
         print("done")
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    # cwd outside the checkout: `python -c` would import the source tree, which has no _C after a
+    # non-editable install.
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir()
+    )
     assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr[-2000:]
