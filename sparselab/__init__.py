@@ -2,7 +2,7 @@
 
 Weights live in padded CSR (:class:`PaddedCSR`); the ops in
 :mod:`sparselab.ops` run per-ISA kernel variants from :mod:`sparselab.kernels`
-chosen by the autotuned dispatch table.
+chosen by the planner (:mod:`sparselab.planner`) from the tuning cache.
 """
 
 import torch  # noqa: F401  (before _C: the extension's libgomp.so.1 must resolve to torch's copy)
@@ -21,6 +21,7 @@ from .format import PaddedCSR
 from .memory import memory_report
 from .nn import SparseLinear
 from .sparsify import load_dense_state_dict, sparsify
+from .transactional import load_state_dict
 
 __version__ = "0.1.0"
 
@@ -36,6 +37,7 @@ __all__ = [
     "optim_state",
     "sparsify",
     "load_dense_state_dict",
+    "load_state_dict",
     "distributed",
     "__version__",
     "dst",

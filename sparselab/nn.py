@@ -28,6 +28,7 @@ once. Reset the optimizer state of changed slots with
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from typing import NamedTuple, Optional
 
@@ -194,6 +195,7 @@ class SparseLinear(nn.Module):
 
     def _adopt(self, csr: PaddedCSR, bias: Optional[Tensor]) -> None:
         """Take ``csr``'s tensors as this layer's storage (values become the Parameter, no copy)."""
+        self._lock = threading.RLock()
         self.out_features, self.in_features = csr.shape
         values = csr.values.detach()
         self.weight_values = nn.Parameter(values)
@@ -340,6 +342,10 @@ class SparseLinear(nn.Module):
         """Tell the layer its topology (``weight_cols`` / ``weight_row_nnz`` /
         ``weight_row_start``) was mutated in place: validate it (optional) and
         rebuild the transposed index now. Not for use inside a compiled region."""
+        with self._lock:
+            self._topology_changed(validate)
+
+    def _topology_changed(self, validate: bool) -> None:
         self._topology_version += 1
         if self._csr is not None:
             self._csr.topology_version = self._topology_version
@@ -518,25 +524,28 @@ class SparseLinear(nn.Module):
                 self.in_features,
             )
         else:
-            d = self._ensure_fresh()
-            if x.is_neg():  # a lazy negation the kernels would not see
-                x = x.resolve_neg()
-            x2 = _row_major(x if x.dim() == 2 else x.reshape(-1, self.in_features))
-            params = self.__dict__["_parameters"]
-            values, b = params["weight_values"], params["bias"]
-            if b is not None and (
-                b.dtype is not w_dtype or b.shape != (self.out_features,) or not b.is_contiguous() or not b.is_cpu
-            ):
-                raise ValueError(
-                    f"SparseLinear.bias must be a contiguous CPU {w_dtype} tensor of shape "
-                    f"({self.out_features},), got {b.dtype} {tuple(b.shape)} strides {b.stride()}"
-                )
-            if torch.is_grad_enabled() and (
-                x.requires_grad or values.requires_grad or (b is not None and b.requires_grad)
-            ):
-                y = _PlannedLinear.apply(x2, values, b, self, d)
-            else:
-                y = self._run_fwd(d, x2, b)
+            # The lock keeps a load or DST update in another thread from changing the layer while
+            # its kernels read it (they run without the GIL).
+            with self._lock:
+                d = self._ensure_fresh()
+                if x.is_neg():  # a lazy negation the kernels would not see
+                    x = x.resolve_neg()
+                x2 = _row_major(x if x.dim() == 2 else x.reshape(-1, self.in_features))
+                params = self.__dict__["_parameters"]
+                values, b = params["weight_values"], params["bias"]
+                if b is not None and (
+                    b.dtype is not w_dtype or b.shape != (self.out_features,) or not b.is_contiguous() or not b.is_cpu
+                ):
+                    raise ValueError(
+                        f"SparseLinear.bias must be a contiguous CPU {w_dtype} tensor of shape "
+                        f"({self.out_features},), got {b.dtype} {tuple(b.shape)} strides {b.stride()}"
+                    )
+                if torch.is_grad_enabled() and (
+                    x.requires_grad or values.requires_grad or (b is not None and b.requires_grad)
+                ):
+                    y = _PlannedLinear.apply(x2, values, b, self, d)
+                else:
+                    y = self._run_fwd(d, x2, b)
             if x.dim() != 2:
                 y = y.reshape(*x.shape[:-1], self.out_features)
         return y if out_dtype is None or out_dtype is torch.float32 else y.to(out_dtype)
@@ -724,6 +733,10 @@ class SparseLinear(nn.Module):
 
     @torch.no_grad()
     def _take_state(self, csr: PaddedCSR, bias: Optional[Tensor]) -> None:
+        with self._lock:
+            self._take_state_locked(csr, bias)
+
+    def _take_state_locked(self, csr: PaddedCSR, bias: Optional[Tensor]) -> None:
         for name, src in (
             ("weight_values", csr.values),
             ("weight_cols", csr.cols),
@@ -744,7 +757,7 @@ class SparseLinear(nn.Module):
     def __getstate__(self):
         state = dict(super().__getstate__())
         state["_csr"] = None  # a weakref view; rebuilt on demand
-        for name in ("_d",):  # derived, rebuilt on load
+        for name in ("_d", "_lock"):  # derived, rebuilt on load
             state.pop(name, None)
         return state
 
@@ -767,6 +780,7 @@ class SparseLinear(nn.Module):
         bias = self._parameters.get("bias")
         if bias is not None and (not isinstance(bias, Tensor) or bias.shape != (out_f,) or bias.dtype != values.dtype):
             raise ValueError(f"unpickled SparseLinear: bias must be {values.dtype} of shape ({out_f},)")
+        self._lock = threading.RLock()
         self._topology_version = 0
         self._t_version = -1
         self._t_built = get_prefer() != "memory"
@@ -806,6 +820,11 @@ class _PlannedLinear(torch.autograd.Function):
     def backward(ctx, dy):
         layer, d = ctx.layer, ctx.d
         x, values = ctx.saved_tensors
+        with layer._lock:
+            return _PlannedLinear._backward(ctx, layer, d, x, values, dy)
+
+    @staticmethod
+    def _backward(ctx, layer, d, x, values, dy):
         if layer._storage_state()[:-1] != d.fresh[:-1]:
             raise RuntimeError(
                 "SparseLinear: the topology changed between this forward and its backward; "

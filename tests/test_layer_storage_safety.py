@@ -140,3 +140,22 @@ def test_forward_in_a_thread_while_another_thread_changes_the_capacity_never_cra
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir()
     )
     assert proc.returncode == 0 and "done" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_whole_model_load_is_all_or_nothing():
+    torch.manual_seed(0)
+    model = nn.Sequential(SparseLinear(16, 12, sparsity=0.5), nn.ReLU(), SparseLinear(12, 4, sparsity=0.5))
+    torch.manual_seed(1)
+    other = nn.Sequential(SparseLinear(16, 12, sparsity=0.7, padding=2), nn.ReLU(), SparseLinear(12, 4, sparsity=0.5))
+    bad = other.state_dict()
+    bad["2.weight_cols"] = bad["2.weight_cols"].clone()
+    bad["2.weight_cols"][0] = 99  # the second layer's state is broken; the first one's is fine
+    x = torch.randn(3, 16)
+    before = [t.clone() for t in model.state_dict().values()]
+    y = model(x).detach()
+    with pytest.raises(RuntimeError, match="not a valid padded CSR"):
+        sparselab.load_state_dict(model, bad)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.state_dict().values()))
+    torch.testing.assert_close(model(x), y)
+    sparselab.load_state_dict(model, other.state_dict())  # a good state loads
+    torch.testing.assert_close(model(x), other(x))

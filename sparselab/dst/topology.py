@@ -115,6 +115,25 @@ def rewrite_layer(
     ``block_slots``: about how many slots one block of rows holds (default:
     1/64 of the capacity, at least 4096).
     """
+    with layer._lock:  # no forward of another thread reads the layer while it is rewritten
+        return _rewrite_layer(
+            layer,
+            drop_slots,
+            grow_rows,
+            grow_cols,
+            grow_values,
+            optimizers,
+            spare,
+            compact,
+            min_spare,
+            validate,
+            block_slots,
+        )
+
+
+def _rewrite_layer(
+    layer, drop_slots, grow_rows, grow_cols, grow_values, optimizers, spare, compact, min_spare, validate, block_slots
+) -> RewriteResult:
     w = layer.weight
     param = layer.weight_values
     edit = _Edit.checked(w, drop_slots, grow_rows, grow_cols, grow_values, param.dtype)
