@@ -51,10 +51,9 @@ def _threads(threads: int | None) -> int:
 
 
 def _resolve(op: str, W: PaddedCSR, n: int, variant: str | None, threads: int) -> kernels.VariantInfo:
+    """The planned variant, or the named one (already checked by _check_variant_arg) if available here."""
     if variant is None:
         return planner.plan(op, W.shape[0], W.shape[1], n, W.density, threads).variant
-    if not isinstance(variant, str):
-        raise TypeError(f"variant must be a str or None, got {type(variant).__name__}")
     return kernels.require_available(op, variant)
 
 
