@@ -79,6 +79,9 @@ std::vector<Variant> build() {
     v.dw16 = e->dw16;
     v.dw32 = e->dw32;
     v.scratch = e->scratch;
+    v.prepared_floats = e->prepared_floats;
+    v.prepare16 = e->prepare16;
+    v.prepare32 = e->prepare32;
     out.push_back(std::move(v));
   }
   return out;

@@ -24,6 +24,10 @@ struct Variant {
   DwFn<int16_t> dw16 = nullptr;
   DwFn<int32_t> dw32 = nullptr;
   ScratchFn scratch = no_scratch;
+  // Set when the variant reuses W-derived data built once per topology (kernel_api.h).
+  PreparedFloatsFn prepared_floats = nullptr;
+  PrepareFn<int16_t> prepare16 = nullptr;
+  PrepareFn<int32_t> prepare32 = nullptr;
 };
 
 const std::vector<Variant>& variants();

@@ -28,6 +28,7 @@ class VariantInfo:
     reason: str = ""
     id: int = -1  # index in the compiled table; -1 for dense pseudo-variants
     dx_layout: str = ""  # spmm_dx: 'transposed' or 'scatter'
+    prepares: bool = False  # builds W-derived data (a block-major index) a layer keeps per topology
 
     @property
     def is_dense(self) -> bool:
@@ -48,6 +49,7 @@ def _build() -> dict[str, dict[str, VariantInfo]]:
             reason=reason,
             id=row["id"],
             dx_layout=row["dx_layout"],
+            prepares=row["prepares"],
         )
         if v.name in table[v.op]:
             raise RuntimeError(f"duplicate variant name {v.op}/{v.name} in the compiled registry")

@@ -35,9 +35,10 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor, nn
 
-from . import ops, optimizer_tracking, planner
+from . import _C, ops, optimizer_tracking, planner
 from .autograd import _csr, _row_major, build_transposed, no_transposed, sparse_linear
 from .format import VALUE_DTYPES, PaddedCSR, TransposedIndex, _bits
+from .ops import _ld
 from .storage import replace_storage
 from .tuning.preference import get_prefer
 from .validation import version_of as _version
@@ -127,6 +128,9 @@ class _LayerCSR(PaddedCSR):
         layer = self._layer()
         if include_cache and layer is not None:
             total += sum(t.numel() * t.element_size() for t in layer._transposed_tensors())
+            kernels = layer.__dict__.get("_d") and layer._d.kernels
+            if kernels is not None:
+                total += kernels.cached_bytes()
         return total
 
 
@@ -365,22 +369,27 @@ class SparseLinear(nn.Module):
 
     def _storage_state(self) -> tuple:
         """What the derived data depends on: identity, in-place version and storage of the index
-        tensors, the values' storage, and the planner's epoch. Costs about a microsecond."""
+        tensors, the values' storage and dtype, and the planner's epoch (last). Costs under a
+        microsecond: it runs on every call."""
         d = self.__dict__  # nn.Module.__getattr__ costs a microsecond a name on this path
         v, b = d["_parameters"]["weight_values"], d["_buffers"]
         c, rs, rn = b["weight_cols"], b["weight_row_start"], b["weight_row_nnz"]
+        try:
+            cv, rsv, rnv = c._version, rs._version, rn._version
+        except RuntimeError:  # an inference tensor has no counter
+            cv, rsv, rnv = _version(c), _version(rs), _version(rn)
         # ids are safe to compare: the derived record keeps the tensors alive while it holds them.
         return (
             id(c),
-            _version(c),
+            cv,
             c.data_ptr(),
+            c.numel(),
             id(rs),
-            _version(rs),
+            rsv,
             rs.data_ptr(),
             id(rn),
-            _version(rn),
+            rnv,
             rn.data_ptr(),
-            c.numel(),
             v.data_ptr(),
             v.numel(),
             v.dtype,
@@ -394,16 +403,31 @@ class SparseLinear(nn.Module):
         t = TransposedIndex.__new__(TransposedIndex)
         t.cols, t.row_start, t.row_nnz, t.perm = self._transposed_tensors()
         tensors = (self.weight_values, c, self.weight_row_start, self.weight_row_nnz) + self._transposed_tensors()
+        w_args = (
+            self.weight_values.data_ptr(),
+            c.data_ptr(),
+            _bits(c.dtype),
+            self.weight_row_start.data_ptr(),
+            self.weight_row_nnz.data_ptr(),
+            self.out_features,
+            self.in_features,
+        )
+        kernels_plan = None
+        if c.numel() > 0 and self.weight_values.dtype is torch.float32:
+            has_t = self._t_built and t.cols.numel() > 0
+            kernels_plan = _C.LayerPlan(
+                *w_args,
+                t.cols.data_ptr() if has_t else 0,
+                _bits(t.cols.dtype),
+                t.row_start.data_ptr() if has_t else 0,
+                t.row_nnz.data_ptr() if has_t else 0,
+                t.perm.data_ptr() if has_t else 0,
+                # Under the memory preference the layer keeps no block-major index either.
+                keep_prepared=self._t_built,
+            )
         self._d = _Derived(
-            w_args=(
-                self.weight_values.data_ptr(),
-                c.data_ptr(),
-                _bits(c.dtype),
-                self.weight_row_start.data_ptr(),
-                self.weight_row_nnz.data_ptr(),
-                self.out_features,
-                self.in_features,
-            ),
+            w_args=w_args,
+            kernels=kernels_plan,
             t_index=t,
             view=self.weight,
             plans={},
@@ -494,23 +518,12 @@ class SparseLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input(x)
-        w_dtype = self.weight_values.dtype
+        params = self.__dict__["_parameters"]
+        values, b = params["weight_values"], params["bias"]
+        w_dtype = values.dtype
         out_dtype = None
-        if x.dtype is not w_dtype:
-            # Under CPU autocast a float32 layer takes low-precision activations and returns the
-            # autocast dtype, as nn.Linear does there; the float32 kernels do the arithmetic.
-            if (
-                w_dtype is torch.float32
-                and x.is_floating_point()
-                and x.dtype is not torch.float64
-                and torch.is_autocast_enabled("cpu")
-            ):
-                out_dtype = torch.get_autocast_dtype("cpu")
-                x = x.float()
-            else:
-                raise self._dtype_error(x)
-        elif w_dtype is torch.float32 and torch.is_autocast_enabled("cpu"):
-            out_dtype = torch.get_autocast_dtype("cpu")
+        if torch.is_autocast_enabled("cpu") or x.dtype is not w_dtype:
+            x, out_dtype = self._autocast_input(x, w_dtype)
         if torch.compiler.is_compiling():  # the custom op: traced as an opaque node with a fake kernel
             y = sparse_linear(
                 x,
@@ -524,24 +537,24 @@ class SparseLinear(nn.Module):
                 self.in_features,
             )
         else:
+            if b is not None and (
+                b.dtype is not w_dtype or not b.is_contiguous() or not b.is_cpu or b.shape != (self.out_features,)
+            ):
+                raise ValueError(
+                    f"SparseLinear.bias must be a contiguous CPU {w_dtype} tensor of shape "
+                    f"({self.out_features},), got {b.dtype} {tuple(b.shape)} strides {b.stride()}"
+                )
+            if x.is_neg():  # a lazy negation the kernels would not see
+                x = x.resolve_neg()
+            x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
+            if not x2.is_contiguous():
+                x2 = _row_major(x2)
             # The lock keeps a load or DST update in another thread from changing the layer while
             # its kernels read it (they run without the GIL).
             with self._lock:
                 d = self._ensure_fresh()
-                if x.is_neg():  # a lazy negation the kernels would not see
-                    x = x.resolve_neg()
-                x2 = _row_major(x if x.dim() == 2 else x.reshape(-1, self.in_features))
-                params = self.__dict__["_parameters"]
-                values, b = params["weight_values"], params["bias"]
-                if b is not None and (
-                    b.dtype is not w_dtype or b.shape != (self.out_features,) or not b.is_contiguous() or not b.is_cpu
-                ):
-                    raise ValueError(
-                        f"SparseLinear.bias must be a contiguous CPU {w_dtype} tensor of shape "
-                        f"({self.out_features},), got {b.dtype} {tuple(b.shape)} strides {b.stride()}"
-                    )
                 if torch.is_grad_enabled() and (
-                    x.requires_grad or values.requires_grad or (b is not None and b.requires_grad)
+                    x2.requires_grad or values.requires_grad or (b is not None and b.requires_grad)
                 ):
                     y = _PlannedLinear.apply(x2, values, b, self, d)
                 else:
@@ -549,6 +562,19 @@ class SparseLinear(nn.Module):
             if x.dim() != 2:
                 y = y.reshape(*x.shape[:-1], self.out_features)
         return y if out_dtype is None or out_dtype is torch.float32 else y.to(out_dtype)
+
+    def _autocast_input(self, x: Tensor, w_dtype: torch.dtype) -> tuple:
+        """(input for the kernels, output dtype or None). Under CPU autocast a float32 layer takes
+        low-precision activations and returns the autocast dtype, as nn.Linear does there; the
+        float32 kernels do the arithmetic. Any other dtype mismatch is refused."""
+        autocast = torch.is_autocast_enabled("cpu")
+        if x.dtype is not w_dtype:
+            if w_dtype is torch.float32 and x.is_floating_point() and x.dtype is not torch.float64 and autocast:
+                return x.float(), torch.get_autocast_dtype("cpu")
+            raise self._dtype_error(x)
+        if w_dtype is torch.float32 and autocast:
+            return x, torch.get_autocast_dtype("cpu")
+        return x, None
 
     def _plan(self, d: "_Derived", op: str, n: int):
         """(variant, threads) for this op at batch ``n``: the layer's own plan, else the planner's."""
@@ -564,20 +590,47 @@ class SparseLinear(nn.Module):
             d.plans[key] = p
         return p.variant, threads
 
+    # The kernels run through the layer's LayerPlan (d.kernels); float64, empty batches, dense
+    # variants and an empty W take the general runners of sparselab.ops.
+
     def _run_fwd(self, d: "_Derived", x: Tensor, bias: Optional[Tensor]) -> Tensor:
         v, threads = self._plan(d, "spmm_fwd", x.shape[0])
-        return ops.run_spmm_fwd(v, d.view, d.w_args, x, bias, threads)
+        if v is None or v.is_dense or d.kernels is None:
+            return ops.run_spmm_fwd(v, d.view, d.w_args, x, bias, threads)
+        n, out_f = x.shape[0], self.out_features
+        y = torch.empty(n, out_f)
+        d.kernels.spmm_fwd(
+            v.id,
+            n,
+            x.data_ptr(),
+            self.in_features if x.is_contiguous() else _ld(x),
+            0 if bias is None else bias.data_ptr(),
+            y.data_ptr(),
+            out_f,
+            threads,
+        )
+        return y
 
     def _run_dx(self, d: "_Derived", dy: Tensor) -> Tensor:
         v, threads = self._plan(d, "spmm_dx", dy.shape[0])
-        t = d.t_index if v is not None and v.dx_layout == "transposed" else None
-        if t is not None and t.cols.numel() != d.view.nnz:  # the memory preference keeps no index here
-            t = d.view.transposed()
-        return ops.run_spmm_dx(v, d.view, d.w_args, t, dy, threads)
+        transposed = v is not None and v.dx_layout == "transposed"
+        if v is None or v.is_dense or d.kernels is None or (transposed and not d.kernels.has_transposed):
+            t = d.t_index if transposed else None
+            if t is not None and t.cols.numel() != d.view.nnz:  # the memory preference keeps no index here
+                t = d.view.transposed()
+            return ops.run_spmm_dx(v, d.view, d.w_args, t, dy, threads)
+        n, in_f = dy.shape[0], self.in_features
+        dx = torch.empty(n, in_f)
+        d.kernels.spmm_dx(v.id, n, dy.data_ptr(), _ld(dy), dx.data_ptr(), in_f, threads)
+        return dx
 
     def _run_dw(self, d: "_Derived", dy: Tensor, x: Tensor) -> Tensor:
         v, threads = self._plan(d, "sddmm_dw", dy.shape[0])
-        return ops.run_sddmm_dw(v, d.view, d.w_args, dy, x, threads)
+        if v is None or v.is_dense or d.kernels is None:
+            return ops.run_sddmm_dw(v, d.view, d.w_args, dy, x, threads)
+        dw = torch.empty(d.view.capacity)
+        d.kernels.sddmm_dw(v.id, dy.shape[0], dy.data_ptr(), _ld(dy), x.data_ptr(), _ld(x), dw.data_ptr(), threads)
+        return dw
 
     # ---- introspection ----
 
@@ -795,6 +848,7 @@ class _Derived(NamedTuple):
     """What a SparseLinear call reuses, for one generation of the layer's storage."""
 
     w_args: tuple  # W's raw pointers and sizes for the extension
+    kernels: object  # _C.LayerPlan: counts, row partitions and block-major indexes, or None (float64, empty W)
     t_index: TransposedIndex
     view: PaddedCSR  # the layer's PaddedCSR view (dense fallbacks, sizes)
     plans: dict  # (op, n, threads) -> planner.Plan

@@ -137,6 +137,52 @@ void block_major_run_starts(const BlockMajor<CB, G>& bm, int threads) {
   });
 }
 
+// Copies W's current values into bm.values in block-major order (the index is already built).
+template <int CB, int G, typename Idx>
+void block_major_fill_values(const BlockMajor<CB, G>& bm, const CsrView<Idx>& w, int threads) {
+  parallel_for(threads, bm.ngroups, [&](int64_t g, int) {
+    block_major_runs(bm, w, g, [&](int64_t, int, int64_t src, int64_t dst, int32_t m) {
+      for (int32_t k = 0; k < m; ++k) bm.values[dst + k] = w.values[src + k];
+    });
+  });
+}
+
+// What a form's prepare() builds once per topology: the index (counts, group and run
+// starts, block-local columns), without values, which change every training step.
+template <int CB, int G>
+size_t block_major_index_floats(int64_t rows, int64_t cols, int64_t nnz) {
+  return block_major_floats<CB, G>(rows, cols, nnz, false);
+}
+
+template <int CB, int G, typename Idx>
+void block_major_prepare(const CsrView<Idx>& w, float* out, int threads) {
+  int64_t nnz = 0;
+  for (int64_t i = 0; i < w.rows; ++i) nnz += w.row_nnz[i];
+  const BlockMajor<CB, G> bm = block_major_carve<CB, G>(out, w.rows, w.ncols, nnz, false);
+  block_major_build(bm, w, threads);
+  block_major_run_starts(bm, threads);
+}
+
+// The block-major W a call runs on, with run starts. With a prepared index (Args::prepared)
+// only the values, if wanted, are copied, into `scratch`; without one the whole copy is
+// built there. `scratch` holds block_major_floats(..., with_values) floats either way.
+template <int CB, int G, typename Idx>
+BlockMajor<CB, G> block_major_for_call(const float* prepared, float* scratch, const CsrView<Idx>& w, int64_t nnz,
+                                       bool with_values, int threads) {
+  if (!prepared) {
+    const BlockMajor<CB, G> bm = block_major_carve<CB, G>(scratch, w.rows, w.ncols, nnz, with_values);
+    block_major_build(bm, w, threads);
+    block_major_run_starts(bm, threads);
+    return bm;
+  }
+  BlockMajor<CB, G> bm = block_major_carve<CB, G>(const_cast<float*>(prepared), w.rows, w.ncols, nnz, false);
+  if (with_values) {
+    bm.values = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
+    block_major_fill_values(bm, w, threads);
+  }
+  return bm;
+}
+
 }  // namespace
 }  // namespace SPARSELAB_ISA_NS
 }  // namespace sparselab

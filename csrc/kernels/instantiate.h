@@ -85,23 +85,49 @@ constexpr bool params_match(const char* declared, const char* listed) {
 #undef SL_DW
 #undef SL_CHECK
 
-#define SL_ENTRY(OP, LAYOUT, isa, name, form, seq, FWD, DX, DW, SCRATCH)                                         \
-  VariantEntry{__LINE__, Op::OP, DxLayout::LAYOUT, #name, #isa, #form, {SL_PNAMES(seq)}, {SL_PVALUES(seq)}, FWD, \
-               DX,       DW,     SCRATCH},
+// A form's prepare() and prepared_floats(), or nulls when it has none.
+template <class F, class = void>
+struct PrepareOf {
+  static constexpr PreparedFloatsFn floats = nullptr;
+  static constexpr PrepareFn<int16_t> p16 = nullptr;
+  static constexpr PrepareFn<int32_t> p32 = nullptr;
+};
+template <class F>
+struct PrepareOf<F, decltype(void(&F::prepared_floats))> {
+  static constexpr PreparedFloatsFn floats = &F::prepared_floats;
+  static constexpr PrepareFn<int16_t> p16 = &F::template prepare<int16_t>;
+  static constexpr PrepareFn<int32_t> p32 = &F::template prepare<int32_t>;
+};
+#define SL_ENTRY(OP, LAYOUT, isa, name, form, seq, FWD, DX, DW, SCRATCH, F) \
+  VariantEntry{__LINE__,                                                    \
+               Op::OP,                                                      \
+               DxLayout::LAYOUT,                                            \
+               #name,                                                       \
+               #isa,                                                        \
+               #form,                                                       \
+               {SL_PNAMES(seq)},                                            \
+               {SL_PVALUES(seq)},                                           \
+               FWD,                                                         \
+               DX,                                                          \
+               DW,                                                          \
+               SCRATCH,                                                     \
+               PrepareOf<F>::floats,                                        \
+               PrepareOf<F>::p16,                                           \
+               PrepareOf<F>::p32},
 #define SL_RUN(F) &F::run<int16_t>, &F::run<int32_t>
 #define SL_NONE nullptr, nullptr
 // A forward kernel is also the spmm_dx variant run on W's transposed index.
 #define SL_FWD(isa, form, name, seq)                                                                                \
   SL_ON_##isa(SL_ENTRY(SpmmFwd, None, isa, name, form, seq, SL_RUN(SL_FORM(spmm_fwd, form, seq)), SL_NONE, SL_NONE, \
-                       &SL_FORM(spmm_fwd, form, seq)::scratch)                                                      \
+                       &SL_FORM(spmm_fwd, form, seq)::scratch, SL_FORM(spmm_fwd, form, seq))                        \
                   SL_ENTRY(SpmmDx, Transposed, isa, name, form, seq, SL_RUN(SL_FORM(spmm_fwd, form, seq)), SL_NONE, \
-                           SL_NONE, &SL_FORM(spmm_fwd, form, seq)::scratch))
+                           SL_NONE, &SL_FORM(spmm_fwd, form, seq)::scratch, SL_FORM(spmm_fwd, form, seq)))
 #define SL_DX(isa, form, name, seq)                                                                                  \
   SL_ON_##isa(SL_ENTRY(SpmmDx, Scatter, isa, name, form, seq, SL_NONE, SL_RUN(SL_FORM(spmm_dx, form, seq)), SL_NONE, \
-                       &SL_FORM(spmm_dx, form, seq)::scratch))
+                       &SL_FORM(spmm_dx, form, seq)::scratch, SL_FORM(spmm_dx, form, seq)))
 #define SL_DW(isa, form, name, seq)                                                                                 \
   SL_ON_##isa(SL_ENTRY(SddmmDw, None, isa, name, form, seq, SL_NONE, SL_NONE, SL_RUN(SL_FORM(sddmm_dw, form, seq)), \
-                       &SL_FORM(sddmm_dw, form, seq)::scratch))
+                       &SL_FORM(sddmm_dw, form, seq)::scratch, SL_FORM(sddmm_dw, form, seq)))
 
 extern const VariantEntry kVariants[];
 constexpr VariantEntry kVariants[] = {

@@ -23,6 +23,7 @@ struct FwdArgs {
   int64_t nchunks;
   float* scratch;  // scratch_floats(...) floats, 64-byte aligned
   int threads;
+  const float* prepared = nullptr;  // the variant's prepare() output for this W, or nullptr
 };
 
 // dX[n, in] = dY[n, out] @ W. `wt` is W transposed (in x out, compact CSR whose
@@ -39,6 +40,7 @@ struct DxArgs {
   int64_t nchunks;
   float* scratch;
   int threads;
+  const float* prepared = nullptr;  // the variant's prepare() output for this W, or nullptr
 };
 
 // dW[k] = sum_b dY[b, i] * X[b, cols[k]] for every live slot k of row i;
@@ -56,6 +58,7 @@ struct DwArgs {
   int64_t nchunks;
   float* scratch;
   int threads;
+  const float* prepared = nullptr;  // the variant's prepare() output for this W, or nullptr
 };
 
 template <typename Idx>
@@ -69,5 +72,14 @@ using DwFn = void (*)(const DwArgs<Idx>&);
 using ScratchFn = size_t (*)(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads);
 
 inline size_t no_scratch(int64_t, int64_t, int64_t, int64_t, int) { return 0; }
+
+// W-derived data that depends only on W's topology (a block-major index), which a
+// variant may ask for: a caller that keeps W's topology across calls (a layer's plan)
+// builds it once with prepare() into prepared_floats() floats and passes it in
+// Args::prepared; a caller that does not passes nullptr and the kernel builds what it
+// needs in scratch. Both see the same W (its live counts as the call sees them).
+using PreparedFloatsFn = size_t (*)(int64_t rows, int64_t cols, int64_t nnz);
+template <typename Idx>
+using PrepareFn = void (*)(const CsrView<Idx>& w, float* out, int threads);
 
 }  // namespace sparselab

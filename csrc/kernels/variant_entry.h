@@ -32,6 +32,10 @@ struct VariantEntry {
   DwFn<int16_t> dw16;
   DwFn<int32_t> dw32;
   ScratchFn scratch;
+  // Set when the form builds W-derived data once per topology (kernel_api.h).
+  PreparedFloatsFn prepared_floats;
+  PrepareFn<int16_t> prepare16;
+  PrepareFn<int32_t> prepare32;
 };
 
 }  // namespace sparselab

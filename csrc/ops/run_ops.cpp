@@ -72,6 +72,8 @@ CsrView<Idx, Val> view(const RawCsr& m) {
                            m.ncols};
 }
 
+}  // namespace
+
 // Each row's live count, read once: clamped to [0, capacity] and trimmed so
 // the last live slot holds a column of the matrix (a count raised into the
 // padding would expose padding columns). The drivers hand kernels this
@@ -79,7 +81,7 @@ CsrView<Idx, Val> view(const RawCsr& m) {
 // changing row_nnz meanwhile (a DST update) can make results stale but never
 // make a kernel index past the buffers sized for the call.
 template <typename Idx>
-void snapshot_live_counts(const RawCsr& m, int32_t* out) {
+static void snapshot_typed(const RawCsr& m, int32_t* out) {
   const auto* rs = reinterpret_cast<const int64_t*>(m.row_start);
   const auto* rn = reinterpret_cast<const int32_t*>(m.row_nnz);
   const auto* cols = reinterpret_cast<const Idx*>(m.cols);
@@ -91,18 +93,11 @@ void snapshot_live_counts(const RawCsr& m, int32_t* out) {
   }
 }
 
-// m with row_nnz replaced by its snapshot, kept in the calling thread's buffer
-// until its next call.
-RawCsr with_live_counts(const RawCsr& m) {
-  thread_local std::vector<int32_t> live;
-  live.resize(size_t(std::max<int64_t>(m.rows, 1)));
+void snapshot_live_counts(const RawCsr& m, int32_t* out) {
   if (m.idx_bits == 16)
-    snapshot_live_counts<int16_t>(m, live.data());
+    snapshot_typed<int16_t>(m, out);
   else
-    snapshot_live_counts<int32_t>(m, live.data());
-  RawCsr s = m;
-  s.row_nnz = reinterpret_cast<uintptr_t>(live.data());
-  return s;
+    snapshot_typed<int32_t>(m, out);
 }
 
 // Row chunks with roughly equal live counts: small enough to balance two or
@@ -128,7 +123,6 @@ std::vector<int64_t> row_chunks(const RawCsr& m, int64_t n, int threads) {
   return chunks;
 }
 
-// Live slots of W: kernels that repack W size their scratch by it.
 int64_t live_nnz(const RawCsr& m) {
   const int32_t* nnz = reinterpret_cast<const int32_t*>(m.row_nnz);
   int64_t total = 0;
@@ -149,96 +143,108 @@ void check_runnable(const Variant& v) {
                              ") cannot run on this CPU: " + isa_unavailable_reason(v.isa));
 }
 
+namespace {
+
+// A one-off call's view of m: its live counts snapshot in the calling thread's buffer
+// (valid until that thread's next call), the row partition, no prepared data.
+struct OneOffCall {
+  std::vector<int64_t> chunks;
+  CallW w;
+  OneOffCall(const RawCsr& m, int64_t n, int threads) {
+    thread_local std::vector<int32_t> live;
+    live.resize(size_t(std::max<int64_t>(m.rows, 1)));
+    snapshot_live_counts(m, live.data());
+    w.w = m;
+    w.w.row_nnz = reinterpret_cast<uintptr_t>(live.data());
+    chunks = row_chunks(w.w, n, threads);
+    w.chunks = chunks.data();
+    w.nchunks = int64_t(chunks.size()) - 1;
+    w.nnz = live_nnz(w.w);
+    w.prepared = nullptr;
+  }
+};
+
 template <typename Idx>
-void fwd_typed(FwdFn<Idx> fn, const Variant& v, const CsrView<Idx>& w, int64_t n, const float* x, int64_t ldx,
-               const float* bias, float* y, int64_t ldy, const std::vector<int64_t>& ch, int threads) {
-  FwdArgs<Idx> a{w, n, x, ldx, bias, y, ldy, ch.data(), int64_t(ch.size()) - 1, nullptr, threads};
-  int64_t nnz = 0;
-  for (int64_t i = 0; i < w.rows; ++i) nnz += w.row_nnz[i];
-  a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, nnz, threads));
+void fwd_typed(FwdFn<Idx> fn, const Variant& v, const CallW& c, int64_t n, const float* x, int64_t ldx,
+               const float* bias, float* y, int64_t ldy, int threads) {
+  FwdArgs<Idx> a{view<Idx>(c.w), n, x, ldx, bias, y, ldy, c.chunks, c.nchunks, nullptr, threads, c.prepared};
+  a.scratch = arena.get(v.scratch(n, c.w.ncols, c.w.rows, c.nnz, threads));
   fn(a);
   arena.trim();
 }
 
 }  // namespace
 
-void run_spmm_fwd(const Variant& v, const RawCsr& w_in, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias,
-                  uintptr_t y, int64_t ldy, int threads) {
-  check_runnable(v);
-  if (!v.fwd16) throw std::runtime_error("variant '" + v.name + "' is not a spmm_fwd variant");
-  const RawCsr w = with_live_counts(w_in);
-  const auto ch = row_chunks(w, n, threads);
+void call_spmm_fwd(const Variant& v, const CallW& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y,
+                   int64_t ldy, int threads) {
   auto* xp = reinterpret_cast<const float*>(x);
   auto* bp = reinterpret_cast<const float*>(bias);
   auto* yp = reinterpret_cast<float*>(y);
-  if (w.idx_bits == 16)
-    fwd_typed<int16_t>(v.fwd16, v, view<int16_t>(w), n, xp, ldx, bp, yp, ldy, ch, threads);
+  if (w.w.idx_bits == 16)
+    fwd_typed<int16_t>(v.fwd16, v, w, n, xp, ldx, bp, yp, ldy, threads);
   else
-    fwd_typed<int32_t>(v.fwd32, v, view<int32_t>(w), n, xp, ldx, bp, yp, ldy, ch, threads);
+    fwd_typed<int32_t>(v.fwd32, v, w, n, xp, ldx, bp, yp, ldy, threads);
 }
 
-void run_spmm_dx(const Variant& v, const RawCsr& w_in, const RawCsr& wt_in, uintptr_t perm, int64_t n, uintptr_t dy,
-                 int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
-  check_runnable(v);
-  auto* dyp = reinterpret_cast<const float*>(dy);
-  auto* dxp = reinterpret_cast<float*>(dx);
-  if (v.dx_layout == DxLayout::Scatter) {
-    const RawCsr w = with_live_counts(w_in);
-    auto go = [&](auto fn, auto wv) {
-      using Idx = std::remove_const_t<std::remove_pointer_t<decltype(wv.cols)>>;
-      const auto ch = row_chunks(w, n, threads);
-      DxArgs<Idx> a{wv, n, dyp, lddy, dxp, lddx, ch.data(), int64_t(ch.size()) - 1, nullptr, threads};
-      a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, live_nnz(w), threads));
-      fn(a);
-      arena.trim();
-    };
-    if (w.idx_bits == 16)
-      go(v.dx16, view<int16_t>(w));
-    else
-      go(v.dx32, view<int32_t>(w));
-    return;
-  }
-  if (v.dx_layout != DxLayout::Transposed || !v.fwd16)
-    throw std::runtime_error("variant '" + v.name + "' is not a spmm_dx variant");
-  const RawCsr& w = w_in;  // only its values are read, through perm
-  const RawCsr wt = with_live_counts(wt_in);
+void call_spmm_dx_scatter(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx,
+                          int64_t lddx, int threads) {
+  auto go = [&](auto fn, auto wv) {
+    using Idx = std::remove_const_t<std::remove_pointer_t<decltype(wv.cols)>>;
+    DxArgs<Idx> a{wv,
+                  n,
+                  reinterpret_cast<const float*>(dy),
+                  lddy,
+                  reinterpret_cast<float*>(dx),
+                  lddx,
+                  w.chunks,
+                  w.nchunks,
+                  nullptr,
+                  threads,
+                  w.prepared};
+    a.scratch = arena.get(v.scratch(n, w.w.ncols, w.w.rows, w.nnz, threads));
+    fn(a);
+    arena.trim();
+  };
+  if (w.w.idx_bits == 16)
+    go(v.dx16, view<int16_t>(w.w));
+  else
+    go(v.dx32, view<int32_t>(w.w));
+}
+
+void call_spmm_dx_transposed(const Variant& v, const CallW& wt, uintptr_t w_values, uintptr_t perm, int64_t n,
+                             uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
   // Gather W's current values into transposed order, then run the forward
   // kernel on W^T: dX = dY @ (W^T)^T. The gathered values live in scratch
   // placed after the kernel's own scratch.
   const int32_t* pm = reinterpret_cast<const int32_t*>(perm);
-  const int64_t nnz_t = reinterpret_cast<const int64_t*>(wt.row_start)[wt.rows];
-  const size_t kernel_floats = (v.scratch(n, wt.ncols, wt.rows, nnz_t, threads) + 15) / 16 * 16;
+  const int64_t nnz_t = reinterpret_cast<const int64_t*>(wt.w.row_start)[wt.w.rows];
+  const size_t kernel_floats = (v.scratch(n, wt.w.ncols, wt.w.rows, wt.nnz, threads) + 15) / 16 * 16;
   float* base = arena.get(kernel_floats + size_t(nnz_t) + 16);
   float* vals_t = base + kernel_floats;
-  const float* vals = reinterpret_cast<const float*>(w.values);
+  const float* vals = reinterpret_cast<const float*>(w_values);
   const int64_t gather_tasks = std::max<int64_t>(1, std::min<int64_t>(threads * 4, nnz_t / 65536));
   parallel_for(threads, gather_tasks, [&](int64_t t, int) {
     const int64_t lo = nnz_t * t / gather_tasks, hi = nnz_t * (t + 1) / gather_tasks;
     for (int64_t k = lo; k < hi; ++k) vals_t[k] = vals[pm[k]];
   });
-  RawCsr wtv = wt;
-  wtv.values = reinterpret_cast<uintptr_t>(vals_t);
-  const auto ch = row_chunks(wtv, n, threads);
+  CallW c = wt;
+  c.w.values = reinterpret_cast<uintptr_t>(vals_t);
   auto go = [&](auto fn, auto tv) {
     using Idx = std::remove_const_t<std::remove_pointer_t<decltype(tv.cols)>>;
     FwdArgs<Idx> a{
-        tv,     n, dyp, lddy, nullptr, dxp, lddx, ch.data(), int64_t(ch.size()) - 1, kernel_floats ? base : nullptr,
-        threads};
+        tv,       n,         reinterpret_cast<const float*>(dy), lddy,    nullptr,   reinterpret_cast<float*>(dx), lddx,
+        c.chunks, c.nchunks, kernel_floats ? base : nullptr,     threads, c.prepared};
     fn(a);
     arena.trim();
   };
-  if (wt.idx_bits == 16)
-    go(v.fwd16, view<int16_t>(wtv));
+  if (c.w.idx_bits == 16)
+    go(v.fwd16, view<int16_t>(c.w));
   else
-    go(v.fwd32, view<int32_t>(wtv));
+    go(v.fwd32, view<int32_t>(c.w));
 }
 
-void run_sddmm_dw(const Variant& v, const RawCsr& w_in, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
-                  uintptr_t dw, int threads) {
-  check_runnable(v);
-  if (!v.dw16) throw std::runtime_error("variant '" + v.name + "' is not a sddmm_dw variant");
-  const RawCsr w = with_live_counts(w_in);
-  const auto ch = row_chunks(w, n, threads);
+void call_sddmm_dw(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
+                   uintptr_t dw, int threads) {
   auto go = [&](auto fn, auto wv) {
     using Idx = std::remove_const_t<std::remove_pointer_t<decltype(wv.cols)>>;
     DwArgs<Idx> a{wv,
@@ -248,19 +254,65 @@ void run_sddmm_dw(const Variant& v, const RawCsr& w_in, int64_t n, uintptr_t dy,
                   reinterpret_cast<const float*>(x),
                   ldx,
                   reinterpret_cast<float*>(dw),
-                  ch.data(),
-                  int64_t(ch.size()) - 1,
+                  w.chunks,
+                  w.nchunks,
                   nullptr,
-                  threads};
-    a.scratch = arena.get(v.scratch(n, w.ncols, w.rows, live_nnz(w), threads));
+                  threads,
+                  w.prepared};
+    a.scratch = arena.get(v.scratch(n, w.w.ncols, w.w.rows, w.nnz, threads));
     fn(a);
     arena.trim();
   };
-  if (w.idx_bits == 16)
-    go(v.dw16, view<int16_t>(w));
+  if (w.w.idx_bits == 16)
+    go(v.dw16, view<int16_t>(w.w));
   else
-    go(v.dw32, view<int32_t>(w));
+    go(v.dw32, view<int32_t>(w.w));
 }
+
+void check_op(const Variant& v, Op op) {
+  check_runnable(v);
+  const bool ok = op == Op::SpmmFwd ? v.op == Op::SpmmFwd : op == Op::SpmmDx ? v.op == Op::SpmmDx : v.op == Op::SddmmDw;
+  if (!ok) throw std::runtime_error("variant '" + v.name + "' is not a " + op_name(op) + " variant");
+}
+
+void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y,
+                  int64_t ldy, int threads) {
+  check_op(v, Op::SpmmFwd);
+  const OneOffCall c(w, n, threads);
+  call_spmm_fwd(v, c.w, n, x, ldx, bias, y, ldy, threads);
+}
+
+void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t n, uintptr_t dy,
+                 int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
+  check_op(v, Op::SpmmDx);
+  if (v.dx_layout == DxLayout::Scatter) {
+    const OneOffCall c(w, n, threads);
+    call_spmm_dx_scatter(v, c.w, n, dy, lddy, dx, lddx, threads);
+  } else {
+    const OneOffCall c(wt, n, threads);
+    call_spmm_dx_transposed(v, c.w, w.values, perm, n, dy, lddy, dx, lddx, threads);
+  }
+}
+
+void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
+                  uintptr_t dw, int threads) {
+  check_op(v, Op::SddmmDw);
+  const OneOffCall c(w, n, threads);
+  call_sddmm_dw(v, c.w, n, dy, lddy, x, ldx, dw, threads);
+}
+
+namespace {
+// m with row_nnz replaced by its snapshot, kept in the calling thread's buffer
+// until its next call.
+RawCsr with_live_counts(const RawCsr& m) {
+  thread_local std::vector<int32_t> live;
+  live.resize(size_t(std::max<int64_t>(m.rows, 1)));
+  snapshot_live_counts(m, live.data());
+  RawCsr s = m;
+  s.row_nnz = reinterpret_cast<uintptr_t>(live.data());
+  return s;
+}
+}  // namespace
 
 // ---- float64 ----
 

@@ -4,6 +4,7 @@
 // Python has validated dtypes, shapes and strides before any call lands here.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "../registry.h"
 
@@ -19,6 +20,37 @@ struct RawCsr {
   int64_t rows = 0;
   int64_t ncols = 0;
 };
+
+// The run_* functions below are one-off calls: each reads W's live counts, cuts its rows
+// and builds what the variant derives from W, for this call only. A caller that keeps W's
+// topology across calls (LayerPlan) does those once and calls the call_* functions.
+
+// W as one call sees it: row_nnz points at a snapshot of the live counts
+// (snapshot_live_counts), `chunks` is the nnz-balanced row partition for the call,
+// `nnz` the live total, and `prepared` the variant's prepare() output for this W or nullptr.
+struct CallW {
+  RawCsr w;
+  const int64_t* chunks = nullptr;
+  int64_t nchunks = 0;
+  int64_t nnz = 0;
+  const float* prepared = nullptr;
+};
+
+void snapshot_live_counts(const RawCsr& m, int32_t* out);  // out: m.rows counts
+std::vector<int64_t> row_chunks(const RawCsr& m, int64_t n, int threads);
+int64_t live_nnz(const RawCsr& m);
+// Throws unless v runs on this CPU and is a variant of op.
+void check_op(const Variant& v, Op op);
+
+void call_spmm_fwd(const Variant& v, const CallW& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y,
+                   int64_t ldy, int threads);
+void call_spmm_dx_scatter(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx,
+                          int64_t lddx, int threads);
+// wt: W^T's index (its values are W's values gathered through perm for the call).
+void call_spmm_dx_transposed(const Variant& v, const CallW& wt, uintptr_t w_values, uintptr_t perm, int64_t n,
+                             uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
+void call_sddmm_dw(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
+                   uintptr_t dw, int threads);
 
 void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y,
                   int64_t ldy, int threads);

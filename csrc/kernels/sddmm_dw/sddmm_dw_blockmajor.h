@@ -66,11 +66,8 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
   else
     pack_panels<T>(a.dy, a.lddy, a.n, out, a.scratch, a.threads);
   float* sums = a.scratch + dw_fused_panel_floats<T>(a.n, in, out, a.threads) + 16;
-  const BlockMajor<CB, G> bm = block_major_carve<CB, G>(sums + nnz + 16, out, in, nnz, false);
-  block_major_build(bm, a.w, a.threads);
-
+  const BlockMajor<CB, G> bm = block_major_for_call<CB, G>(a.prepared, sums + nnz + 16, a.w, nnz, false, a.threads);
   const int64_t nb = bm.nblocks;
-  block_major_run_starts(bm, a.threads);
 
   // Tasks are rectangles of (row groups) x (column blocks); every slot lies in
   // one. Each task sweeps all batch tiles, so the shared operand is read once
@@ -155,6 +152,13 @@ struct block_major {
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return dw_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
+  }
+  static size_t prepared_floats(int64_t rows, int64_t cols, int64_t nnz) {
+    return block_major_index_floats<CB, G>(rows, cols, nnz);
+  }
+  template <typename Idx>
+  static void prepare(const CsrView<Idx>& w, float* out, int threads) {
+    block_major_prepare<CB, G>(w, out, threads);
   }
 };
 

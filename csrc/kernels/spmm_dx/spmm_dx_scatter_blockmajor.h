@@ -32,10 +32,9 @@ void dx_scatter_blockmajor(const DxArgs<Idx>& a) {
   for (int64_t i = 0; i < out; ++i) nnz += a.w.row_nnz[i];
   float* pd = a.scratch;
   pack_panels<T>(a.dy, a.lddy, a.n, out, pd, a.threads);
-  const BlockMajor<CB, G> bm = block_major_carve<CB, G>(pd + panel_floats<T>(a.n, out) + 16, out, in, nnz, true);
-  block_major_build(bm, a.w, a.threads);
+  const BlockMajor<CB, G> bm =
+      block_major_for_call<CB, G>(a.prepared, pd + panel_floats<T>(a.n, out) + 16, a.w, nnz, true, a.threads);
   const int64_t nb = bm.nblocks;
-  block_major_run_starts(bm, a.threads);
 
   // The store helper of the forward kernels writes buf[r][q] to out[(b0+q)][i0+r].
   FwdArgs<Idx> st{a.w, a.n, nullptr, 0, nullptr, a.dx, a.lddx, nullptr, 0, nullptr, a.threads};
@@ -88,6 +87,13 @@ struct scatter_block_major {
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return dx_scatter_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
+  }
+  static size_t prepared_floats(int64_t rows, int64_t cols, int64_t nnz) {
+    return block_major_index_floats<CB, G>(rows, cols, nnz);
+  }
+  template <typename Idx>
+  static void prepare(const CsrView<Idx>& w, float* out, int threads) {
+    block_major_prepare<CB, G>(w, out, threads);
   }
 };
 

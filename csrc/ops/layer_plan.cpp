@@ -1,0 +1,96 @@
+#include "layer_plan.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace sparselab {
+
+namespace {
+constexpr int kW = 0, kWt = 1;
+// Batch sizes vary (the last batch of an epoch, evaluation): a plan keeps this many partitions.
+constexpr size_t kMaxPartitions = 64;
+}  // namespace
+
+LayerPlan::LayerPlan(const RawCsr& w, const RawCsr& wt, uintptr_t perm, bool keep_prepared)
+    : has_t_(wt.cols != 0 && wt.row_start != 0 && perm != 0), perm_(perm), keep_prepared_(keep_prepared) {
+  auto init = [](Side& s, const RawCsr& m) {
+    s.w = m;
+    s.live.resize(size_t(std::max<int64_t>(m.rows, 1)));
+    snapshot_live_counts(m, s.live.data());
+    s.w.row_nnz = reinterpret_cast<uintptr_t>(s.live.data());
+    s.nnz = live_nnz(s.w);
+  };
+  init(w_, w);
+  if (has_t_) init(wt_, wt);
+}
+
+CallW LayerPlan::call_view(const Variant& v, int side, int64_t n, int threads) {
+  const Side& s = side == kW ? w_ : wt_;
+  CallW c;
+  c.w = s.w;
+  c.nnz = s.nnz;
+  auto key = std::make_tuple(side, n, threads);
+  auto it = chunks_.find(key);
+  if (it == chunks_.end()) {
+    if (chunks_.size() >= kMaxPartitions) chunks_.clear();
+    it = chunks_.emplace(key, row_chunks(s.w, n, threads)).first;
+  }
+  c.chunks = it->second.data();
+  c.nchunks = int64_t(it->second.size()) - 1;
+  if (keep_prepared_ && v.prepared_floats) {
+    auto pk = std::make_pair(&v, side);
+    auto p = prepared_.find(pk);
+    if (p == prepared_.end()) {
+      std::vector<float> buf(v.prepared_floats(s.w.rows, s.w.ncols, s.nnz) + 16);
+      if (s.w.idx_bits == 16)
+        v.prepare16(
+            CsrView<int16_t>{nullptr, reinterpret_cast<const int16_t*>(s.w.cols),
+                             reinterpret_cast<const int64_t*>(s.w.row_start), s.live.data(), s.w.rows, s.w.ncols},
+            buf.data(), threads);
+      else
+        v.prepare32(
+            CsrView<int32_t>{nullptr, reinterpret_cast<const int32_t*>(s.w.cols),
+                             reinterpret_cast<const int64_t*>(s.w.row_start), s.live.data(), s.w.rows, s.w.ncols},
+            buf.data(), threads);
+      p = prepared_.emplace(pk, std::move(buf)).first;
+    }
+    c.prepared = p->second.data();
+  }
+  return c;
+}
+
+void LayerPlan::spmm_fwd(const Variant& v, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y,
+                         int64_t ldy, int threads) {
+  check_op(v, Op::SpmmFwd);
+  std::lock_guard<std::mutex> hold(mu_);
+  call_spmm_fwd(v, call_view(v, kW, n, threads), n, x, ldx, bias, y, ldy, threads);
+}
+
+void LayerPlan::spmm_dx(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx,
+                        int threads) {
+  check_op(v, Op::SpmmDx);
+  std::lock_guard<std::mutex> hold(mu_);
+  if (v.dx_layout == DxLayout::Scatter) {
+    call_spmm_dx_scatter(v, call_view(v, kW, n, threads), n, dy, lddy, dx, lddx, threads);
+    return;
+  }
+  if (!has_t_) throw std::runtime_error("variant '" + v.name + "' needs W's transposed index, which this plan lacks");
+  call_spmm_dx_transposed(v, call_view(v, kWt, n, threads), w_.w.values, perm_, n, dy, lddy, dx, lddx, threads);
+}
+
+void LayerPlan::sddmm_dw(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
+                         uintptr_t dw, int threads) {
+  check_op(v, Op::SddmmDw);
+  std::lock_guard<std::mutex> hold(mu_);
+  call_sddmm_dw(v, call_view(v, kW, n, threads), n, dy, lddy, x, ldx, dw, threads);
+}
+
+size_t LayerPlan::cached_bytes() {
+  std::lock_guard<std::mutex> hold(mu_);
+  size_t b = (w_.live.size() + wt_.live.size()) * sizeof(int32_t);
+  for (const auto& kv : chunks_) b += kv.second.size() * sizeof(int64_t);
+  for (const auto& kv : prepared_) b += kv.second.size() * sizeof(float);
+  return b;
+}
+
+}  // namespace sparselab

@@ -1,0 +1,53 @@
+// What a layer's calls reuse while its topology holds: W's live counts read once, the
+// row partition per (batch, threads), and each variant's prepared data (a block-major
+// index) built once. SparseLinear makes one per topology generation and calls it with
+// a variant and the activations; a new topology gets a new LayerPlan.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "run_ops.h"
+
+namespace sparselab {
+
+class LayerPlan {
+ public:
+  // w: the layer's W. wt, perm: its transposed index (wt.cols == 0 when the layer keeps
+  // none). keep_prepared: build and keep variants' prepared data (else kernels build
+  // what they need per call, and the plan holds only counts and partitions).
+  LayerPlan(const RawCsr& w, const RawCsr& wt, uintptr_t perm, bool keep_prepared);
+
+  void spmm_fwd(const Variant& v, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy,
+                int threads);
+  void spmm_dx(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
+  void sddmm_dw(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw,
+                int threads);
+
+  bool has_transposed() const { return has_t_; }
+  int64_t nnz() const { return w_.nnz; }
+  // Bytes the plan holds beyond the layer's tensors (counts, partitions, prepared data).
+  size_t cached_bytes();
+
+ private:
+  struct Side {  // W or W^T, with its live counts read once
+    RawCsr w;
+    std::vector<int32_t> live;
+    int64_t nnz = 0;
+  };
+  CallW call_view(const Variant& v, int side, int64_t n, int threads);
+
+  Side w_, wt_;
+  bool has_t_;
+  uintptr_t perm_;
+  bool keep_prepared_;
+  // One call at a time: the caches below are filled on first use.
+  std::mutex mu_;
+  std::map<std::tuple<int, int64_t, int>, std::vector<int64_t>> chunks_;   // (side, n, threads)
+  std::map<std::pair<const Variant*, int>, std::vector<float>> prepared_;  // (variant, side)
+};
+
+}  // namespace sparselab

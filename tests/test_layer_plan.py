@@ -1,0 +1,153 @@
+"""The layer's kernel plan (``_C.LayerPlan``) against the one-off calls of ``sparselab.ops``.
+
+A LayerPlan reads W's live counts once, keeps row partitions, and keeps each block-major
+variant's index (``prepare()``) across calls; the one-off path builds all of that per call
+and is itself checked against float64 in test_kernel_correctness.py. Same kernel, same
+partition, same W: the results must be bitwise equal, on the first call (which builds the
+index), on a repeat (which reuses it), and after the values change in place (an optimizer
+step: the index is reused, the values must be the new ones).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest import NAN, build_weight, strided_operand, variant_params
+
+import sparselab
+from sparselab import _C, kernels, ops
+from sparselab.format import _bits
+from sparselab.ops import _ld
+
+SPARSE = variant_params(include_dense=False)
+
+CASES = [  # (out, in, n, sparsity, weight kwargs, threads)
+    (300, 1100, 131, 0.9, dict(pattern="ragged", empty_rows=True, padding=2, garbage=NAN), 2),
+    (1100, 300, 67, 0.99, dict(padding=1, index_dtype=torch.int32, garbage=1e30), 2),
+    (33, 257, 65, 0.999, dict(pattern="ragged", empty_rows=True, full_rows=True, padding=0.25, garbage=math.inf), 1),
+    (17, 1, 9, 0.5, dict(pattern="ragged", empty_rows=True, full_rows=True, padding=2), 1),
+    (40, 70, 1, 0.7, dict(padding=2, garbage=NAN), 1),
+]
+
+
+def layer_plan(W: sparselab.PaddedCSR, keep_prepared: bool = True):
+    t = W.transposed()
+    return _C.LayerPlan(
+        *W.raw_args(),
+        t.cols.data_ptr(),
+        _bits(t.cols.dtype),
+        t.row_start.data_ptr(),
+        t.row_nnz.data_ptr(),
+        t.perm.data_ptr(),
+        keep_prepared=keep_prepared,
+    ), t
+
+
+def planned(plan, v, W, X, dY, bias, threads):
+    out_f, in_f = W.shape
+    if v.op == "spmm_fwd":
+        y = torch.full((X.shape[0], out_f), float("nan"))
+        plan.spmm_fwd(v.id, X.shape[0], X.data_ptr(), _ld(X), bias.data_ptr(), y.data_ptr(), out_f, threads)
+    elif v.op == "spmm_dx":
+        y = torch.full((dY.shape[0], in_f), float("nan"))
+        plan.spmm_dx(v.id, dY.shape[0], dY.data_ptr(), _ld(dY), y.data_ptr(), in_f, threads)
+    else:
+        y = torch.full((W.capacity,), float("nan"))
+        plan.sddmm_dw(v.id, dY.shape[0], dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), y.data_ptr(), threads)
+    return y
+
+
+def one_off(v, W, X, dY, bias, threads):
+    if v.op == "spmm_fwd":
+        return ops.spmm_fwd(W, X, bias, variant=v.name, threads=threads)
+    if v.op == "spmm_dx":
+        return ops.spmm_dx(W, dY, variant=v.name, threads=threads)
+    return ops.sddmm_dw(W, dY, X, variant=v.name, threads=threads)
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int32)
+
+
+@pytest.mark.parametrize("v", SPARSE)
+def test_plan_matches_one_off_calls_bitwise(v):
+    for k, (out_f, in_f, n, sp, kw, threads) in enumerate(CASES):
+        W = build_weight(out_f, in_f, sp, seed=50 + k, **kw)
+        X = strided_operand(n, in_f, seed=60 + k, ld_extra=3, col_offset=1)
+        dY = strided_operand(n, out_f, seed=70 + k)
+        bias = torch.randn(out_f, generator=torch.Generator().manual_seed(80 + k))
+        plan, _t = layer_plan(W)
+        for step in range(3):
+            if step == 2:  # an optimizer step: values change in place, the topology does not
+                W.values.mul_(-0.5).add_(0.25)
+            want = one_off(v, W, X, dY, bias, threads)
+            got = planned(plan, v, W, X, dY, bias, threads)
+            assert not torch.isnan(want).any()
+            assert torch.equal(bits(got), bits(want)), f"case {k}, call {step}: {v.op}/{v.name} differs"
+
+
+def test_block_major_variants_prepare_and_the_plan_keeps_their_index():
+    """Guards the test above: block-major variants really take the prepared path, and the
+    plan holds the index it built (and none when told not to keep it)."""
+    prepares = [v for v in kernels.variants(available_only=True) if v.prepares]
+    assert any(v.op == "spmm_fwd" for v in prepares) and any(v.op == "sddmm_dw" for v in prepares)
+    W = build_weight(300, 1100, 0.9, seed=5, padding=1)
+    X = strided_operand(64, 1100, seed=6)
+    bias = torch.zeros(300)
+    v = next(v for v in prepares if v.op == "spmm_fwd")
+    kept, _t = layer_plan(W, keep_prepared=True)
+    lean, _t2 = layer_plan(W, keep_prepared=False)
+    before = kept.cached_bytes()
+    planned(kept, v, W, X, None, bias, 1)
+    planned(lean, v, W, X, None, bias, 1)
+    # the index: at least 2 bytes per live slot (block-local uint16 columns)
+    assert kept.cached_bytes() - before >= 2 * W.nnz
+    assert lean.cached_bytes() < 2 * W.nnz
+
+
+def test_plan_refuses_a_variant_of_another_op_and_a_missing_transposed_index():
+    W = build_weight(20, 30, 0.5, seed=1)
+    plan = _C.LayerPlan(*W.raw_args(), 0, 32, 0, 0, 0, keep_prepared=True)
+    fwd = next(v for v in kernels.variants(available_only=True) if v.op == "spmm_fwd" and not v.is_dense)
+    dx_t = next(v for v in kernels.variants(available_only=True) if v.op == "spmm_dx" and v.dx_layout == "transposed")
+    dY = torch.randn(4, 20)
+    dx = torch.empty(4, 30)
+    with pytest.raises(RuntimeError, match="not a spmm_dx variant"):
+        plan.spmm_dx(fwd.id, 4, dY.data_ptr(), 20, dx.data_ptr(), 30, 1)
+    with pytest.raises(RuntimeError, match="transposed index"):
+        plan.spmm_dx(dx_t.id, 4, dY.data_ptr(), 20, dx.data_ptr(), 30, 1)
+    assert not plan.has_transposed and plan.nnz == W.nnz
+
+
+def test_layer_uses_its_plan_for_every_op_and_follows_value_updates():
+    """SparseLinear's eager path runs through the plan; a forced block-major plan gives the
+    same forward and gradients as the one-off ops on the layer's weight, before and after
+    an in-place value update."""
+    torch.manual_seed(0)
+    layer = sparselab.SparseLinear(300, 200, sparsity=0.9)
+    x = torch.randn(70, 300, requires_grad=True)
+    threads = torch.get_num_threads()
+    d = layer._ensure_fresh()
+    assert d.kernels is not None and d.kernels.has_transposed
+    for op in kernels.OPS:
+        v = next(v for v in kernels.variants(op, available_only=True) if v.prepares)
+        d.plans[(op, 70, threads)] = sparselab.planner.Plan(op, v, 70, threads)
+    for step in range(2):
+        x.grad = None
+        layer.zero_grad()
+        y = layer(x)
+        g = torch.randn_like(y)
+        y.backward(g)
+        W = layer.weight
+        names = {op: d.plans[(op, 70, threads)].variant.name for op in kernels.OPS}
+        want_y = ops.spmm_fwd(W, x.detach(), layer.bias.detach(), variant=names["spmm_fwd"])
+        want_dx = ops.spmm_dx(W, g, variant=names["spmm_dx"])
+        want_dw = ops.sddmm_dw(W, g, x.detach(), variant=names["sddmm_dw"])
+        assert torch.equal(bits(y.detach()), bits(want_y))
+        assert torch.equal(bits(x.grad), bits(want_dx))
+        assert torch.equal(bits(layer.weight_values.grad), bits(want_dw))
+        assert layer._d is d  # no re-derivation: the plan and its index were reused
+        with torch.no_grad():
+            layer.weight_values.mul_(0.5).add_(0.01)
