@@ -6,7 +6,8 @@
 - ``index``     ``cols``, ``row_start``, ``row_nnz``, ``weight_shape``
 - ``cache``     every derived structure the layer keeps between steps: the
                 transposed index used by ``spmm_dx`` (``t_cols``,
-                ``t_row_start``, ``t_row_nnz``, ``t_perm``)
+                ``t_row_start``, ``t_row_nnz``, ``t_perm``), and its kernel
+                plan's live counts, row partitions and block-major indexes
 - ``grad``      ``.grad`` of values and bias, as currently allocated
 - ``optimizer`` every tensor in the optimizer's state for those parameters
 
@@ -97,6 +98,9 @@ def layer_memory(layer, optimizer: torch.optim.Optimizer | None = None, name: st
     m.cache = sum(_nbytes(getattr(layer, n)) for n in _TRANSPOSED)
     # Index tensors a SparseLinear subclass keeps besides its own (e.g. Top-KAST's forward set).
     m.cache += sum(_nbytes(t) for t in getattr(layer, "extra_index_tensors", tuple)())
+    kernels = layer._d.kernels if "_d" in layer.__dict__ else None
+    if kernels is not None:
+        m.cache += kernels.cached_bytes()
     m.grad = _nbytes(v.grad) + (_nbytes(b.grad) if b is not None else 0)
     m.dense_weight = dense_w + _nbytes(b)
     m.dense_grad = (dense_w if v.grad is not None else 0) + (_nbytes(b.grad) if b is not None else 0)

@@ -128,7 +128,7 @@ class _LayerCSR(PaddedCSR):
         layer = self._layer()
         if include_cache and layer is not None:
             total += sum(t.numel() * t.element_size() for t in layer._transposed_tensors())
-            kernels = layer.__dict__.get("_d") and layer._d.kernels
+            kernels = layer._d.kernels if "_d" in layer.__dict__ else None
             if kernels is not None:
                 total += kernels.cached_bytes()
         return total

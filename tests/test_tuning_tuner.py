@@ -890,9 +890,10 @@ def test_memory_preference_layer_keeps_no_transposed_index_and_trains_identicall
         with prefer.prefer("memory"):
             torch.manual_seed(1)
             lean = SparseLinear(64, 48, sparsity=0.8)
-            assert memory_report(lean).layers[0].cache == 0
+            # no per-weight cache (an index is 2 bytes per weight): only the plan's live counts and partitions
+            assert memory_report(lean).layers[0].cache < 2 * lean.nnz
             gx_lean, gw_lean = step(lean)
-            assert memory_report(lean).layers[0].cache == 0  # a step does not build it either
+            assert memory_report(lean).layers[0].cache < 2 * lean.nnz  # a step does not build one either
         gx_fast, gw_fast = step(fast)
         torch.testing.assert_close(gx_lean, gx_fast, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(gw_lean, gw_fast, rtol=1e-5, atol=1e-5)
