@@ -7,7 +7,8 @@ Every round calls every implementation once (each right after an untimed call of
 order rotated each round), so a shared machine's slow phases hit all of them alike; the table shows medians of the rounds as GFLOP/s on live
 weights (2 * nnz * N per call, the dense baseline counted the same way) and each one's ratio to
 the first variant named (and the best round's GFLOP/s, for a machine shared with others). ``--variants all-x86`` times every registered variant of the op that
-this CPU can run. Shapes are OUTxIN (W is out x in).
+this CPU can run; ``planned`` is the call without ``variant=`` (the planner's choice: the tuning cache,
+tuning on a miss, or the heuristic). Shapes are OUTxIN (W is out x in).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 
 import torch
 
-from sparselab import PaddedCSR, kernels, ops
+from sparselab import PaddedCSR, kernels, ops, planner
 
 
 def _calls(op: str, W: PaddedCSR, n: int, names: list[str], threads: int):
@@ -29,12 +30,13 @@ def _calls(op: str, W: PaddedCSR, n: int, names: list[str], threads: int):
     Wd = W.to_dense()
     calls = {}
     for name in names:
+        v = None if name == "planned" else name  # planned: the planner's choice (tuned or heuristic)
         if op == "spmm_fwd":
-            calls[name] = lambda v=name: ops.spmm_fwd(W, X, variant=v, threads=threads)
+            calls[name] = lambda v=v: ops.spmm_fwd(W, X, variant=v, threads=threads)
         elif op == "spmm_dx":
-            calls[name] = lambda v=name: ops.spmm_dx(W, dY, variant=v, threads=threads)
+            calls[name] = lambda v=v: ops.spmm_dx(W, dY, variant=v, threads=threads)
         else:
-            calls[name] = lambda v=name: ops.sddmm_dw(W, dY, X, variant=v, threads=threads)
+            calls[name] = lambda v=v: ops.sddmm_dw(W, dY, X, variant=v, threads=threads)
     if op == "spmm_fwd":
         calls["dense_torch"] = lambda: torch.nn.functional.linear(X, Wd)
     elif op == "spmm_dx":
@@ -62,12 +64,14 @@ def main() -> None:
     )
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    if a.variants == "all-x86":
-        names = [
-            v.name for v in kernels.variants(a.op) if not v.is_dense and v.available and v.isa in ("avx2", "avx512")
-        ]
-    else:
-        names = a.variants.split(",")
+    names = []
+    for name in a.variants.split(","):
+        if name == "all-x86":
+            names += [
+                v.name for v in kernels.variants(a.op) if not v.is_dense and v.available and v.isa in ("avx2", "avx512")
+            ]
+        else:
+            names.append(name)
     for shape in a.shapes.split(","):
         out_f, in_f = (int(s) for s in shape.split("x"))
         W = PaddedCSR.random(out_f, in_f, a.sparsity, seed=20240601)
@@ -91,6 +95,9 @@ def main() -> None:
                 times[k].append(clock() - t0)
         first = statistics.median(times[names[0]])
         print(f"{a.op} {out_f}x{in_f} N={a.n} sparsity={a.sparsity} nnz={nnz} threads={a.threads} clock={a.clock}")
+        if "planned" in calls:
+            chosen = planner.plan(a.op, out_f, in_f, a.n, W.density, a.threads).name
+            print(f"  planned = {chosen}")
         for k, ts in times.items():
             med = statistics.median(ts)
             print(
