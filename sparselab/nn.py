@@ -43,6 +43,9 @@ from .storage import replace_storage
 from .tuning.preference import get_prefer
 from .validation import version_of as _version
 
+# A cheap first test before torch.is_autocast_enabled("cpu") on every call (private; absent: always ask).
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
+
 __all__ = ["SparseLinear"]
 
 _TOPOLOGY = ("weight_cols", "weight_row_start", "weight_row_nnz")
@@ -431,6 +434,7 @@ class SparseLinear(nn.Module):
             t_index=t,
             view=self.weight,
             plans={},
+            kernel_ids={},
             density=int(self.weight_row_nnz.sum()) / (self.out_features * self.in_features),
             # The storages, not just the tensor objects: a capacity change swaps storage under the same
             # objects, and a call still running in another thread must keep reading memory that exists.
@@ -522,7 +526,7 @@ class SparseLinear(nn.Module):
         values, b = params["weight_values"], params["bias"]
         w_dtype = values.dtype
         out_dtype = None
-        if torch.is_autocast_enabled("cpu") or x.dtype is not w_dtype:
+        if x.dtype is not w_dtype or (_any_autocast() and torch.is_autocast_enabled("cpu")):
             x, out_dtype = self._autocast_input(x, w_dtype)
         if torch.compiler.is_compiling():  # the custom op: traced as an opaque node with a fake kernel
             y = sparse_linear(
@@ -593,14 +597,31 @@ class SparseLinear(nn.Module):
     # The kernels run through the layer's LayerPlan (d.kernels); float64, empty batches, dense
     # variants and an empty W take the general runners of sparselab.ops.
 
+    def _kernel_id(self, d: "_Derived", op: str, n: int, threads: int) -> int:
+        """The variant id d.kernels runs for this call, or -1 when the general runners take it."""
+        key = (op, n, threads)
+        kid = d.kernel_ids.get(key)
+        if kid is None:
+            v, _ = self._plan(d, op, n)
+            usable = v is not None and not v.is_dense and d.kernels is not None
+            if usable and v.dx_layout == "transposed":
+                usable = d.kernels.has_transposed
+            kid = v.id if usable else -1
+            if len(d.kernel_ids) >= 64:
+                d.kernel_ids.clear()
+            d.kernel_ids[key] = kid
+        return kid
+
     def _run_fwd(self, d: "_Derived", x: Tensor, bias: Optional[Tensor]) -> Tensor:
-        v, threads = self._plan(d, "spmm_fwd", x.shape[0])
-        if v is None or v.is_dense or d.kernels is None:
+        n, threads = x.shape[0], torch.get_num_threads()
+        kid = self._kernel_id(d, "spmm_fwd", n, threads)
+        if kid < 0:
+            v, threads = self._plan(d, "spmm_fwd", n)
             return ops.run_spmm_fwd(v, d.view, d.w_args, x, bias, threads)
-        n, out_f = x.shape[0], self.out_features
+        out_f = self.out_features
         y = torch.empty(n, out_f)
         d.kernels.spmm_fwd(
-            v.id,
+            kid,
             n,
             x.data_ptr(),
             self.in_features if x.is_contiguous() else _ld(x),
@@ -612,24 +633,27 @@ class SparseLinear(nn.Module):
         return y
 
     def _run_dx(self, d: "_Derived", dy: Tensor) -> Tensor:
-        v, threads = self._plan(d, "spmm_dx", dy.shape[0])
-        transposed = v is not None and v.dx_layout == "transposed"
-        if v is None or v.is_dense or d.kernels is None or (transposed and not d.kernels.has_transposed):
-            t = d.t_index if transposed else None
+        n, threads = dy.shape[0], torch.get_num_threads()
+        kid = self._kernel_id(d, "spmm_dx", n, threads)
+        if kid < 0:
+            v, threads = self._plan(d, "spmm_dx", n)
+            t = d.t_index if v is not None and v.dx_layout == "transposed" else None
             if t is not None and t.cols.numel() != d.view.nnz:  # the memory preference keeps no index here
                 t = d.view.transposed()
             return ops.run_spmm_dx(v, d.view, d.w_args, t, dy, threads)
-        n, in_f = dy.shape[0], self.in_features
+        in_f = self.in_features
         dx = torch.empty(n, in_f)
-        d.kernels.spmm_dx(v.id, n, dy.data_ptr(), _ld(dy), dx.data_ptr(), in_f, threads)
+        d.kernels.spmm_dx(kid, n, dy.data_ptr(), _ld(dy), dx.data_ptr(), in_f, threads)
         return dx
 
     def _run_dw(self, d: "_Derived", dy: Tensor, x: Tensor) -> Tensor:
-        v, threads = self._plan(d, "sddmm_dw", dy.shape[0])
-        if v is None or v.is_dense or d.kernels is None:
+        n, threads = dy.shape[0], torch.get_num_threads()
+        kid = self._kernel_id(d, "sddmm_dw", n, threads)
+        if kid < 0:
+            v, threads = self._plan(d, "sddmm_dw", n)
             return ops.run_sddmm_dw(v, d.view, d.w_args, dy, x, threads)
         dw = torch.empty(d.view.capacity)
-        d.kernels.sddmm_dw(v.id, dy.shape[0], dy.data_ptr(), _ld(dy), x.data_ptr(), _ld(x), dw.data_ptr(), threads)
+        d.kernels.sddmm_dw(kid, n, dy.data_ptr(), _ld(dy), x.data_ptr(), _ld(x), dw.data_ptr(), threads)
         return dw
 
     # ---- introspection ----
@@ -852,6 +876,7 @@ class _Derived(NamedTuple):
     t_index: TransposedIndex
     view: PaddedCSR  # the layer's PaddedCSR view (dense fallbacks, sizes)
     plans: dict  # (op, n, threads) -> planner.Plan
+    kernel_ids: dict  # (op, n, threads) -> the variant id ``kernels`` runs, or -1: the general runners
     density: float
     storages: tuple  # pins the memory w_args points into
     held: tuple  # keeps the tensors whose ids ``fresh`` records alive
