@@ -79,29 +79,35 @@ constexpr bool params_match(const char* declared, const char* listed) {
 #define SL_FWD(isa, form, name, seq) SL_ON_##isa(SL_CHECK(spmm_fwd, form, name, seq))
 #define SL_DX(isa, form, name, seq) SL_ON_##isa(SL_CHECK(spmm_dx, form, name, seq))
 #define SL_DW(isa, form, name, seq) SL_ON_##isa(SL_CHECK(sddmm_dw, form, name, seq))
+#define SL_BWD(isa, form, name, seq) SL_ON_##isa(SL_CHECK(backward_fused, form, name, seq))
 #include "../variants.def"
 #undef SL_FWD
 #undef SL_DX
 #undef SL_DW
+#undef SL_BWD
 #undef SL_CHECK
 
-#define SL_ENTRY(OP, LAYOUT, isa, name, form, seq, FWD, DX, DW, SCRATCH)                                         \
+#define SL_ENTRY(OP, LAYOUT, isa, name, form, seq, FWD, DX, DW, SCRATCH, BWD)                                    \
   VariantEntry{__LINE__, Op::OP, DxLayout::LAYOUT, #name, #isa, #form, {SL_PNAMES(seq)}, {SL_PVALUES(seq)}, FWD, \
-               DX,       DW,     SCRATCH},
+               DX,       DW,     SCRATCH,          BWD},
 #define SL_RUN(F) &F::run<int16_t>, &F::run<int32_t>
 #define SL_NONE nullptr, nullptr
 // A forward kernel is also the spmm_dx variant run on W's transposed index.
 #define SL_FWD(isa, form, name, seq)                                                                                \
   SL_ON_##isa(SL_ENTRY(SpmmFwd, None, isa, name, form, seq, SL_RUN(SL_FORM(spmm_fwd, form, seq)), SL_NONE, SL_NONE, \
-                       &SL_FORM(spmm_fwd, form, seq)::scratch)                                                      \
+                       &SL_FORM(spmm_fwd, form, seq)::scratch, SL_NONE)                                             \
                   SL_ENTRY(SpmmDx, Transposed, isa, name, form, seq, SL_RUN(SL_FORM(spmm_fwd, form, seq)), SL_NONE, \
-                           SL_NONE, &SL_FORM(spmm_fwd, form, seq)::scratch))
+                           SL_NONE, &SL_FORM(spmm_fwd, form, seq)::scratch, SL_NONE))
 #define SL_DX(isa, form, name, seq)                                                                                  \
   SL_ON_##isa(SL_ENTRY(SpmmDx, Scatter, isa, name, form, seq, SL_NONE, SL_RUN(SL_FORM(spmm_dx, form, seq)), SL_NONE, \
-                       &SL_FORM(spmm_dx, form, seq)::scratch))
+                       &SL_FORM(spmm_dx, form, seq)::scratch, SL_NONE))
 #define SL_DW(isa, form, name, seq)                                                                                 \
   SL_ON_##isa(SL_ENTRY(SddmmDw, None, isa, name, form, seq, SL_NONE, SL_NONE, SL_RUN(SL_FORM(sddmm_dw, form, seq)), \
-                       &SL_FORM(sddmm_dw, form, seq)::scratch))
+                       &SL_FORM(sddmm_dw, form, seq)::scratch, SL_NONE))
+// A fused backward kernel: dX and dW in one pass over W's transposed index.
+#define SL_BWD(isa, form, name, seq)                                                                         \
+  SL_ON_##isa(SL_ENTRY(BackwardFused, None, isa, name, form, seq, SL_NONE, SL_NONE, SL_NONE,               \
+                       &SL_FORM(backward_fused, form, seq)::scratch, SL_RUN(SL_FORM(backward_fused, form, seq))))
 
 extern const VariantEntry kVariants[];
 constexpr VariantEntry kVariants[] = {
@@ -112,6 +118,7 @@ constexpr VariantEntry kVariants[] = {
 #undef SL_FWD
 #undef SL_DX
 #undef SL_DW
+#undef SL_BWD
 #undef SL_ENTRY
 #undef SL_RUN
 #undef SL_NONE

@@ -79,17 +79,16 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   static_assert(T % V::W == 0 && T % 8 == 0, "tile must be a whole number of vectors");
   const CsrView<Idx>& wt = a.wt;
   const int64_t in = wt.rows, out = wt.ncols;
-  // dW padding slots are 0 (live ones are written at the end).
-  parallel_for(a.threads, a.w_rows, [&](int64_t i, int) {
-    for (int64_t k = a.w_row_start[i] + a.w_row_nnz[i]; k < a.w_row_start[i + 1]; ++k) a.dw[k] = 0.0f;
+  // Every dW slot starts at 0, so a slot of W the transposed index does not list (an
+  // index older than W's topology) is never left unwritten.
+  const int64_t cap = a.w_row_start[a.w_rows];
+  const int64_t zero_tasks = 4 * int64_t(a.threads);
+  parallel_for(a.threads, zero_tasks, [&](int64_t z, int) {
+    for (int64_t k = cap * z / zero_tasks; k < cap * (z + 1) / zero_tasks; ++k) a.dw[k] = 0.0f;
   });
+  if (a.n == 0) return;
   int64_t nnz = 0;
   for (int64_t j = 0; j < in; ++j) nnz += wt.row_nnz[j];
-  if (a.n == 0) {
-    for (int64_t j = 0; j < in; ++j)
-      for (int64_t k = wt.row_start[j]; k < wt.row_start[j] + wt.row_nnz[j]; ++k) a.dw[a.perm[k]] = 0.0f;
-    return;
-  }
   // Per worker: the dY panel of one tile (out x T) and its X columns of that tile.
   const size_t worker_stride = size_t(out) * T + size_t(in) * T + 32;
   float* sums = a.scratch + size_t(a.threads) * worker_stride;  // dW sums in block-major order
@@ -159,11 +158,14 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
       }
     }
   });
-  // dW sums to W's slots.
+  // dW sums to W's slots; then padding slots are 0 again, whatever the index said.
   parallel_for(a.threads, bm.ngroups, [&](int64_t g, int) {
     block_major_runs(bm, wt, g, [&](int64_t, int, int64_t slot_t, int64_t pos, int32_t m) {
       for (int32_t k = 0; k < m; ++k) a.dw[a.perm[slot_t + k]] = sums[pos + k];
     });
+  });
+  parallel_for(a.threads, a.w_rows, [&](int64_t i, int) {
+    for (int64_t k = a.w_row_start[i] + a.w_row_nnz[i]; k < a.w_row_start[i + 1]; ++k) a.dw[k] = 0.0f;
   });
 }
 
