@@ -230,7 +230,18 @@ def run_backward_fused(
         t.perm.data_ptr(),
     )
     _C.backward_fused(
-        v.id, *w_args, *tr, n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dX.data_ptr(), in_f, dW.data_ptr(), nthreads
+        v.id,
+        *w_args,
+        *tr,
+        n,
+        dY.data_ptr(),
+        _ld(dY),
+        X.data_ptr(),
+        _ld(X),
+        dX.data_ptr(),
+        in_f,
+        dW.data_ptr(),
+        nthreads,
     )
     return dX, dW
 

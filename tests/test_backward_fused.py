@@ -99,8 +99,19 @@ def test_matches_float64_reference(v, case):
 
 
 LARGE = [
-    Case(n=131, out_f=300, in_f=1100, sparsity=0.9, pattern="ragged", empty_rows=True, padding=2, ld_extra=5,
-         col_offset=2, threads=2, seed=21),
+    Case(
+        n=131,
+        out_f=300,
+        in_f=1100,
+        sparsity=0.9,
+        pattern="ragged",
+        empty_rows=True,
+        padding=2,
+        ld_extra=5,
+        col_offset=2,
+        threads=2,
+        seed=21,
+    ),
     Case(n=67, out_f=1100, in_f=300, sparsity=0.99, padding=1, index_dtype="int32", garbage=1e30, threads=2, seed=22),
     Case(n=200, out_f=600, in_f=700, sparsity=0.8, padding=1, threads=2, seed=23),  # several tiles, blocks, groups
 ]

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/vec/vec_avx2.h"
 #include "kernels/vec/vec_avx512.h"
 #include "kernels/sddmm_dw/sddmm_dw_rowreg.h"
 #include "kernels/spmm_fwd/spmm_fwd_blockmajor.h"
@@ -81,13 +82,18 @@ int main(int argc, char** argv) {
                                    bwd_fused_scratch<128, 128, 64>(n, in, out, nnz, threads),
                                    bwd_fused_scratch<64, 256, 64>(n, in, out, nnz, threads),
                                    bwd_fused_scratch<64, 64, 64>(n, in, out, nnz, threads),
-                                   bwd_fused_scratch<128, 64, 64>(n, in, out, nnz, threads)});
+                                   bwd_fused_scratch<128, 64, 64>(n, in, out, nnz, threads),
+                                   bwd_fused_scratch<64, 512, 64>(n, in, out, nnz, threads),
+                                   dw_blockmajor_scratch<64, 512, 64>(n, in, out, nnz, threads),
+                                   fwd_blockmajor_scratch<64, 128, 64>(n, out, in, nnz, threads),
+                                   bwd_fused_scratch<32, 256, 64>(n, in, out, nnz, threads)});
   float* scratch = static_cast<float*>(aligned_alloc(64, (sf * 4 + 63) / 64 * 64));
   int64_t chunks[2] = {0, out};
   DwArgs<int16_t> da{w, n, dy.data(), out, x.data(), in, dw.data(), chunks, 1, scratch, threads};
   FwdArgs<int16_t> xa{wt, n, dy.data(), out, nullptr, dx.data(), in, nullptr, 0, scratch, threads};
-  BwdArgs<int16_t> ba{wt,        perm.data(), row_start.data(), row_nnz.data(), out,     n,      dy.data(), out,
-                      x.data(), in,          dx2.data(),       in,             dw2.data(), scratch, threads};
+  BwdArgs<int16_t> ba{
+      wt,         perm.data(), row_start.data(), row_nnz.data(), out,    n, dy.data(), out, x.data(), in,
+      dx2.data(), in,          dw2.data(),       scratch,        threads};
   auto gather = [&] {
     parallel_for(threads, 4 * threads, [&](int64_t t, int) {
       for (int64_t k = nnz * t / (4 * threads); k < nnz * (t + 1) / (4 * threads); ++k) tvals[k] = vals[perm[k]];
@@ -96,22 +102,53 @@ int main(int argc, char** argv) {
   using Fn = std::function<void()>;
   const Fn dw_rowreg = [&] { forms::sddmm_dw::rowreg<V, 128, 1024, 64>::run(da); };
   const Fn dw_bm = [&] { forms::sddmm_dw::block_major<V, 128, 64, 64>::run(da); };
-  const Fn dx_bm128 = [&] { gather(); forms::spmm_fwd::block_major<V, 128, 64, 64>::run(xa); };
-  const Fn dx_bm64 = [&] { gather(); forms::spmm_fwd::block_major<V, 64, 256, 64>::run(xa); };
+  const Fn dx_bm128 = [&] {
+    gather();
+    forms::spmm_fwd::block_major<V, 128, 64, 64>::run(xa);
+  };
+  const Fn dx_bm64 = [&] {
+    gather();
+    forms::spmm_fwd::block_major<V, 64, 256, 64>::run(xa);
+  };
   std::vector<std::pair<std::string, Fn>> cfg = {
       {"dW rowreg128_cb1024", dw_rowreg},
       {"dW bm128_cb64", dw_bm},
       {"dX bm128_cb64 (W^T)", dx_bm128},
       {"dX bm64_cb256 (W^T)", dx_bm64},
-      {"sep rowreg+bm128", [&] { dw_rowreg(); dx_bm128(); }},
-      {"sep bm128+bm128", [&] { dw_bm(); dx_bm128(); }},
-      {"sep rowreg+bm64_cb256", [&] { dw_rowreg(); dx_bm64(); }},
-      {"sep bm128+bm64_cb256", [&] { dw_bm(); dx_bm64(); }},
-      {"fused bm64_cb256 as1", [&] { gather(); forms::backward_fused::block_major<V, 64, 256, 64, 1>::run(ba); }},
-      {"fused bm64_cb256 as2", [&] { gather(); forms::backward_fused::block_major<V, 64, 256, 64, 2>::run(ba); }},
-      {"fused bm64_cb128 as2", [&] { gather(); forms::backward_fused::block_major<V, 64, 128, 64, 2>::run(ba); }},
-      {"fused bm128_cb64 as1", [&] { gather(); forms::backward_fused::block_major<V, 128, 64, 64, 1>::run(ba); }},
-      {"fused bm128_cb128 as1", [&] { gather(); forms::backward_fused::block_major<V, 128, 128, 64, 1>::run(ba); }},
+      {"sep rowreg+bm128",
+       [&] {
+         dw_rowreg();
+         dx_bm128();
+       }},
+      {"sep bm128+bm128",
+       [&] {
+         dw_bm();
+         dx_bm128();
+       }},
+      {"sep rowreg+bm64_cb256",
+       [&] {
+         dw_rowreg();
+         dx_bm64();
+       }},
+      {"sep bm128+bm64_cb256",
+       [&] {
+         dw_bm();
+         dx_bm64();
+       }},
+      {"avx2 sep rowreg64_cb512+bm64_cb128",
+       [&] {
+         forms::sddmm_dw::rowreg<VecAvx2, 64, 512, 64>::run(da);
+         gather();
+         forms::spmm_fwd::block_major<VecAvx2, 64, 128, 64>::run(xa);
+       }},
+      {"avx2 fused bm32_cb256 s4", [&] { gather(); forms::backward_fused::block_major<VecAvx2, 32, 256, 64, 4>::run(ba); }},
+      {"avx2 fused bm32_cb256 s8", [&] { gather(); forms::backward_fused::block_major<VecAvx2, 32, 256, 64, 8>::run(ba); }},
+      {"avx2 fused bm64_cb128 s4", [&] { gather(); forms::backward_fused::block_major<VecAvx2, 64, 128, 64, 4>::run(ba); }},
+      {"fused bm64_cb256 s4", [&] { gather(); forms::backward_fused::block_major<V, 64, 256, 64, 4>::run(ba); }},
+      {"fused bm64_cb256 s16", [&] { gather(); forms::backward_fused::block_major<V, 64, 256, 64, 16>::run(ba); }},
+      {"fused bm64_cb512 s16", [&] { gather(); forms::backward_fused::block_major<V, 64, 512, 64, 16>::run(ba); }},
+      {"fused bm128_cb128 s4", [&] { gather(); forms::backward_fused::block_major<V, 128, 128, 64, 4>::run(ba); }},
+      {"fused bm128_cb128 s16", [&] { gather(); forms::backward_fused::block_major<V, 128, 128, 64, 16>::run(ba); }},
   };
   if (*only) {
     std::vector<std::pair<std::string, Fn>> keep;
@@ -123,7 +160,7 @@ int main(int argc, char** argv) {
   dw_rowreg();
   dx_bm128();
   gather();
-  forms::backward_fused::block_major<V, 64, 256, 64, 2>::run(ba);
+  forms::backward_fused::block_major<V, 64, 256, 64, 16>::run(ba);
   double edw = 0, edx = 0;
   for (int64_t k = 0; k < nnz; ++k) edw = std::max(edw, double(std::fabs(dw[k] - dw2[k])));
   for (int64_t k = 0; k < n * in; ++k) edx = std::max(edx, double(std::fabs(dx[k] - dx2[k])));
@@ -145,7 +182,7 @@ int main(int argc, char** argv) {
     std::sort(tw[c].begin(), tw[c].end());
     std::sort(tc[c].begin(), tc[c].end());
     const double w = tw[c][tw[c].size() / 2], cp = tc[c][tc[c].size() / 2];
-    const double ops = (cfg[c].first[0] == 'd') ? 1.0 : 2.0;
+    const double ops = (cfg[c].first.rfind("dW", 0) == 0 || cfg[c].first.rfind("dX", 0) == 0) ? 1.0 : 2.0;
     std::printf("%-24s wall %8.2f ms %7.1f GFLOP/s   cpu %8.2f ms %7.1f GFLOP/s\n", cfg[c].first.c_str(), w * 1e3,
                 ops * 2.0 * nnz * n / w / 1e9, cp * 1e3, ops * 2.0 * nnz * n / cp / 1e9);
   }

@@ -65,7 +65,7 @@ struct DwArgs {
 template <typename Idx>
 struct BwdArgs {
   CsrView<Idx> wt;
-  const int32_t* perm;       // [live slots of W]
+  const int32_t* perm;         // [live slots of W]
   const int64_t* w_row_start;  // W's rows: dW padding slots are set to 0
   const int32_t* w_row_nnz;
   int64_t w_rows;

@@ -262,8 +262,8 @@ void run_sddmm_dw(const Variant& v, const RawCsr& w_in, int64_t n, uintptr_t dy,
     go(v.dw32, view<int32_t>(w));
 }
 
-void run_backward_fused(const Variant& v, const RawCsr& w_in, const RawCsr& wt_in, uintptr_t perm, int64_t n, uintptr_t dy,
-                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
+void run_backward_fused(const Variant& v, const RawCsr& w_in, const RawCsr& wt_in, uintptr_t perm, int64_t n,
+                        uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
                         int threads) {
   check_runnable(v);
   if (!v.bwd16) throw std::runtime_error("variant '" + v.name + "' is not a backward_fused variant");

@@ -32,13 +32,37 @@ size_t bwd_fused_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int th
 }
 
 // One run of m slots of W^T's row j in one column block, against one batch tile:
-// acc (AS sets of R registers) += w * P[col], and dst[k] (+)= <xj, P[col[k]]>.
-template <class V, int T, int AS>
-inline void bwd_fused_run(typename V::reg (&acc)[AS][T / V::W], const typename V::reg* xj, const float* P,
-                          const uint16_t* col, const float* v, int m, float* dst, bool first) {
+// acc += w * P[col], and dst[k] (+)= <xj, P[col[k]]>. S slots at a time: S = 4
+// reduces each four with hsum4, S = V::W each V::W with one transpose-add tree
+// (V::lane_sums) and one vector store; the rest of a run goes four, then one, at a time.
+template <class V, int T, int S>
+inline void bwd_fused_run(typename V::reg* acc, const typename V::reg* xj, const float* P, const uint16_t* col,
+                          const float* v, int m, float* dst, bool first) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
+  static_assert(S == 4 || S == V::W, "slots per reduction: 4 or one per vector lane");
   int k = 0;
+  if constexpr (S == V::W) {
+    for (; k + S <= m; k += S) {
+      reg s[S];
+#pragma GCC unroll 16
+      for (int u = 0; u < S; ++u) {
+        const float* p = P + int64_t(col[k + u]) * T;
+        const reg w = V::bcast(v + k + u);
+        const reg d0 = V::load(p);
+        acc[0] = V::fmadd(w, d0, acc[0]);
+        s[u] = V::mul(xj[0], d0);
+#pragma GCC unroll 16
+        for (int q = 1; q < R; ++q) {
+          const reg d = V::load(p + q * V::W);
+          acc[q] = V::fmadd(w, d, acc[q]);
+          s[u] = V::fmadd(xj[q], d, s[u]);
+        }
+      }
+      const reg sums = V::lane_sums(s);
+      V::store(dst + k, first ? sums : V::add(V::load(dst + k), sums));
+    }
+  }
   for (; k + 4 <= m; k += 4) {
     const float* p[4];
     reg w[4], s[4];
@@ -50,7 +74,7 @@ inline void bwd_fused_run(typename V::reg (&acc)[AS][T / V::W], const typename V
     for (int q = 0; q < R; ++q)
       for (int u = 0; u < 4; ++u) {
         const reg d = V::load(p[u] + q * V::W);
-        acc[u % AS][q] = V::fmadd(w[u], d, acc[u % AS][q]);
+        acc[q] = V::fmadd(w[u], d, acc[q]);
         s[u] = V::fmadd(xj[q], d, s[u]);
       }
     if (first)
@@ -64,7 +88,7 @@ inline void bwd_fused_run(typename V::reg (&acc)[AS][T / V::W], const typename V
     reg s = V::zero();
     for (int q = 0; q < R; ++q) {
       const reg d = V::load(p + q * V::W);
-      acc[0][q] = V::fmadd(w, d, acc[0][q]);
+      acc[q] = V::fmadd(w, d, acc[q]);
       s = V::fmadd(xj[q], d, s);
     }
     const float h = V::hsum(s);
@@ -72,7 +96,7 @@ inline void bwd_fused_run(typename V::reg (&acc)[AS][T / V::W], const typename V
   }
 }
 
-template <class V, int T, int CB, int G, int AS, typename Idx>
+template <class V, int T, int CB, int G, int S, typename Idx>
 void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
@@ -137,24 +161,20 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
           for (int r = 0; r < gn; ++r) {
             const int m = cnt[b * G + r];
             if (!m) continue;
-            reg acc[AS][R], xj[R];
+            reg acc[R], xj[R];
             for (int q = 0; q < R; ++q) {
-              acc[0][q] = V::load(buf[r] + q * V::W);
-              for (int u = 1; u < AS; ++u) acc[u][q] = V::zero();
+              acc[q] = V::load(buf[r] + q * V::W);
               xj[q] = V::load(px + (i0 + r) * T + q * V::W);
             }
-            bwd_fused_run<V, T, AS>(acc, xj, Pb, col, v, m, dst, first);
-            for (int q = 0; q < R; ++q) {
-              reg sum = acc[0][q];
-              for (int u = 1; u < AS; ++u) sum = V::add(sum, acc[u][q]);
-              V::store(buf[r] + q * V::W, sum);
-            }
+            bwd_fused_run<V, T, S>(acc, xj, Pb, col, v, m, dst, first);
+            for (int q = 0; q < R; ++q) V::store(buf[r] + q * V::W, acc[q]);
             v += m;
             col += m;
             dst += m;
           }
         }
-        for (int r0 = 0; r0 < gn; r0 += 8) fwd_tiled_store<T>(st, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nbatch);
+        for (int r0 = 0; r0 < gn; r0 += 8)
+          fwd_tiled_store<T>(st, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nbatch);
       }
     }
   });
@@ -173,13 +193,13 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
 namespace forms {
 namespace backward_fused {
 
-template <class V, int T, int CB, int G, int acc_sets>
+template <class V, int T, int CB, int G, int slots>
 struct block_major {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
-  static constexpr const char kParams[] = "T,CB,G,acc_sets";
+  static constexpr const char kParams[] = "T,CB,G,slots";
   template <typename Idx>
   static void run(const BwdArgs<Idx>& a) {
-    bwd_fused_blockmajor<V, T, CB, G, acc_sets>(a);
+    bwd_fused_blockmajor<V, T, CB, G, slots>(a);
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return bwd_fused_scratch<T, CB, G>(n, in, out, nnz, threads);
