@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
                                    bwd_fused_scratch<64, 512, 64>(n, in, out, nnz, threads),
                                    dw_blockmajor_scratch<64, 512, 64>(n, in, out, nnz, threads),
                                    fwd_blockmajor_scratch<64, 128, 64>(n, out, in, nnz, threads),
-                                   bwd_fused_scratch<32, 256, 64>(n, in, out, nnz, threads)});
+                                   bwd_fused_scratch<32, 256, 64>(n, in, out, nnz, threads),
+                                   dw_blockmajor_scratch<64, 256, 64>(n, in, out, nnz, threads)});
   float* scratch = static_cast<float*>(aligned_alloc(64, (sf * 4 + 63) / 64 * 64));
   int64_t chunks[2] = {0, out};
   DwArgs<int16_t> da{w, n, dy.data(), out, x.data(), in, dw.data(), chunks, 1, scratch, threads};
@@ -112,6 +113,10 @@ int main(int argc, char** argv) {
   };
   std::vector<std::pair<std::string, Fn>> cfg = {
       {"dW rowreg128_cb1024", dw_rowreg},
+      {"dW rowreg128_cb512", [&] { forms::sddmm_dw::rowreg<V, 128, 512, 64>::run(da); }},
+      {"dW rowreg128_cb256", [&] { forms::sddmm_dw::rowreg<V, 128, 256, 64>::run(da); }},
+      {"dW rowreg64_cb512", [&] { forms::sddmm_dw::rowreg<V, 64, 512, 64>::run(da); }},
+      {"dW rowreg64_cb256", [&] { forms::sddmm_dw::rowreg<V, 64, 256, 64>::run(da); }},
       {"dW bm128_cb64", dw_bm},
       {"dX bm128_cb64 (W^T)", dx_bm128},
       {"dX bm64_cb256 (W^T)", dx_bm64},
