@@ -87,7 +87,9 @@ int main(int argc, char** argv) {
                                    dw_blockmajor_scratch<64, 512, 64>(n, in, out, nnz, threads),
                                    fwd_blockmajor_scratch<64, 128, 64>(n, out, in, nnz, threads),
                                    bwd_fused_scratch<32, 256, 64>(n, in, out, nnz, threads),
-                                   dw_blockmajor_scratch<64, 256, 64>(n, in, out, nnz, threads)});
+                                   dw_blockmajor_scratch<64, 256, 64>(n, in, out, nnz, threads),
+                                   bwd_fused_scratch<64, 1024, 64>(n, in, out, nnz, threads),
+                                   bwd_fused_scratch<128, 512, 64>(n, in, out, nnz, threads)});
   float* scratch = static_cast<float*>(aligned_alloc(64, (sf * 4 + 63) / 64 * 64));
   int64_t chunks[2] = {0, out};
   DwArgs<int16_t> da{w, n, dy.data(), out, x.data(), in, dw.data(), chunks, 1, scratch, threads};
@@ -152,6 +154,8 @@ int main(int argc, char** argv) {
       {"fused bm64_cb256 s4", [&] { gather(); forms::backward_fused::block_major<V, 64, 256, 64, 4>::run(ba); }},
       {"fused bm64_cb256 s16", [&] { gather(); forms::backward_fused::block_major<V, 64, 256, 64, 16>::run(ba); }},
       {"fused bm64_cb512 s16", [&] { gather(); forms::backward_fused::block_major<V, 64, 512, 64, 16>::run(ba); }},
+      {"fused bm64_cb1024 s16", [&] { gather(); forms::backward_fused::block_major<V, 64, 1024, 64, 16>::run(ba); }},
+      {"fused bm128_cb512 s4", [&] { gather(); forms::backward_fused::block_major<V, 128, 512, 64, 4>::run(ba); }},
       {"fused bm128_cb128 s4", [&] { gather(); forms::backward_fused::block_major<V, 128, 128, 64, 4>::run(ba); }},
       {"fused bm128_cb128 s16", [&] { gather(); forms::backward_fused::block_major<V, 128, 128, 64, 16>::run(ba); }},
   };
