@@ -196,6 +196,20 @@ PYBIND11_MODULE(_C, m) {
     run_sddmm_dw(v, w, n, dy, lddy, x, ldx, dw, threads);
   });
 
+  m.def("backward_fused",
+        [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz,
+           int64_t rows, int64_t ncols, uintptr_t t_cols, int t_idx_bits, uintptr_t t_row_start, uintptr_t t_row_nnz,
+           uintptr_t perm, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx,
+           uintptr_t dw, int threads) {
+          const Variant& v = variant_at(id);
+          const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+          const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
+          if (!t_cols || !t_row_start || !t_row_nnz || !perm)
+            throw py::value_error("variant '" + v.name + "' needs W's transposed index");
+          py::gil_scoped_release nogil;
+          run_backward_fused(v, w, wt, perm, n, dy, lddy, x, ldx, dx, lddx, dw, threads);
+        });
+
   py::class_<LayerPlan>(m, "LayerPlan",
                         "What a layer's calls reuse while its topology holds (csrc/ops/layer_plan.h). The "
                         "caller keeps the memory it points into alive for the plan's life.")

@@ -31,6 +31,8 @@ const char* op_name(Op op) {
       return "spmm_dx";
     case Op::SddmmDw:
       return "sddmm_dw";
+    case Op::BackwardFused:
+      return "backward_fused";
   }
   return "?";
 }
@@ -78,6 +80,8 @@ std::vector<Variant> build() {
     v.dx32 = e->dx32;
     v.dw16 = e->dw16;
     v.dw32 = e->dw32;
+    v.bwd16 = e->bwd16;
+    v.bwd32 = e->bwd32;
     v.scratch = e->scratch;
     v.prepared_floats = e->prepared_floats;
     v.prepare16 = e->prepare16;

@@ -23,6 +23,8 @@ struct Variant {
   DxFn<int32_t> dx32 = nullptr;
   DwFn<int16_t> dw16 = nullptr;
   DwFn<int32_t> dw32 = nullptr;
+  BwdFn<int16_t> bwd16 = nullptr;
+  BwdFn<int32_t> bwd32 = nullptr;
   ScratchFn scratch = no_scratch;
   // Set when the variant reuses W-derived data built once per topology (kernel_api.h).
   PreparedFloatsFn prepared_floats = nullptr;

@@ -3,6 +3,9 @@
 Every compiled variant (``sparselab._C.variant_table()``) plus the dense
 pseudo-variants that let torch compete in the tuner. ``variants(op)`` lists
 them with their availability on this CPU and the reason when unavailable.
+The fused backward kernels (op ``backward_fused``: dX and dW in one call) are
+not tuned per op: ``variants()`` lists the three ops of ``OPS``, and
+``variants("backward_fused")`` the fused ones.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 from . import _C
 
 OPS = ("spmm_fwd", "spmm_dx", "sddmm_dw")
+FUSED_OPS = ("backward_fused",)
 REFERENCE = "scalar"  # the reference variant name of every op
 DENSE = {"spmm_fwd": ("dense_torch", "dense_mkldnn"), "spmm_dx": ("dense_torch",), "sddmm_dw": ("dense_torch",)}
 
@@ -36,7 +40,7 @@ class VariantInfo:
 
 
 def _build() -> dict[str, dict[str, VariantInfo]]:
-    table: dict[str, dict[str, VariantInfo]] = {op: {} for op in OPS}
+    table: dict[str, dict[str, VariantInfo]] = {op: {} for op in OPS + FUSED_OPS}
     for row in _C.variant_table():
         reason = row["unavailable_reason"]
         v = VariantInfo(
@@ -66,12 +70,12 @@ _TABLE = _build()
 def _check_op(op: str) -> None:
     if not isinstance(op, str):
         raise TypeError(f"op must be a str, got {type(op).__name__}")
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
+    if op not in OPS and op not in FUSED_OPS:
+        raise ValueError(f"unknown op {op!r}; expected one of {OPS + FUSED_OPS}")
 
 
 def variants(op: str | None = None, *, available_only: bool = False) -> list[VariantInfo]:
-    """All variants (of one op, or of every op), in registry order."""
+    """All variants (of one op, or of every op of ``OPS``), in registry order."""
     ops = OPS if op is None else (op,)
     out = []
     for o in ops:
@@ -110,7 +114,7 @@ def describe() -> str:
             json.dumps(v.params) if v.params else "-",
             "yes" if v.available else f"no: {v.reason}",
         ]
-        for v in variants()
+        for v in variants() + [v for op in FUSED_OPS for v in variants(op)]
     ]
     # Columns as wide as their widest cell, so long names or params never shift the next column.
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]

@@ -50,6 +50,8 @@ __all__ = ["SparseLinear"]
 
 _TOPOLOGY = ("weight_cols", "weight_row_start", "weight_row_nnz")
 _TRANSPOSED = ("_t_cols", "_t_row_start", "_t_row_nnz", "_t_perm")
+# Batches from which backward takes dX and dW from one fused kernel call (reports/kernels-xeon-avx512.md).
+_FUSED_BACKWARD_MIN_N = 256
 METHODS = ("magnitude", "random")
 
 
@@ -656,6 +658,23 @@ class SparseLinear(nn.Module):
         d.kernels.sddmm_dw(kid, n, dy.data_ptr(), _ld(dy), x.data_ptr(), _ld(x), dw.data_ptr(), threads)
         return dw
 
+    def _run_backward_fused(self, d: "_Derived", dy: Tensor, x: Tensor) -> Optional[tuple]:
+        """(dX, dW) from one fused kernel call, or None where the two planned ops run instead:
+        small batches (the fused call's fixed cost wins there), a dense torch plan (low
+        sparsity), or no transposed index kept (the memory preference)."""
+        n = dy.shape[0]
+        if n < _FUSED_BACKWARD_MIN_N or d.fresh[-2] is torch.float64:
+            return None
+        fv = ops.default_backward_fused()
+        t = d.t_index
+        if fv is None or t.cols.numel() != d.view.nnz or t.cols.numel() == 0:
+            return None
+        vx, threads = self._plan(d, "spmm_dx", n)
+        vw, _ = self._plan(d, "sddmm_dw", n)
+        if vx.is_dense or vw.is_dense:
+            return None
+        return ops.run_backward_fused(fv, d.view, d.w_args, t, dy, x, threads)
+
     # ---- introspection ----
 
     @property
@@ -920,9 +939,11 @@ class _PlannedLinear(torch.autograd.Function):
             if ctx.needs_input_grad[1]:
                 dw = torch.ops.sparselab.sddmm_dw(dy, x, *args, layer.out_features, layer.in_features)
         else:
-            if ctx.needs_input_grad[0]:
+            if ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
+                dx, dw = layer._run_backward_fused(d, dy, x) or (None, None)
+            if ctx.needs_input_grad[0] and dx is None:
                 dx = layer._run_dx(d, dy)
-            if ctx.needs_input_grad[1]:
+            if ctx.needs_input_grad[1] and dw is None:
                 dw = layer._run_dw(d, dy, x)
         if ctx.needs_input_grad[2]:
             db = dy.sum(0)

@@ -8,6 +8,8 @@ forced, allocates the output and hands raw pointers to ``sparselab._C``.
 - ``spmm_dx(W, dY)``:       ``dX[N, in] = dY[N, out] @ W``
 - ``sddmm_dw(W, dY, X)``:   ``dW[k] = sum_b dY[b, row(k)] * X[b, col(k)]`` for
   every live slot ``k``; a tensor shaped like ``W.values`` (padding slots 0).
+- ``backward_fused(W, dY, X)``: ``(spmm_dx(W, dY), sddmm_dw(W, dY, X))`` in one
+  pass over W (a ``backward_fused`` variant), or the two ops where none runs.
 
 float64 weights run the scalar float64 path (for gradcheck); float32 weights
 dispatch through the variant table, dense torch included.
@@ -115,6 +117,36 @@ def sddmm_dw(
     return run_sddmm_dw(v, W, W.raw_args(), dY, X, nthreads)
 
 
+def backward_fused(
+    W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor, *, variant: str | None = None, threads: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dX, dW)`` of a layer ``Y = X @ W^T``: ``dX = dY @ W`` and dW as ``sddmm_dw``.
+
+    One call of a fused kernel reads W's index and dY once for both. ``variant=None``
+    takes the first ``backward_fused`` variant this CPU runs (registry order); where
+    there is none, and for float64 or an empty batch, it runs ``spmm_dx`` and
+    ``sddmm_dw`` (each planned as usual)."""
+    _check_weight(W)
+    out_f, in_f = W.shape
+    dtype = W.values.dtype
+    check_dense_operand("dY", dY, None, out_f, dtype)
+    check_dense_operand("X", X, dY.shape[0], in_f, dtype)
+    _check_variant_arg("backward_fused", variant)
+    nthreads = _threads(threads)
+    n = dY.shape[0]
+    v = None
+    if n > 0 and dtype != torch.float64:
+        v = kernels.require_available("backward_fused", variant) if variant is not None else default_backward_fused()
+    if v is None:
+        return spmm_dx(W, dY, threads=nthreads), sddmm_dw(W, dY, X, threads=nthreads)
+    return run_backward_fused(v, W, W.raw_args(), W.transposed(), dY, X, nthreads)
+
+
+def default_backward_fused() -> kernels.VariantInfo | None:
+    """The fused backward variant used when none is named, or None if this CPU runs none."""
+    return next(iter(kernels.variants("backward_fused", available_only=True)), None)
+
+
 # ---- runners: checked arguments in, raw pointers to the extension ----
 # ``v`` is the planned variant (None: float64 or an empty batch), ``w_args`` W's raw_args().
 # The public ops above and SparseLinear's planned calls both end here.
@@ -178,6 +210,40 @@ def run_sddmm_dw(v, W: PaddedCSR, w_args: tuple, dY: torch.Tensor, X: torch.Tens
     else:
         _C.sddmm_dw(v.id, *w_args, n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dW.data_ptr(), nthreads)
     return dW
+
+
+def run_backward_fused(
+    v, W: PaddedCSR, w_args: tuple, t, dY: torch.Tensor, X: torch.Tensor, nthreads: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``v`` a backward_fused variant, ``t`` W's transposed index, N > 0."""
+    n, in_f = dY.shape[0], W.shape[1]
+    dX = torch.empty(n, in_f, dtype=W.values.dtype)
+    dW = torch.empty(W.capacity, dtype=W.values.dtype)
+    if t.cols.numel() == 0:
+        # No live entry: both gradients are 0 (and the empty index has no storage to point at).
+        return dX.zero_(), dW.zero_()
+    tr = (
+        t.cols.data_ptr(),
+        16 if t.cols.dtype == torch.int16 else 32,
+        t.row_start.data_ptr(),
+        t.row_nnz.data_ptr(),
+        t.perm.data_ptr(),
+    )
+    _C.backward_fused(
+        v.id,
+        *w_args,
+        *tr,
+        n,
+        dY.data_ptr(),
+        _ld(dY),
+        X.data_ptr(),
+        _ld(X),
+        dX.data_ptr(),
+        in_f,
+        dW.data_ptr(),
+        nthreads,
+    )
+    return dX, dW
 
 
 # ---- dense torch candidates: the same job through torch's BLAS ----

@@ -64,6 +64,32 @@ def test_forward_backward_match_dense(dtype, shape, bias):
         torch.testing.assert_close(layer.bias.grad, lin.bias.grad, **TOL[dtype])
 
 
+@pytest.mark.parametrize("n", [300, 255], ids=["fused", "separate"])
+def test_backward_at_large_batch_matches_dense(n):
+    """From 256 batch rows backward takes dX and dW from one fused kernel call (where this
+    CPU has one); below, the two planned ops. Both match the dense twin."""
+    from unittest import mock
+
+    from sparselab import ops
+
+    layer = _layer(in_f=130, out_f=70, sparsity=0.8, padding=2)
+    lin = _dense_twin(layer)
+    torch.manual_seed(2)
+    x = torch.randn(n, 130, requires_grad=True)
+    xd = x.detach().clone().requires_grad_(True)
+    with mock.patch.object(ops, "run_backward_fused", wraps=ops.run_backward_fused) as fused:
+        layer(x).backward(torch.ones(n, 70))
+    lin(xd).backward(torch.ones(n, 70))
+    expect = 1 if n >= 256 and ops.default_backward_fused() is not None else 0
+    assert fused.call_count == expect
+    torch.testing.assert_close(x.grad, xd.grad, rtol=1e-4, atol=1e-4)
+    w = layer.weight
+    live = w.live_mask()
+    rows, cols = w.slot_rows()[live], w.cols[live].long()
+    torch.testing.assert_close(layer.weight_values.grad[live], lin.weight.grad[rows, cols], rtol=1e-4, atol=1e-3)
+    assert (layer.weight_values.grad[~live] == 0).all()
+
+
 def test_1d_and_empty_and_noncontiguous_inputs():
     layer = _layer()
     lin = _dense_twin(layer)

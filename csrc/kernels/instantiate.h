@@ -79,10 +79,12 @@ constexpr bool params_match(const char* declared, const char* listed) {
 #define SL_FWD(isa, form, name, seq) SL_ON_##isa(SL_CHECK(spmm_fwd, form, name, seq))
 #define SL_DX(isa, form, name, seq) SL_ON_##isa(SL_CHECK(spmm_dx, form, name, seq))
 #define SL_DW(isa, form, name, seq) SL_ON_##isa(SL_CHECK(sddmm_dw, form, name, seq))
+#define SL_BWD(isa, form, name, seq) SL_ON_##isa(SL_CHECK(backward_fused, form, name, seq))
 #include "../variants.def"
 #undef SL_FWD
 #undef SL_DX
 #undef SL_DW
+#undef SL_BWD
 #undef SL_CHECK
 
 // A form's prepare() and prepared_floats(), or nulls when it has none.
@@ -98,36 +100,42 @@ struct PrepareOf<F, decltype(void(&F::prepared_floats))> {
   static constexpr PrepareFn<int16_t> p16 = &F::template prepare<int16_t>;
   static constexpr PrepareFn<int32_t> p32 = &F::template prepare<int32_t>;
 };
-#define SL_ENTRY(OP, LAYOUT, isa, name, form, seq, FWD, DX, DW, SCRATCH, F) \
-  VariantEntry{__LINE__,                                                    \
-               Op::OP,                                                      \
-               DxLayout::LAYOUT,                                            \
-               #name,                                                       \
-               #isa,                                                        \
-               #form,                                                       \
-               {SL_PNAMES(seq)},                                            \
-               {SL_PVALUES(seq)},                                           \
-               FWD,                                                         \
-               DX,                                                          \
-               DW,                                                          \
-               SCRATCH,                                                     \
-               PrepareOf<F>::floats,                                        \
-               PrepareOf<F>::p16,                                           \
+#define SL_ENTRY(OP, LAYOUT, isa, name, form, seq, FWD, DX, DW, SCRATCH, BWD, F) \
+  VariantEntry{__LINE__,                                                         \
+               Op::OP,                                                           \
+               DxLayout::LAYOUT,                                                 \
+               #name,                                                            \
+               #isa,                                                             \
+               #form,                                                            \
+               {SL_PNAMES(seq)},                                                 \
+               {SL_PVALUES(seq)},                                                \
+               FWD,                                                              \
+               DX,                                                               \
+               DW,                                                               \
+               SCRATCH,                                                          \
+               BWD,                                                              \
+               PrepareOf<F>::floats,                                             \
+               PrepareOf<F>::p16,                                                \
                PrepareOf<F>::p32},
 #define SL_RUN(F) &F::run<int16_t>, &F::run<int32_t>
 #define SL_NONE nullptr, nullptr
 // A forward kernel is also the spmm_dx variant run on W's transposed index.
 #define SL_FWD(isa, form, name, seq)                                                                                \
   SL_ON_##isa(SL_ENTRY(SpmmFwd, None, isa, name, form, seq, SL_RUN(SL_FORM(spmm_fwd, form, seq)), SL_NONE, SL_NONE, \
-                       &SL_FORM(spmm_fwd, form, seq)::scratch, SL_FORM(spmm_fwd, form, seq))                        \
+                       &SL_FORM(spmm_fwd, form, seq)::scratch, SL_NONE, SL_FORM(spmm_fwd, form, seq))               \
                   SL_ENTRY(SpmmDx, Transposed, isa, name, form, seq, SL_RUN(SL_FORM(spmm_fwd, form, seq)), SL_NONE, \
-                           SL_NONE, &SL_FORM(spmm_fwd, form, seq)::scratch, SL_FORM(spmm_fwd, form, seq)))
+                           SL_NONE, &SL_FORM(spmm_fwd, form, seq)::scratch, SL_NONE, SL_FORM(spmm_fwd, form, seq)))
 #define SL_DX(isa, form, name, seq)                                                                                  \
   SL_ON_##isa(SL_ENTRY(SpmmDx, Scatter, isa, name, form, seq, SL_NONE, SL_RUN(SL_FORM(spmm_dx, form, seq)), SL_NONE, \
-                       &SL_FORM(spmm_dx, form, seq)::scratch, SL_FORM(spmm_dx, form, seq)))
+                       &SL_FORM(spmm_dx, form, seq)::scratch, SL_NONE, SL_FORM(spmm_dx, form, seq)))
 #define SL_DW(isa, form, name, seq)                                                                                 \
   SL_ON_##isa(SL_ENTRY(SddmmDw, None, isa, name, form, seq, SL_NONE, SL_NONE, SL_RUN(SL_FORM(sddmm_dw, form, seq)), \
-                       &SL_FORM(sddmm_dw, form, seq)::scratch, SL_FORM(sddmm_dw, form, seq)))
+                       &SL_FORM(sddmm_dw, form, seq)::scratch, SL_NONE, SL_FORM(sddmm_dw, form, seq)))
+// A fused backward kernel: dX and dW in one pass over W's transposed index.
+#define SL_BWD(isa, form, name, seq)                                                                             \
+  SL_ON_##isa(SL_ENTRY(BackwardFused, None, isa, name, form, seq, SL_NONE, SL_NONE, SL_NONE,                     \
+                       &SL_FORM(backward_fused, form, seq)::scratch, SL_RUN(SL_FORM(backward_fused, form, seq)), \
+                       SL_FORM(backward_fused, form, seq)))
 
 extern const VariantEntry kVariants[];
 constexpr VariantEntry kVariants[] = {
@@ -138,6 +146,7 @@ constexpr VariantEntry kVariants[] = {
 #undef SL_FWD
 #undef SL_DX
 #undef SL_DW
+#undef SL_BWD
 #undef SL_ENTRY
 #undef SL_RUN
 #undef SL_NONE

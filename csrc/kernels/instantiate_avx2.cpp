@@ -14,6 +14,7 @@
 #include "sddmm_dw/sddmm_dw_panels.h"
 #include "sddmm_dw/sddmm_dw_blockmajor.h"
 #include "sddmm_dw/sddmm_dw_rowreg.h"
+#include "backward_fused/backward_fused_blockmajor.h"
 
 namespace sparselab {
 namespace isa_avx2 {

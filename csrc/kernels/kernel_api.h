@@ -61,12 +61,37 @@ struct DwArgs {
   const float* prepared = nullptr;  // the variant's prepare() output for this W, or nullptr
 };
 
+// dX[n, in] = dY[n, out] @ W and dW (as DwArgs) in one pass over W's slots,
+// taken in the order of W's transposed index `wt` (in x out, compact CSR, its
+// values W's values gathered through `perm`; perm[k] is the slot of W that
+// transposed slot k came from).
+template <typename Idx>
+struct BwdArgs {
+  CsrView<Idx> wt;
+  const int32_t* perm;         // [live slots of W]
+  const int64_t* w_row_start;  // W's rows: dW padding slots are set to 0
+  const int32_t* w_row_nnz;
+  int64_t w_rows;
+  int64_t n;
+  const float* dy;  // [n, lddy]
+  int64_t lddy;
+  const float* x;  // [n, ldx]
+  int64_t ldx;
+  float* dx;  // [n, lddx]
+  int64_t lddx;
+  float* dw;  // [capacity of W]
+  float* scratch;
+  int threads;
+};
+
 template <typename Idx>
 using FwdFn = void (*)(const FwdArgs<Idx>&);
 template <typename Idx>
 using DxFn = void (*)(const DxArgs<Idx>&);
 template <typename Idx>
 using DwFn = void (*)(const DwArgs<Idx>&);
+template <typename Idx>
+using BwdFn = void (*)(const BwdArgs<Idx>&);
 
 // How much scratch (floats) a variant needs for a problem.
 using ScratchFn = size_t (*)(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads);

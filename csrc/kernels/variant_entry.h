@@ -8,7 +8,7 @@
 
 namespace sparselab {
 
-enum class Op { SpmmFwd, SpmmDx, SddmmDw };
+enum class Op { SpmmFwd, SpmmDx, SddmmDw, BackwardFused };
 
 // How a spmm_dx variant uses W: through the transposed index (running a
 // forward kernel on W^T) or by scattering from W's rows.
@@ -32,6 +32,8 @@ struct VariantEntry {
   DwFn<int16_t> dw16;
   DwFn<int32_t> dw32;
   ScratchFn scratch;
+  BwdFn<int16_t> bwd16;  // backward_fused variants only
+  BwdFn<int32_t> bwd32;
   // Set when the form builds W-derived data once per topology (kernel_api.h).
   PreparedFloatsFn prepared_floats;
   PrepareFn<int16_t> prepare16;

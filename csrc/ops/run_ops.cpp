@@ -271,8 +271,7 @@ void call_sddmm_dw(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, in
 
 void check_op(const Variant& v, Op op) {
   check_runnable(v);
-  const bool ok = op == Op::SpmmFwd ? v.op == Op::SpmmFwd : op == Op::SpmmDx ? v.op == Op::SpmmDx : v.op == Op::SddmmDw;
-  if (!ok) throw std::runtime_error("variant '" + v.name + "' is not a " + op_name(op) + " variant");
+  if (v.op != op) throw std::runtime_error("variant '" + v.name + "' is not a " + op_name(op) + " variant");
 }
 
 void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y,
@@ -313,6 +312,57 @@ RawCsr with_live_counts(const RawCsr& m) {
   return s;
 }
 }  // namespace
+
+void run_backward_fused(const Variant& v, const RawCsr& w_in, const RawCsr& wt_in, uintptr_t perm, int64_t n,
+                        uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
+                        int threads) {
+  check_runnable(v);
+  if (!v.bwd16) throw std::runtime_error("variant '" + v.name + "' is not a backward_fused variant");
+  const RawCsr w = with_live_counts(w_in);
+  // The transposed counts need their own buffer: with_live_counts keeps one per thread.
+  std::vector<int32_t> t_live(size_t(std::max<int64_t>(wt_in.rows, 1)));
+  snapshot_live_counts(wt_in, t_live.data());
+  RawCsr wt = wt_in;
+  wt.row_nnz = reinterpret_cast<uintptr_t>(t_live.data());
+  // W's values in transposed order (as run_spmm_dx), in scratch after the kernel's own.
+  const int32_t* pm = reinterpret_cast<const int32_t*>(perm);
+  const int64_t nnz_t = live_nnz(wt);
+  const size_t kernel_floats = (v.scratch(n, w.ncols, w.rows, nnz_t, threads) + 15) / 16 * 16;
+  float* base = arena.get(kernel_floats + size_t(nnz_t) + 16);
+  float* vals_t = base + kernel_floats;
+  const float* vals = reinterpret_cast<const float*>(w.values);
+  const int64_t* t_start = reinterpret_cast<const int64_t*>(wt.row_start);
+  parallel_for(threads, wt.rows, [&](int64_t j, int) {
+    const int64_t s = t_start[j];
+    for (int32_t k = 0; k < t_live[size_t(j)]; ++k) vals_t[s + k] = vals[pm[s + k]];
+  });
+  RawCsr wtv = wt;
+  wtv.values = reinterpret_cast<uintptr_t>(vals_t);
+  auto go = [&](auto fn, auto tv) {
+    BwdArgs<std::remove_const_t<std::remove_pointer_t<decltype(tv.cols)>>> a{
+        tv,
+        pm,
+        reinterpret_cast<const int64_t*>(w.row_start),
+        reinterpret_cast<const int32_t*>(w.row_nnz),
+        w.rows,
+        n,
+        reinterpret_cast<const float*>(dy),
+        lddy,
+        reinterpret_cast<const float*>(x),
+        ldx,
+        reinterpret_cast<float*>(dx),
+        lddx,
+        reinterpret_cast<float*>(dw),
+        base,
+        threads};
+    fn(a);
+    arena.trim();
+  };
+  if (wt.idx_bits == 16)
+    go(v.bwd16, view<int16_t>(wtv));
+  else
+    go(v.bwd32, view<int32_t>(wtv));
+}
 
 // ---- float64 ----
 

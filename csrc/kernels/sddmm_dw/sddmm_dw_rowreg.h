@@ -4,8 +4,8 @@
 // accumulators that one transpose-add tree (V::lane_sums) reduces to a single
 // vector of V::W sums, stored (or added) with one vector op. The 4-slot form
 // spends a reduction and a 4-float store per 4 slots; this one spends the
-// tree once per 16 (AVX-512) slots. A ragged tail repeats its last column and
-// is stored under a mask. Blocks of 512-1024 columns keep runs long enough
+// tree once per 16 (AVX-512) slots. A ragged tail skips the FMAs of its empty
+// lanes and is stored under a mask. Blocks of 512-1024 columns keep runs long enough
 // (about 50-100 slots per row at 10% density) for full groups of slots.
 #pragma once
 #include "../isa_namespace.h"
@@ -16,8 +16,8 @@ namespace SPARSELAB_ISA_NS {
 namespace {
 
 struct DwRowRegRun {
-  // Sums of the L = V::W slots col[0..L) against the tile, lane p for slot p; slots
-  // p >= n (a ragged tail) redo slot n - 1.
+  // Sums of the L = V::W slots col[0..L) against the tile, lane p for slot p; lanes
+  // p >= n (a ragged tail) are 0.
   template <class V, int T, typename C>
   static typename V::reg group(const typename V::reg* d, const float* X, const C* col, int n) {
     using reg = typename V::reg;
@@ -26,7 +26,11 @@ struct DwRowRegRun {
     // Fully unrolled so the accumulators live in registers (GCC otherwise kept them on the stack).
 #pragma GCC unroll 16
     for (int p = 0; p < L; ++p) {
-      const float* x = X + int64_t(col[p < n ? p : n - 1]) * T;
+      if (p >= n) {  // a ragged tail: lanes past it sum nothing
+        acc[p] = V::zero();
+        continue;
+      }
+      const float* x = X + int64_t(col[p]) * T;
       reg s = V::mul(d[0], V::load(x));
 #pragma GCC unroll 16
       for (int q = 1; q < R; ++q) s = V::fmadd(d[q], V::load(x + q * V::W), s);

@@ -1,0 +1,214 @@
+// Backward of a sparse linear layer, dX and dW, in one pass over a
+// block-major copy of W's transposed index (block_major.h). It is the
+// block-major forward kernel run on W^T (dX[:, j] += w_ij * dY[:, i], the dX
+// tile of column j in registers, the dY panel block in L1) with X[:, j]'s tile
+// also held in registers, so the dY panel row loaded for a slot feeds both
+// products: dW_ij = <dY[:, i], X[:, j]> costs FMAs but no loads. Run
+// separately, dW and dX each load one panel row per FMA; here one load serves
+// two FMAs, and dY, X and W's index are each read once per batch tile instead
+// of twice. dW sums are reduced four slots at a time (hsum4) and accumulated
+// over batch tiles in block-major order, then scattered to W's slots through
+// the transpose permutation. A task owns a range of W^T's row groups (split
+// by live slots) and packs, one batch tile at a time, the dY panel and its own
+// X columns into buffers that stay in L2.
+// Every output sums its terms in a fixed order, so results do not depend on
+// the thread count.
+#pragma once
+#include "../isa_namespace.h"
+#include "../block_major.h"
+#include "../kernel_api.h"
+#include "../panels.h"
+#include "../spmm_fwd/spmm_fwd_tiled.h"
+
+namespace sparselab {
+namespace SPARSELAB_ISA_NS {
+namespace {
+
+// in, out: W's sizes (W^T is in x out).
+template <int T, int CB, int G>
+size_t bwd_fused_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+  return size_t(threads) * (size_t(out) * T + size_t(in) * T + 32) + size_t(nnz) + 16 +
+         block_major_floats<CB, G>(in, out, nnz, true);
+}
+
+// One run of m slots of W^T's row j in one column block, against one batch tile:
+// acc += w * P[col], and dst[k] (+)= <xj, P[col[k]]>. S slots at a time: S = 4
+// reduces each four with hsum4, S = V::W each V::W with one transpose-add tree
+// (V::lane_sums) and one vector store; the rest of a run goes four, then one, at a time.
+template <class V, int T, int S>
+inline void bwd_fused_run(typename V::reg* acc, const typename V::reg* xj, const float* P, const uint16_t* col,
+                          const float* v, int m, float* dst, bool first) {
+  using reg = typename V::reg;
+  constexpr int R = T / V::W;
+  static_assert(S == 4 || S == V::W, "slots per reduction: 4 or one per vector lane");
+  int k = 0;
+  if constexpr (S == V::W) {
+    for (; k + S <= m; k += S) {
+      reg s[S];
+#pragma GCC unroll 16
+      for (int u = 0; u < S; ++u) {
+        const float* p = P + int64_t(col[k + u]) * T;
+        const reg w = V::bcast(v + k + u);
+        const reg d0 = V::load(p);
+        acc[0] = V::fmadd(w, d0, acc[0]);
+        s[u] = V::mul(xj[0], d0);
+#pragma GCC unroll 16
+        for (int q = 1; q < R; ++q) {
+          const reg d = V::load(p + q * V::W);
+          acc[q] = V::fmadd(w, d, acc[q]);
+          s[u] = V::fmadd(xj[q], d, s[u]);
+        }
+      }
+      const reg sums = V::lane_sums(s);
+      V::store(dst + k, first ? sums : V::add(V::load(dst + k), sums));
+    }
+  }
+  for (; k + 4 <= m; k += 4) {
+    const float* p[4];
+    reg w[4], s[4];
+    for (int u = 0; u < 4; ++u) {
+      p[u] = P + int64_t(col[k + u]) * T;
+      w[u] = V::bcast(v + k + u);
+      s[u] = V::zero();
+    }
+    for (int q = 0; q < R; ++q)
+      for (int u = 0; u < 4; ++u) {
+        const reg d = V::load(p[u] + q * V::W);
+        acc[q] = V::fmadd(w[u], d, acc[q]);
+        s[u] = V::fmadd(xj[q], d, s[u]);
+      }
+    if (first)
+      V::hsum4(s[0], s[1], s[2], s[3], dst + k);
+    else
+      V::hsum4_add(s[0], s[1], s[2], s[3], dst + k);
+  }
+  for (; k < m; ++k) {
+    const float* p = P + int64_t(col[k]) * T;
+    const reg w = V::bcast(v + k);
+    reg s = V::zero();
+    for (int q = 0; q < R; ++q) {
+      const reg d = V::load(p + q * V::W);
+      acc[q] = V::fmadd(w, d, acc[q]);
+      s = V::fmadd(xj[q], d, s);
+    }
+    const float h = V::hsum(s);
+    dst[k] = first ? h : dst[k] + h;
+  }
+}
+
+template <class V, int T, int CB, int G, int S, typename Idx>
+void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
+  using reg = typename V::reg;
+  constexpr int R = T / V::W;
+  static_assert(T % V::W == 0 && T % 8 == 0, "tile must be a whole number of vectors");
+  const CsrView<Idx>& wt = a.wt;
+  const int64_t in = wt.rows, out = wt.ncols;
+  // Every dW slot starts at 0, so a slot of W the transposed index does not list (an
+  // index older than W's topology) is never left unwritten.
+  const int64_t cap = a.w_row_start[a.w_rows];
+  const int64_t zero_tasks = 4 * int64_t(a.threads);
+  parallel_for(a.threads, zero_tasks, [&](int64_t z, int) {
+    for (int64_t k = cap * z / zero_tasks; k < cap * (z + 1) / zero_tasks; ++k) a.dw[k] = 0.0f;
+  });
+  if (a.n == 0) return;
+  int64_t nnz = 0;
+  for (int64_t j = 0; j < in; ++j) nnz += wt.row_nnz[j];
+  // Per worker: the dY panel of one tile (out x T) and its X columns of that tile.
+  const size_t worker_stride = size_t(out) * T + size_t(in) * T + 32;
+  float* sums = a.scratch + size_t(a.threads) * worker_stride;  // dW sums in block-major order
+  const BlockMajor<CB, G> bm = block_major_carve<CB, G>(sums + nnz + 16, in, out, nnz, true);
+  block_major_build(bm, wt, a.threads);
+
+  // One task per thread owns row groups of W^T (columns of W) for every batch tile, in
+  // tile order, and packs the whole dY tile itself (which then stays in its L2): no
+  // barrier per tile, so a thread descheduled on a shared machine stalls one hand-off
+  // instead of every tile. Packing a shared dY panel of all tiles up front instead was
+  // 1.35x slower (a memory-sized copy).
+  const int64_t splits = min64(bm.ngroups, int64_t(a.threads));
+  const int64_t total = bm.group_start[bm.ngroups];
+  auto split_group = [&](int64_t s) {  // first group of split s, balanced by live slots
+    if (s >= splits) return bm.ngroups;
+    int64_t g = 0;
+    while (g < bm.ngroups && bm.group_start[g] * splits < total * s) ++g;
+    return g;
+  };
+  // The store helper of the forward kernels writes buf[r][q] to dx[b0 + q][i0 + r].
+  FwdArgs<Idx> st{wt, a.n, nullptr, 0, nullptr, a.dx, a.lddx, nullptr, 0, nullptr, a.threads};
+  const int64_t ntiles = ceil_div(a.n, T);
+  parallel_for(a.threads, splits, [&](int64_t s, int worker) {
+    const int64_t g_lo = split_group(s), g_hi = split_group(s + 1);
+    if (g_lo == g_hi) return;
+    float* P = a.scratch + size_t(worker) * worker_stride;
+    float* px = P + size_t(out) * T + 16;  // indexed by absolute column of W
+    alignas(64) float buf[G][T];
+    for (int64_t t = 0; t < ntiles; ++t) {
+      const int64_t b0 = t * T;
+      const int nbatch = int(min64(T, a.n - b0));
+      pack_tile_cols<T>(a.dy, a.lddy, a.n, t, 0, out, P);
+      pack_tile_cols<T>(a.x, a.ldx, a.n, t, g_lo * G, min64(in, g_hi * G), px);
+      const bool first = (t == 0);
+      for (int64_t g = g_lo; g < g_hi; ++g) {
+        const int64_t i0 = g * G;
+        const int gn = int(min64(G, in - i0));
+        for (int r = 0; r < gn; ++r)
+          for (int q = 0; q < R; ++q) V::store(buf[r] + q * V::W, V::zero());
+        const uint16_t* cnt = bm.counts_of(g);
+        const float* v = bm.values + bm.group_start[g];
+        const uint16_t* col = bm.cols + bm.group_start[g];
+        float* dst = sums + bm.group_start[g];
+        for (int64_t b = 0; b < bm.nblocks; ++b) {
+          const float* Pb = P + b * CB * T;
+          for (int r = 0; r < gn; ++r) {
+            const int m = cnt[b * G + r];
+            if (!m) continue;
+            reg acc[R], xj[R];
+            for (int q = 0; q < R; ++q) {
+              acc[q] = V::load(buf[r] + q * V::W);
+              xj[q] = V::load(px + (i0 + r) * T + q * V::W);
+            }
+            bwd_fused_run<V, T, S>(acc, xj, Pb, col, v, m, dst, first);
+            for (int q = 0; q < R; ++q) V::store(buf[r] + q * V::W, acc[q]);
+            v += m;
+            col += m;
+            dst += m;
+          }
+        }
+        for (int r0 = 0; r0 < gn; r0 += 8)
+          fwd_tiled_store<T>(st, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nbatch);
+      }
+    }
+  });
+  // dW sums to W's slots; then padding slots are 0 again, whatever the index said.
+  parallel_for(a.threads, bm.ngroups, [&](int64_t g, int) {
+    block_major_runs(bm, wt, g, [&](int64_t, int, int64_t slot_t, int64_t pos, int32_t m) {
+      for (int32_t k = 0; k < m; ++k) a.dw[a.perm[slot_t + k]] = sums[pos + k];
+    });
+  });
+  parallel_for(a.threads, a.w_rows, [&](int64_t i, int) {
+    for (int64_t k = a.w_row_start[i] + a.w_row_nnz[i]; k < a.w_row_start[i + 1]; ++k) a.dw[k] = 0.0f;
+  });
+}
+
+// The form instantiated from this header (see csrc/variants.def).
+namespace forms {
+namespace backward_fused {
+
+template <class V, int T, int CB, int G, int slots>
+struct block_major {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T,CB,G,slots";
+  template <typename Idx>
+  static void run(const BwdArgs<Idx>& a) {
+    bwd_fused_blockmajor<V, T, CB, G, slots>(a);
+  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+    return bwd_fused_scratch<T, CB, G>(n, in, out, nnz, threads);
+  }
+};
+
+}  // namespace backward_fused
+}  // namespace forms
+
+}  // namespace
+}  // namespace SPARSELAB_ISA_NS
+}  // namespace sparselab
