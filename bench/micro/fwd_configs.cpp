@@ -54,22 +54,35 @@ int main(int argc, char** argv) {
   // Y 64-byte aligned, as torch allocates it.
   float* y = static_cast<float*>(aligned_alloc(64, (size_t(n * out) * 4 + 63) / 64 * 64));
   CsrView<int16_t> w{vals.data(), cols.data(), row_start.data(), row_nnz.data(), out, in};
-  const size_t sf = 64 + std::max({fwd_blockmajor_scratch<128, 256, 64>(n, in, out, nnz, threads),
-                                   fwd_blockmajor_scratch<64, 256, 64>(n, in, out, nnz, threads),
-                                   fwd_blockmajor_scratch<128, 64, 128>(n, in, out, nnz, threads), fwd_blockmajor_scratch<32, 256, 128>(n, in, out, nnz, threads)});
+  const size_t sf = 64 + std::max({fwd_blockmajor_scratch<64, 256, 64>(n, in, out, nnz, threads),
+                                   fwd_blockmajor_scratch<64, 128, 128>(n, in, out, nnz, threads),
+                                   fwd_blockmajor_scratch<128, 128, 64>(n, in, out, nnz, threads)});
   float* scratch = static_cast<float*>(aligned_alloc(64, (sf * 4 + 63) / 64 * 64));
   int64_t chunks[2] = {0, out};
   FwdArgs<int16_t> f{w, n, x.data(), in, nullptr, y, out, chunks, 1, scratch, threads};
   // Measured (shared Xeon with AVX-512, 1 thread, N=2048): reports/kernels-xeon-avx512.md.
-  std::vector<std::pair<std::string, std::function<void()>>> cfg = {
-      {"bm64_cb256 (old)", [&] { fwd_blockmajor<VecAvx512, 64, 256, 64>(f); }},
-      {"stream64_cb128_g128", [&] { fwd_bm_stream<VecAvx512, 64, 128, 128>(f); }},
-      {"stream64_cb128_g128 s2", [&] { fwd_bm_stream<VecAvx512, 64, 128, 128, 2>(f); }},
-      {"stream64_cb256_g64", [&] { fwd_bm_stream<VecAvx512, 64, 256, 64>(f); }},
-      {"stream64_cb256_g64 s2", [&] { fwd_bm_stream<VecAvx512, 64, 256, 64, 2>(f); }},
-      {"stream128_cb128_g64", [&] { fwd_bm_stream<VecAvx512, 128, 128, 64>(f); }},
-      {"stream128_cb128_g64 s2", [&] { fwd_bm_stream<VecAvx512, 128, 128, 64, 2>(f); }},
+  // Y is written once per call; "fresh Y" allocates it per call as torch does, and above
+  // glibc's 32 MB mmap limit that page-faults all of it every call.
+  auto fresh = [&](auto kernel) {
+    float* yy = static_cast<float*>(malloc(size_t(n * out) * 4 + 64));
+    FwdArgs<int16_t> g = f;
+    g.y = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(yy) + 63) & ~uintptr_t(63));
+    kernel(g);
+    free(yy);
   };
+  std::vector<std::pair<std::string, std::function<void()>>> cfg = {
+      {"bm64_cb256", [&] { fwd_blockmajor<VecAvx512, 64, 256, 64>(f); }},
+      {"bm128_cb128", [&] { fwd_blockmajor<VecAvx512, 128, 128, 64>(f); }},
+      {"bmst64_cb256", [&] { fwd_bm_stream<VecAvx512, 64, 256, 64, 1>(f); }},
+      {"bmst64_cb128_g128", [&] { fwd_bm_stream<VecAvx512, 64, 128, 128, 1>(f); }},
+      {"bmst128_cb128", [&] { fwd_bm_stream<VecAvx512, 128, 128, 64, 1>(f); }},
+      {"bmst64_cb256 NT=0", [&] { fwd_bm_stream<VecAvx512, 64, 256, 64, 0>(f); }},
+      {"bmst64_cb256 NT=0, fresh Y", [&] { fresh([](const FwdArgs<int16_t>& g) { fwd_bm_stream<VecAvx512, 64, 256, 64, 0>(g); }); }},
+      {"bm64_cb256, fresh Y", [&] { fresh([](const FwdArgs<int16_t>& g) { fwd_blockmajor<VecAvx512, 64, 256, 64>(g); }); }},
+      {"bmst64_cb256, fresh Y", [&] { fresh([](const FwdArgs<int16_t>& g) { fwd_bm_stream<VecAvx512, 64, 256, 64, 1>(g); }); }},
+  };
+
+
 
 
   std::vector<std::vector<double>> t(cfg.size());

@@ -1,10 +1,12 @@
 // spmm_fwd on a block-major copy of W (as spmm_fwd_blockmajor.h), with the
 // output written the way memory takes it fastest: AVX-512 only.
 // - A group's G x T results are transposed 16 x 16 in registers and written
-//   one whole 64-byte line of Y per store, with streaming stores when Y's rows
-//   are line-aligned (no read-for-ownership of Y's lines). Writing Y in 32-byte
-//   halves from 8 x 8 transposes made the output, not the FMAs, the bound when
-//   Y is wider than L2.
+//   one whole 64-byte line of Y per store; with NT = 1 as streaming stores when
+//   Y's rows are line-aligned (no read-for-ownership of Y's lines). Writing Y in
+//   32-byte halves from 8 x 8 transposes made the output, not the FMAs, the
+//   bound when Y is larger than L2. NT = 0 keeps ordinary stores, which win when
+//   Y's lines are already cached (a freshly page-faulted output: the kernel
+//   zeroed its pages just before).
 // - Those stores are spread over the next group's compute, a few 16 x 16
 //   pieces after each (row, column block) run, from a second group buffer, so
 //   the memory writes overlap the FMAs instead of stalling them in bursts.
@@ -51,7 +53,7 @@ size_t fwd_bm_stream_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, in
   return fwd_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
 }
 
-template <class V, int T, int CB, int G, typename Idx>
+template <class V, int T, int CB, int G, int NT, typename Idx>
 void fwd_bm_stream(const FwdArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
@@ -69,7 +71,7 @@ void fwd_bm_stream(const FwdArgs<Idx>& a) {
   block_major_build(bm, a.w, a.threads);
   // Streaming stores need every destination line-aligned: G and 16-float pieces keep
   // them so when Y and its row stride are.
-  const bool stream = (reinterpret_cast<uintptr_t>(a.y) & 63) == 0 && (a.ldy & 15) == 0;
+  const bool stream = NT && (reinterpret_cast<uintptr_t>(a.y) & 63) == 0 && (a.ldy & 15) == 0;
 
   // Few tiles (small batch): also split the row groups so every thread has work.
   const int64_t ntiles = ceil_div(a.n, T);
@@ -149,13 +151,13 @@ void fwd_bm_stream(const FwdArgs<Idx>& a) {
 namespace forms {
 namespace spmm_fwd {
 
-template <class V, int T, int CB, int G>
+template <class V, int T, int CB, int G, int NT>
 struct block_major_stream {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
-  static constexpr const char kParams[] = "T,CB,G";
+  static constexpr const char kParams[] = "T,CB,G,NT";
   template <typename Idx>
   static void run(const FwdArgs<Idx>& a) {
-    fwd_bm_stream<V, T, CB, G>(a);
+    fwd_bm_stream<V, T, CB, G, NT>(a);
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return fwd_bm_stream_scratch<V, T, CB, G>(n, in, out, nnz, threads);
