@@ -5,8 +5,8 @@
 //   Y's rows are line-aligned (no read-for-ownership of Y's lines). Writing Y in
 //   32-byte halves from 8 x 8 transposes made the output, not the FMAs, the
 //   bound when Y is larger than L2. NT = 0 keeps ordinary stores, which win when
-//   Y's lines are already cached (a freshly page-faulted output: the kernel
-//   zeroed its pages just before).
+//   Y's lines are already cached (a freshly page-faulted output, whose pages the
+//   OS zeroed just before).
 // - Those stores are spread over the next group's compute, a few 16 x 16
 //   pieces after each (row, column block) run, from a second group buffer, so
 //   the memory writes overlap the FMAs instead of stalling them in bursts.
@@ -46,11 +46,6 @@ inline void fwd_store_piece16(const FwdArgs<Idx>& a, const float (*buf)[T], int6
   } else {
     for (int j = 0; j < nq; ++j) _mm512_mask_storeu_ps(dst + j * a.ldy, rows, _mm512_add_ps(r[j], bias));
   }
-}
-
-template <class V, int T, int CB, int G>
-size_t fwd_bm_stream_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
-  return fwd_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
 }
 
 template <class V, int T, int CB, int G, int NT, typename Idx>
@@ -160,7 +155,7 @@ struct block_major_stream {
     fwd_bm_stream<V, T, CB, G, NT>(a);
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
-    return fwd_bm_stream_scratch<V, T, CB, G>(n, in, out, nnz, threads);
+    return fwd_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);  // the same panels and W copy
   }
 };
 
