@@ -171,7 +171,9 @@ def test_matches_float64_reference_large(v, case):
     _check(v, case)
 
 
-LINE_STORE = [p for p in variant_params(("spmm_fwd", "spmm_dx"), include_dense=False) if p.values[0].form == "block_major_stream"]
+LINE_STORE = [
+    p for p in variant_params(("spmm_fwd", "spmm_dx"), include_dense=False) if p.values[0].form == "block_major_stream"
+]
 
 
 @pytest.mark.parametrize("shape", [(64, 320, 70), (48, 100, 64), (40, 160, 200), (17, 33, 33)], ids=str)

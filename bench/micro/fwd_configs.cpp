@@ -77,13 +77,13 @@ int main(int argc, char** argv) {
       {"bmst64_cb128_g128", [&] { fwd_bm_stream<VecAvx512, 64, 128, 128, 1>(f); }},
       {"bmst128_cb128", [&] { fwd_bm_stream<VecAvx512, 128, 128, 64, 1>(f); }},
       {"bmst64_cb256 NT=0", [&] { fwd_bm_stream<VecAvx512, 64, 256, 64, 0>(f); }},
-      {"bmst64_cb256 NT=0, fresh Y", [&] { fresh([](const FwdArgs<int16_t>& g) { fwd_bm_stream<VecAvx512, 64, 256, 64, 0>(g); }); }},
-      {"bm64_cb256, fresh Y", [&] { fresh([](const FwdArgs<int16_t>& g) { fwd_blockmajor<VecAvx512, 64, 256, 64>(g); }); }},
-      {"bmst64_cb256, fresh Y", [&] { fresh([](const FwdArgs<int16_t>& g) { fwd_bm_stream<VecAvx512, 64, 256, 64, 1>(g); }); }},
+      {"bmst64_cb256 NT=0, fresh Y",
+       [&] { fresh([](const FwdArgs<int16_t>& g) { fwd_bm_stream<VecAvx512, 64, 256, 64, 0>(g); }); }},
+      {"bm64_cb256, fresh Y",
+       [&] { fresh([](const FwdArgs<int16_t>& g) { fwd_blockmajor<VecAvx512, 64, 256, 64>(g); }); }},
+      {"bmst64_cb256, fresh Y",
+       [&] { fresh([](const FwdArgs<int16_t>& g) { fwd_bm_stream<VecAvx512, 64, 256, 64, 1>(g); }); }},
   };
-
-
-
 
   std::vector<std::vector<double>> t(cfg.size());
   for (int r = 0; r < rounds; ++r)

@@ -101,7 +101,7 @@ void fwd_bm_stream(const FwdArgs<Idx>& a) {
     };
     const int64_t g_end = split_group(s + 1);
     for (int64_t g = split_group(s); g < g_end; ++g) {
-      float(*buf)[T] = bufs[cur];
+      float (*buf)[T] = bufs[cur];
       const int64_t i0 = g * G;
       const int gn = int(min64(G, out - i0));
       // Rows up to the next multiple of 16 are zeroed too: the last piece reads them.
