@@ -32,8 +32,8 @@ DENSE_DENSITY = 0.75
 # from N = 64 (a whole tile), batch tiles below that (one-register tiles below 32), row-dot
 # forms for tiny batches.
 _LARGE_N = {
-    "spmm_fwd": ("avx512_bm128_cb64", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
-    "spmm_dx": ("avx512_bm128_cb64", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
+    "spmm_fwd": ("avx512_bmst64_cb256", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
+    "spmm_dx": ("avx512_bmst64_cb256", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
     "sddmm_dw": ("avx512_bm64_cb128", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
 }
 _MEDIUM_N = {

@@ -171,6 +171,28 @@ def test_matches_float64_reference_large(v, case):
     _check(v, case)
 
 
+LINE_STORE = [
+    p for p in variant_params(("spmm_fwd", "spmm_dx"), include_dense=False) if p.values[0].form == "block_major_stream"
+]
+
+
+@pytest.mark.parametrize("shape", [(64, 320, 70), (48, 100, 64), (40, 160, 200), (17, 33, 33)], ids=str)
+@pytest.mark.parametrize("v", LINE_STORE)
+def test_line_store_forms_write_every_output(v, shape):
+    """The whole-line output stores of block_major_stream: streaming stores when the output's
+    rows are whole 64-byte lines apart (a width that is a multiple of 16: out_f for the forward,
+    in_f for dX), masked stores otherwise; with a partial last row group and batch tile. The
+    outputs start as NaN, so an element left unwritten fails."""
+    out_f, in_f, n = shape
+    W = build_weight(out_f, in_f, 0.8, seed=61, padding=1)
+    X = strided_operand(n, in_f, seed=62)
+    dY = strided_operand(n, out_f, seed=63)
+    bias = torch.randn(out_f, generator=torch.Generator().manual_seed(64))
+    got = run_op(v, W, X=X, dY=dY, bias=bias, threads=2)
+    ref, scale, K = reference(v.op, W, X=X, dY=dY, bias=bias if v.op == "spmm_fwd" else None)
+    assert_matches(got, ref, scale, K, f"{v.op}/{v.name} {shape}")
+
+
 # Dense pseudo-variants are left out: they ignore ``threads=`` (torch's BLAS
 # runs with torch's own thread count), so the comparison would prove nothing.
 @pytest.mark.parametrize("v", SPARSE)

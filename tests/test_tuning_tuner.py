@@ -928,7 +928,7 @@ def test_heuristic_default_is_available_and_batch_aware(op):
     picks = {n: kernels.get(op, planner.default_variant(op, n)) for n in (1, 16, 64, 4096)}
     assert all(v.available for v in picks.values())
     if kernels.get(op, "avx2_bm64_cb128").available:
-        assert picks[64].form == "block_major" and picks[4096].form == "block_major"
+        assert picks[64].form.startswith("block_major") and picks[4096].form.startswith("block_major")
         assert picks[16].form == "tiled"
     scatter = kernels.get("spmm_dx", planner.default_variant("spmm_dx", 4096, scatter_dx=True))
     assert scatter.available and scatter.dx_layout == "scatter"
