@@ -192,14 +192,72 @@ class Problem:
         return Problem(self.key, self.seed, shape=self.shape, n=n)
 
     def runner(self, variant: str):
-        from sparselab import ops
+        """A call of ``variant`` on this problem, as a layer makes it: sparse variants through a
+        kernel plan (``_C.LayerPlan``) that keeps W's block-major indexes across calls, built once
+        per topology in training and so, like the transposed index, in no candidate's time."""
+        from sparselab import kernels, ops
 
         W, X, dY, bias, t = self.W, self.X, self.dY, self.bias, self.key.threads
+        v = kernels.get(self.key.op, variant)
+        plan = None if v.is_dense else self._layer_plan()
+        if plan is None:
+            if self.key.op == "spmm_fwd":
+                return lambda: ops.spmm_fwd(W, X, bias, variant=variant, threads=t)
+            if self.key.op == "spmm_dx":
+                return lambda: ops.spmm_dx(W, dY, variant=variant, threads=t)
+            return lambda: ops.sddmm_dw(W, dY, X, variant=variant, threads=t)
+        out_f, in_f, n = W.out_features, W.in_features, self.n
         if self.key.op == "spmm_fwd":
-            return lambda: ops.spmm_fwd(W, X, bias, variant=variant, threads=t)
+
+            def fwd():
+                Y = torch.empty(n, out_f)
+                plan.spmm_fwd(v.id, n, X.data_ptr(), in_f, bias.data_ptr(), Y.data_ptr(), out_f, t)
+                return Y
+
+            return fwd
         if self.key.op == "spmm_dx":
-            return lambda: ops.spmm_dx(W, dY, variant=variant, threads=t)
-        return lambda: ops.sddmm_dw(W, dY, X, variant=variant, threads=t)
+
+            def dx():
+                dX = torch.empty(n, in_f)
+                plan.spmm_dx(v.id, n, dY.data_ptr(), out_f, dX.data_ptr(), in_f, t)
+                return dX
+
+            return dx
+
+        def dw():
+            dW = torch.empty(W.capacity)
+            plan.sddmm_dw(v.id, n, dY.data_ptr(), out_f, X.data_ptr(), in_f, dW.data_ptr(), t)
+            return dW
+
+        return dw
+
+    def _layer_plan(self):
+        """The problem's kernel plan (made on first use), or None where a layer would not use one
+        (float64, an empty W, N = 0)."""
+        plan = self.__dict__.get("_plan")
+        if plan is None:
+            from sparselab import _C
+            from sparselab.format import _bits
+
+            W = self.W
+            if W.values.dtype != torch.float32 or W.cols.numel() == 0 or self.n == 0:
+                return None
+            if not all(a.is_contiguous() for a in (self.X, self.dY, self.bias)):
+                return None  # the plan takes row-major operands; the general runners take any
+            tr = W.transposed() if self.key.op == "spmm_dx" else None
+            has_t = tr is not None and tr.cols.numel() > 0
+            plan = _C.LayerPlan(
+                *W.raw_args(),
+                tr.cols.data_ptr() if has_t else 0,
+                _bits(tr.cols.dtype) if has_t else 32,
+                tr.row_start.data_ptr() if has_t else 0,
+                tr.row_nnz.data_ptr() if has_t else 0,
+                tr.perm.data_ptr() if has_t else 0,
+                keep_prepared=True,
+            )
+            self._plan = plan
+            self._plan_holds = tr  # the transposed index the plan points into
+        return plan
 
     def check(self, out) -> str | None:
         if self.reference_output is None:
