@@ -176,7 +176,7 @@ LINE_STORE = [
 ]
 
 
-@pytest.mark.parametrize("shape", [(64, 320, 70), (48, 100, 64), (40, 160, 200), (17, 33, 33)], ids=str)
+@pytest.mark.parametrize("shape", [(64, 320, 70), (48, 100, 64), (40, 160, 200), (17, 33, 33), (45, 29, 9)], ids=str)
 @pytest.mark.parametrize("v", LINE_STORE)
 def test_line_store_forms_write_every_output(v, shape):
     """The whole-line output stores of block_major_stream: streaming stores when the output's

@@ -19,6 +19,7 @@
 
 #include "kernels/vec/vec_avx512.h"
 #include "kernels/spmm_fwd/spmm_fwd_blockmajor.h"
+#include "kernels/spmm_fwd/fwd_lines_avx512.h"
 #include "kernels/spmm_fwd/spmm_fwd_blockmajor_stream.h"
 
 using namespace sparselab;

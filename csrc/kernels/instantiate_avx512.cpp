@@ -9,6 +9,7 @@
 #include "spmm_fwd/spmm_fwd_tiled.h"
 #include "spmm_fwd/spmm_fwd_tiled_blocked.h"
 #include "spmm_fwd/spmm_fwd_blockmajor.h"
+#include "spmm_fwd/fwd_lines_avx512.h"
 #include "spmm_fwd/spmm_fwd_blockmajor_stream.h"
 #include "spmm_dx/spmm_dx_scatter_blockmajor.h"
 #include "sddmm_dw/sddmm_dw_slots.h"

@@ -1,58 +1,37 @@
 // spmm_fwd on a block-major copy of W (as spmm_fwd_blockmajor.h), with the
-// output written the way memory takes it fastest: AVX-512 only.
-// - A group's G x T results are transposed 16 x 16 in registers and written
-//   one whole 64-byte line of Y per store; with NT = 1 as streaming stores when
+// output written the way memory takes it fastest. The ISA's line-store header
+// (fwd_lines_avx512.h, fwd_lines_avx2.h), included first by its translation
+// unit, supplies the packing and the output pieces (fwd_lines_* below).
+// - A group's G x T results are transposed in registers, 16 W rows at a time,
+//   and written one whole 64-byte line of Y at a time; with NT = 1 as streaming stores when
 //   Y's rows are line-aligned (no read-for-ownership of Y's lines). Writing Y in
-//   32-byte halves from 8 x 8 transposes made the output, not the FMAs, the
-//   bound when Y is larger than L2. NT = 0 keeps ordinary stores, which win when
+//   32-byte halves at different times from 8 x 8 transposes made the output,
+//   not the FMAs, the bound when Y is larger than L2. NT = 0 keeps ordinary stores, which win when
 //   Y's lines are already cached (a freshly page-faulted output, whose pages the
 //   OS zeroed just before).
-// - Those stores are spread over the next group's compute, a few 16 x 16
-//   pieces after each (row, column block) run, from a second group buffer, so
+// - Those stores are spread over the next group's compute, a few pieces
+//   after each (row, column block) run, from a second group buffer, so
 //   the memory writes overlap the FMAs instead of stalling them in bursts.
-// - Each worker packs its tile's panel with 16 x 16 transposes (panels_avx512.h).
+// - Each worker packs its tile's panel (with 16 x 16 transposes on AVX-512).
 // - The run loop is the plain one: one broadcast, one index load and T/16
 //   FMAs per slot.
 // Every output element is produced by one task, summing its row's slots in
 // column order, so results do not depend on the thread count.
 #pragma once
 #include "../isa_namespace.h"
-#include <immintrin.h>
-
 #include "../block_major.h"
-#include "../panels_avx512.h"
-#include "../vec/transpose16x16_avx512.h"
 #include "spmm_fwd_blockmajor.h"
 
 namespace sparselab {
 namespace SPARSELAB_ISA_NS {
 namespace {
 
-// Writes the 16 x 16 piece (r0, q0) of a group's results buf[r][q] (W rows
-// i0 + r, r < gn; batch rows b0 + q, q < nb) to y[(b0 + q) * ldy + i0 + r],
-// plus bias.
-template <int T, typename Idx>
-inline void fwd_store_piece16(const FwdArgs<Idx>& a, const float (*buf)[T], int64_t i0, int gn, int64_t b0, int nb,
-                              int r0, int q0, bool stream) {
-  const __mmask16 rows = __mmask16(gn - r0 >= 16 ? 0xFFFFu : (1u << (gn - r0)) - 1u);
-  const __m512 bias = a.bias ? _mm512_maskz_loadu_ps(rows, a.bias + i0 + r0) : _mm512_setzero_ps();
-  __m512 r[16];
-  for (int k = 0; k < 16; ++k) r[k] = _mm512_load_ps(buf[r0 + k] + q0);
-  transpose16x16(r);
-  float* dst = a.y + (b0 + q0) * a.ldy + i0 + r0;
-  const int nq = nb - q0 < 16 ? nb - q0 : 16;
-  if (stream && rows == 0xFFFFu) {
-    for (int j = 0; j < nq; ++j) _mm512_stream_ps(dst + j * a.ldy, _mm512_add_ps(r[j], bias));
-  } else {
-    for (int j = 0; j < nq; ++j) _mm512_mask_storeu_ps(dst + j * a.ldy, rows, _mm512_add_ps(r[j], bias));
-  }
-}
-
 template <class V, int T, int CB, int G, int NT, typename Idx>
 void fwd_bm_stream(const FwdArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
-  static_assert(V::W == 16 && T % 16 == 0 && G % 16 == 0, "16 x 16 output pieces of whole vectors");
+  constexpr int PQ = fwd_lines_piece_batch(V{});  // batch rows per output piece
+  static_assert(T % PQ == 0 && T % V::W == 0 && G % 16 == 0, "output pieces of whole vectors");
   const int64_t in = a.w.ncols, out = a.w.rows;
   const size_t panel_stride = size_t(in) * T + 16;
   int64_t nnz = 0;
@@ -83,10 +62,10 @@ void fwd_bm_stream(const FwdArgs<Idx>& a) {
     const int64_t t = task / splits, s = task % splits;
     const int64_t b0 = t * T;
     const int nb = int(min64(T, a.n - b0));
-    const int qpieces = (nb + 15) / 16;
+    const int qpieces = (nb + PQ - 1) / PQ;
     float* P = panels + size_t(worker) * panel_stride;
     if (packed_tile[worker] != t) {
-      pack_tile_cols16<T>(a.x + b0 * a.ldx, a.ldx, nb, 0, 0, in, P);
+      fwd_lines_pack<T>(V{}, a.x + b0 * a.ldx, a.ldx, nb, in, P);
       packed_tile[worker] = t;
     }
     alignas(64) float bufs[2][G][T];
@@ -95,8 +74,8 @@ void fwd_bm_stream(const FwdArgs<Idx>& a) {
     int64_t prev_i0 = 0;
     int prev_gn = 0, prev_next = 0, prev_pieces = 0;
     auto store_prev_piece = [&] {
-      fwd_store_piece16<T>(a, bufs[cur ^ 1], prev_i0, prev_gn, b0, nb, (prev_next / qpieces) * 16,
-                           (prev_next % qpieces) * 16, stream);
+      fwd_lines_piece<T>(V{}, a, bufs[cur ^ 1], prev_i0, prev_gn, b0, nb, (prev_next / qpieces) * 16,
+                         (prev_next % qpieces) * PQ, stream);
       ++prev_next;
     };
     const int64_t g_end = split_group(s + 1);
@@ -138,7 +117,7 @@ void fwd_bm_stream(const FwdArgs<Idx>& a) {
       prev_pieces = (gn + 15) / 16 * qpieces;
     }
     while (prev_next < prev_pieces) store_prev_piece();
-    _mm_sfence();  // streaming stores are weakly ordered: make them visible before the task ends
+    fwd_lines_fence(V{});  // streaming stores are weakly ordered: make them visible before the task ends
   });
 }
 
