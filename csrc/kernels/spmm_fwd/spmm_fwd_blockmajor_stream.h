@@ -40,9 +40,8 @@ void fwd_bm_stream(const FwdArgs<Idx>& a) {
   // per worker: the tile its panel holds
   int64_t* packed_tile = reinterpret_cast<int64_t*>(panels + size_t(a.threads) * panel_stride);
   for (int k = 0; k < a.threads; ++k) packed_tile[k] = -1;
-  const BlockMajor<CB, G> bm =
-      block_major_carve<CB, G>(panels + size_t(a.threads) * (panel_stride + 2) + 16, out, in, nnz, true);
-  block_major_build(bm, a.w, a.threads);
+  const BlockMajor<CB, G> bm = block_major_for_call<CB, G>(
+      a.prepared, panels + size_t(a.threads) * (panel_stride + 2) + 16, a.w, nnz, true, a.threads);
   // Streaming stores need every destination line-aligned: G and 16-float pieces keep
   // them so when Y and its row stride are.
   const bool stream = NT && (reinterpret_cast<uintptr_t>(a.y) & 63) == 0 && (a.ldy & 15) == 0;
@@ -135,6 +134,13 @@ struct block_major_stream {
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return fwd_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);  // the same panels and W copy
+  }
+  static size_t prepared_floats(int64_t rows, int64_t cols, int64_t nnz) {
+    return block_major_index_floats<CB, G>(rows, cols, nnz);
+  }
+  template <typename Idx>
+  static void prepare(const CsrView<Idx>& w, float* out, int threads) {
+    block_major_prepare<CB, G>(w, out, threads);
   }
 };
 
