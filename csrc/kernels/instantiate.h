@@ -105,8 +105,8 @@ constexpr bool params_match(const char* declared, const char* listed) {
   SL_ON_##isa(SL_ENTRY(SddmmDw, None, isa, name, form, seq, SL_NONE, SL_NONE, SL_RUN(SL_FORM(sddmm_dw, form, seq)), \
                        &SL_FORM(sddmm_dw, form, seq)::scratch, SL_NONE))
 // A fused backward kernel: dX and dW in one pass over W's transposed index.
-#define SL_BWD(isa, form, name, seq)                                                                         \
-  SL_ON_##isa(SL_ENTRY(BackwardFused, None, isa, name, form, seq, SL_NONE, SL_NONE, SL_NONE,               \
+#define SL_BWD(isa, form, name, seq)                                                         \
+  SL_ON_##isa(SL_ENTRY(BackwardFused, None, isa, name, form, seq, SL_NONE, SL_NONE, SL_NONE, \
                        &SL_FORM(backward_fused, form, seq)::scratch, SL_RUN(SL_FORM(backward_fused, form, seq))))
 
 extern const VariantEntry kVariants[];

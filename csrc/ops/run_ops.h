@@ -34,8 +34,7 @@ void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, in
 // dX = dY @ W and dW (as run_sddmm_dw) in one call of a backward_fused variant;
 // wt and perm as for run_spmm_dx.
 void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t n, uintptr_t dy,
-                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
-                        int threads);
+                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, int threads);
 
 // float64 paths (scalar only): the same three ops in double precision.
 void run_spmm_fwd_f64(const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy,
