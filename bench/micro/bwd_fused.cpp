@@ -148,16 +148,56 @@ int main(int argc, char** argv) {
          gather();
          forms::spmm_fwd::block_major<VecAvx2, 64, 128, 64>::run(xa);
        }},
-      {"avx2 fused bm32_cb256 s4", [&] { gather(); forms::backward_fused::block_major<VecAvx2, 32, 256, 64, 4>::run(ba); }},
-      {"avx2 fused bm32_cb256 s8", [&] { gather(); forms::backward_fused::block_major<VecAvx2, 32, 256, 64, 8>::run(ba); }},
-      {"avx2 fused bm64_cb128 s4", [&] { gather(); forms::backward_fused::block_major<VecAvx2, 64, 128, 64, 4>::run(ba); }},
-      {"fused bm64_cb256 s4", [&] { gather(); forms::backward_fused::block_major<V, 64, 256, 64, 4>::run(ba); }},
-      {"fused bm64_cb256 s16", [&] { gather(); forms::backward_fused::block_major<V, 64, 256, 64, 16>::run(ba); }},
-      {"fused bm64_cb512 s16", [&] { gather(); forms::backward_fused::block_major<V, 64, 512, 64, 16>::run(ba); }},
-      {"fused bm64_cb1024 s16", [&] { gather(); forms::backward_fused::block_major<V, 64, 1024, 64, 16>::run(ba); }},
-      {"fused bm128_cb512 s4", [&] { gather(); forms::backward_fused::block_major<V, 128, 512, 64, 4>::run(ba); }},
-      {"fused bm128_cb128 s4", [&] { gather(); forms::backward_fused::block_major<V, 128, 128, 64, 4>::run(ba); }},
-      {"fused bm128_cb128 s16", [&] { gather(); forms::backward_fused::block_major<V, 128, 128, 64, 16>::run(ba); }},
+      {"avx2 fused bm32_cb256 s4",
+       [&] {
+         gather();
+         forms::backward_fused::block_major<VecAvx2, 32, 256, 64, 4>::run(ba);
+       }},
+      {"avx2 fused bm32_cb256 s8",
+       [&] {
+         gather();
+         forms::backward_fused::block_major<VecAvx2, 32, 256, 64, 8>::run(ba);
+       }},
+      {"avx2 fused bm64_cb128 s4",
+       [&] {
+         gather();
+         forms::backward_fused::block_major<VecAvx2, 64, 128, 64, 4>::run(ba);
+       }},
+      {"fused bm64_cb256 s4",
+       [&] {
+         gather();
+         forms::backward_fused::block_major<V, 64, 256, 64, 4>::run(ba);
+       }},
+      {"fused bm64_cb256 s16",
+       [&] {
+         gather();
+         forms::backward_fused::block_major<V, 64, 256, 64, 16>::run(ba);
+       }},
+      {"fused bm64_cb512 s16",
+       [&] {
+         gather();
+         forms::backward_fused::block_major<V, 64, 512, 64, 16>::run(ba);
+       }},
+      {"fused bm64_cb1024 s16",
+       [&] {
+         gather();
+         forms::backward_fused::block_major<V, 64, 1024, 64, 16>::run(ba);
+       }},
+      {"fused bm128_cb512 s4",
+       [&] {
+         gather();
+         forms::backward_fused::block_major<V, 128, 512, 64, 4>::run(ba);
+       }},
+      {"fused bm128_cb128 s4",
+       [&] {
+         gather();
+         forms::backward_fused::block_major<V, 128, 128, 64, 4>::run(ba);
+       }},
+      {"fused bm128_cb128 s16",
+       [&] {
+         gather();
+         forms::backward_fused::block_major<V, 128, 128, 64, 16>::run(ba);
+       }},
   };
   if (*only) {
     std::vector<std::pair<std::string, Fn>> keep;

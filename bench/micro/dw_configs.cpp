@@ -5,6 +5,7 @@
 //   g++ -O3 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -std=c++17 -Icsrc \
 //       bench/micro/dw_configs.cpp csrc/common/parallel.cpp -lpthread -o /tmp/dw_configs
 //   /tmp/dw_configs OUT IN N ROUNDS
+#define SPARSELAB_ISA_NS isa_avx512
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include "kernels/sddmm_dw/sddmm_dw_rowreg.h"
 
 using namespace sparselab;
+using namespace sparselab::isa_avx512;
 
 int main(int argc, char** argv) {
   const int64_t out = atol(argv[1]), in = atol(argv[2]), n = atol(argv[3]);
@@ -53,13 +55,13 @@ int main(int argc, char** argv) {
   std::vector<std::pair<std::string, std::function<void()>>> cfg = {
       {"avx512 bm128_cb64", [&] { dw_blockmajor<VecAvx512, 128, 64, 64>(a); }},
       {"avx2 bm64_cb128", [&] { dw_blockmajor<VecAvx2, 64, 128, 64>(a); }},
-      {"avx512 rowreg128_cb512", [&] { dw_rowreg<VecAvx512, 128, 512, 64>(a); }},
-      {"avx512 rowreg128_cb1024", [&] { dw_rowreg<VecAvx512, 128, 1024, 64>(a); }},
-      {"avx512 rowreg128_cb2048", [&] { dw_rowreg<VecAvx512, 128, 2048, 64>(a); }},
-      {"avx512 rowreg64_cb1024", [&] { dw_rowreg<VecAvx512, 64, 1024, 64>(a); }},
-      {"avx512 rowreg64_cb2048", [&] { dw_rowreg<VecAvx512, 64, 2048, 64>(a); }},
-      {"avx512 rowreg32_cb2048", [&] { dw_rowreg<VecAvx512, 32, 2048, 64>(a); }},
-      {"avx2 rowreg32_cb1024", [&] { dw_rowreg<VecAvx2, 32, 1024, 64>(a); }},
+      {"avx512 rowreg128_cb512", [&] { forms::sddmm_dw::rowreg<VecAvx512, 128, 512, 64>::run(a); }},
+      {"avx512 rowreg128_cb1024", [&] { forms::sddmm_dw::rowreg<VecAvx512, 128, 1024, 64>::run(a); }},
+      {"avx512 rowreg128_cb2048", [&] { forms::sddmm_dw::rowreg<VecAvx512, 128, 2048, 64>::run(a); }},
+      {"avx512 rowreg64_cb1024", [&] { forms::sddmm_dw::rowreg<VecAvx512, 64, 1024, 64>::run(a); }},
+      {"avx512 rowreg64_cb2048", [&] { forms::sddmm_dw::rowreg<VecAvx512, 64, 2048, 64>::run(a); }},
+      {"avx512 rowreg32_cb2048", [&] { forms::sddmm_dw::rowreg<VecAvx512, 32, 2048, 64>::run(a); }},
+      {"avx2 rowreg32_cb1024", [&] { forms::sddmm_dw::rowreg<VecAvx2, 32, 1024, 64>::run(a); }},
   };
   std::vector<std::vector<double>> t(cfg.size());
   for (int r = 0; r < rounds; ++r)

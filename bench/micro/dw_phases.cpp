@@ -4,6 +4,7 @@
 //   g++ -O3 -g -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -std=c++17 -Icsrc \
 //       bench/micro/dw_phases.cpp csrc/common/parallel.cpp -lpthread -o /tmp/dw_phases
 //   perf record -e cpu-clock /tmp/dw_phases 2560 640 2048 20 && perf report --sort sym
+#define SPARSELAB_ISA_NS isa_avx512
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "kernels/spmm_fwd/spmm_fwd_blockmajor.h"
 
 using namespace sparselab;
+using namespace sparselab::isa_avx512;
 
 int main(int argc, char** argv) {
   const int64_t out = atol(argv[1]), in = atol(argv[2]), n = atol(argv[3]);
@@ -57,7 +59,7 @@ int main(int argc, char** argv) {
     if (fwd)
       fwd_blockmajor<VecAvx512, 128, 64, 64>(f);
     else
-      dw_rowreg<VecAvx512, 128, 1024, 64>(a);
+      forms::sddmm_dw::rowreg<VecAvx512, 128, 1024, 64>::run(a);
     best = std::min(best, double(std::clock() - c0) / CLOCKS_PER_SEC);
   }
   std::printf("%.2f ms  %.1f GFLOP/s (best CPU time of %d)\n", best * 1e3, 2.0 * nnz * n / best / 1e9, reps);
