@@ -246,6 +246,13 @@ PYBIND11_MODULE(_C, m) {
              py::gil_scoped_release nogil;
              p.sddmm_dw(v, n, dy, lddy, x, ldx, dw, threads);
            })
+      .def("backward_fused",
+           [](LayerPlan& p, int64_t id, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx,
+              int64_t lddx, uintptr_t dw, int threads) {
+             const Variant& v = variant_at(id);
+             py::gil_scoped_release nogil;
+             p.backward_fused(v, n, dy, lddy, x, ldx, dx, lddx, dw, threads);
+           })
       .def_property_readonly("has_transposed", &LayerPlan::has_transposed)
       .def_property_readonly("nnz", &LayerPlan::nnz)
       .def("cached_bytes", [](LayerPlan& p) {

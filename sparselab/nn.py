@@ -673,7 +673,14 @@ class SparseLinear(nn.Module):
         vw, _ = self._plan(d, "sddmm_dw", n)
         if vx.is_dense or vw.is_dense:
             return None
-        return ops.run_backward_fused(fv, d.view, d.w_args, t, dy, x, threads)
+        if d.kernels is None or not d.kernels.has_transposed:
+            return ops.run_backward_fused(fv, d.view, d.w_args, t, dy, x, threads)
+        in_f = self.in_features
+        dx, dw = torch.empty(n, in_f), torch.empty(d.view.capacity)
+        d.kernels.backward_fused(
+            fv.id, n, dy.data_ptr(), _ld(dy), x.data_ptr(), _ld(x), dx.data_ptr(), in_f, dw.data_ptr(), threads
+        )
+        return dx, dw
 
     # ---- introspection ----
 

@@ -88,6 +88,34 @@ def test_plan_matches_one_off_calls_bitwise(v):
             assert torch.equal(bits(got), bits(want)), f"case {k}, call {step}: {v.op}/{v.name} differs"
 
 
+FUSED = [
+    pytest.param(v, id=v.name, marks=[] if v.available else [pytest.mark.skip(reason=v.reason)])
+    for v in kernels.variants("backward_fused")
+]
+
+
+@pytest.mark.parametrize("v", FUSED)
+def test_plan_backward_fused_matches_one_off_calls_bitwise(v):
+    for k, (out_f, in_f, n, sp, kw, threads) in enumerate(CASES):
+        W = build_weight(out_f, in_f, sp, seed=90 + k, **kw)
+        if W.nnz == 0:
+            continue
+        X = strided_operand(n, in_f, seed=91 + k)
+        dY = strided_operand(n, out_f, seed=92 + k)
+        plan, t = layer_plan(W)
+        for step in range(3):
+            if step == 2:
+                W.values.mul_(-0.5).add_(0.25)
+            want_dx, want_dw = ops.run_backward_fused(v, W, W.raw_args(), t, dY, X, threads)
+            dx, dw = torch.full((n, in_f), float("nan")), torch.full((W.capacity,), float("nan"))
+            plan.backward_fused(
+                v.id, n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dx.data_ptr(), in_f, dw.data_ptr(), threads
+            )
+            assert not torch.isnan(want_dx).any() and not torch.isnan(want_dw).any()
+            assert torch.equal(bits(dx), bits(want_dx)), f"case {k}, call {step}: dX of {v.name} differs"
+            assert torch.equal(bits(dw), bits(want_dw)), f"case {k}, call {step}: dW of {v.name} differs"
+
+
 def test_block_major_variants_prepare_and_the_plan_keeps_their_index():
     """Guards the test above: block-major variants really take the prepared path, and the
     plan holds the index it built (and none when told not to keep it)."""

@@ -82,6 +82,7 @@ struct BwdArgs {
   float* dw;  // [capacity of W]
   float* scratch;
   int threads;
+  const float* prepared = nullptr;  // the variant's prepare() output for W^T, or nullptr
 };
 
 template <typename Idx>

@@ -145,14 +145,12 @@ void check_runnable(const Variant& v) {
 
 namespace {
 
-// A one-off call's view of m: its live counts snapshot in the calling thread's buffer
-// (valid until that thread's next call), the row partition, no prepared data.
+// A one-off call's view of m: its live counts read once, the row partition, no prepared data.
 struct OneOffCall {
+  std::vector<int32_t> live;
   std::vector<int64_t> chunks;
   CallW w;
-  OneOffCall(const RawCsr& m, int64_t n, int threads) {
-    thread_local std::vector<int32_t> live;
-    live.resize(size_t(std::max<int64_t>(m.rows, 1)));
+  OneOffCall(const RawCsr& m, int64_t n, int threads) : live(size_t(std::max<int64_t>(m.rows, 1))) {
     snapshot_live_counts(m, live.data());
     w.w = m;
     w.w.row_nnz = reinterpret_cast<uintptr_t>(live.data());
@@ -313,38 +311,30 @@ RawCsr with_live_counts(const RawCsr& m) {
 }
 }  // namespace
 
-void run_backward_fused(const Variant& v, const RawCsr& w_in, const RawCsr& wt_in, uintptr_t perm, int64_t n,
-                        uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
-                        int threads) {
-  check_runnable(v);
-  if (!v.bwd16) throw std::runtime_error("variant '" + v.name + "' is not a backward_fused variant");
-  const RawCsr w = with_live_counts(w_in);
-  // The transposed counts need their own buffer: with_live_counts keeps one per thread.
-  std::vector<int32_t> t_live(size_t(std::max<int64_t>(wt_in.rows, 1)));
-  snapshot_live_counts(wt_in, t_live.data());
-  RawCsr wt = wt_in;
-  wt.row_nnz = reinterpret_cast<uintptr_t>(t_live.data());
-  // W's values in transposed order (as run_spmm_dx), in scratch after the kernel's own.
+void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, uintptr_t perm, int64_t n, uintptr_t dy,
+                         int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
+                         int threads) {
+  // W's values in transposed order (as spmm_dx), in scratch after the kernel's own.
   const int32_t* pm = reinterpret_cast<const int32_t*>(perm);
-  const int64_t nnz_t = live_nnz(wt);
-  const size_t kernel_floats = (v.scratch(n, w.ncols, w.rows, nnz_t, threads) + 15) / 16 * 16;
-  float* base = arena.get(kernel_floats + size_t(nnz_t) + 16);
+  const int32_t* t_live = reinterpret_cast<const int32_t*>(wt.w.row_nnz);
+  const size_t kernel_floats = (v.scratch(n, w.w.ncols, w.w.rows, wt.nnz, threads) + 15) / 16 * 16;
+  float* base = arena.get(kernel_floats + size_t(wt.nnz) + 16);
   float* vals_t = base + kernel_floats;
-  const float* vals = reinterpret_cast<const float*>(w.values);
-  const int64_t* t_start = reinterpret_cast<const int64_t*>(wt.row_start);
-  parallel_for(threads, wt.rows, [&](int64_t j, int) {
+  const float* vals = reinterpret_cast<const float*>(w.w.values);
+  const int64_t* t_start = reinterpret_cast<const int64_t*>(wt.w.row_start);
+  parallel_for(threads, wt.w.rows, [&](int64_t j, int) {
     const int64_t s = t_start[j];
-    for (int32_t k = 0; k < t_live[size_t(j)]; ++k) vals_t[s + k] = vals[pm[s + k]];
+    for (int32_t k = 0; k < t_live[j]; ++k) vals_t[s + k] = vals[pm[s + k]];
   });
-  RawCsr wtv = wt;
+  RawCsr wtv = wt.w;
   wtv.values = reinterpret_cast<uintptr_t>(vals_t);
   auto go = [&](auto fn, auto tv) {
     BwdArgs<std::remove_const_t<std::remove_pointer_t<decltype(tv.cols)>>> a{
         tv,
         pm,
-        reinterpret_cast<const int64_t*>(w.row_start),
-        reinterpret_cast<const int32_t*>(w.row_nnz),
-        w.rows,
+        reinterpret_cast<const int64_t*>(w.w.row_start),
+        reinterpret_cast<const int32_t*>(w.w.row_nnz),
+        w.w.rows,
         n,
         reinterpret_cast<const float*>(dy),
         lddy,
@@ -354,14 +344,22 @@ void run_backward_fused(const Variant& v, const RawCsr& w_in, const RawCsr& wt_i
         lddx,
         reinterpret_cast<float*>(dw),
         base,
-        threads};
+        threads,
+        wt.prepared};
     fn(a);
     arena.trim();
   };
-  if (wt.idx_bits == 16)
+  if (wtv.idx_bits == 16)
     go(v.bwd16, view<int16_t>(wtv));
   else
     go(v.bwd32, view<int32_t>(wtv));
+}
+
+void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t n, uintptr_t dy,
+                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, int threads) {
+  check_op(v, Op::BackwardFused);
+  const OneOffCall cw(w, n, threads), ct(wt, n, threads);
+  call_backward_fused(v, cw.w, ct.w, perm, n, dy, lddy, x, ldx, dx, lddx, dw, threads);
 }
 
 // ---- float64 ----

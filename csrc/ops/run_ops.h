@@ -49,6 +49,9 @@ void call_spmm_dx_scatter(const Variant& v, const CallW& w, int64_t n, uintptr_t
 // wt: W^T's index (its values are W's values gathered through perm for the call).
 void call_spmm_dx_transposed(const Variant& v, const CallW& wt, uintptr_t w_values, uintptr_t perm, int64_t n,
                              uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
+// w: W (its live counts give dW's padding), wt: W^T's index (the kernel walks it).
+void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, uintptr_t perm, int64_t n, uintptr_t dy,
+                         int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, int threads);
 void call_sddmm_dw(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
                    uintptr_t dw, int threads);
 

@@ -116,8 +116,7 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   // Per worker: the dY panel of one tile (out x T) and its X columns of that tile.
   const size_t worker_stride = size_t(out) * T + size_t(in) * T + 32;
   float* sums = a.scratch + size_t(a.threads) * worker_stride;  // dW sums in block-major order
-  const BlockMajor<CB, G> bm = block_major_carve<CB, G>(sums + nnz + 16, in, out, nnz, true);
-  block_major_build(bm, wt, a.threads);
+  const BlockMajor<CB, G> bm = block_major_for_call<CB, G>(a.prepared, sums + nnz + 16, wt, nnz, true, a.threads);
 
   // One task per thread owns row groups of W^T (columns of W) for every batch tile, in
   // tile order, and packs the whole dY tile itself (which then stays in its L2): no
@@ -203,6 +202,14 @@ struct block_major {
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return bwd_fused_scratch<T, CB, G>(n, in, out, nnz, threads);
+  }
+  // The block-major index of W^T (the prepared side is W's transposed index).
+  static size_t prepared_floats(int64_t rows, int64_t cols, int64_t nnz) {
+    return block_major_index_floats<CB, G>(rows, cols, nnz);
+  }
+  template <typename Idx>
+  static void prepare(const CsrView<Idx>& wt, float* out, int threads) {
+    block_major_prepare<CB, G>(wt, out, threads);
   }
 };
 
