@@ -106,10 +106,10 @@ std::vector<int64_t> row_chunks(const RawCsr& m, int64_t n, int threads) {
   const int32_t* nnz = reinterpret_cast<const int32_t*>(m.row_nnz);
   int64_t total = 0;
   for (int64_t i = 0; i < m.rows; ++i) total += nnz[i];
-  // Aim for ~8 chunks per thread, each at least ~32k multiply-adds.
+  // Aim for ~8 chunks per thread, each at least ~8k multiply-adds (a chunk costs one atomic claim).
   const int64_t work_per_row_unit = std::max<int64_t>(1, n);
   int64_t target = total / (int64_t(std::max(threads, 1)) * 8) + 1;
-  target = std::max<int64_t>(target, 32768 / work_per_row_unit + 1);
+  target = std::max<int64_t>(target, 8192 / work_per_row_unit + 1);
   std::vector<int64_t> chunks{0};
   int64_t acc = 0;
   for (int64_t i = 0; i < m.rows; ++i) {
