@@ -11,7 +11,8 @@ interleaved round by round (each timed call right after an untimed call of itsel
    (2 * nnz * N per call); the slowest op's planned rate and planned / best fixed;
 2. ``SparseLinear`` forward + backward (input and weight gradients, bias) at N=2048 against
    ``nn.Linear``'s, as a time ratio;
-3. the layer's forward at N=1 (no grad) against ``nn.Linear``'s, as a speedup.
+3. the layer's forward at N=1 (no grad) against ``nn.Linear``'s, as a speedup (samples of 50
+   back-to-back calls).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from sparselab import PaddedCSR, kernels, ops, planner
 SHAPES = ((2560, 640), (640, 2560), (4096, 4096))
 
 
-def interleaved(fns: dict, rounds: int) -> dict:
-    """Median seconds per call of each function, timed in rotated order round by round."""
+def interleaved(fns: dict, rounds: int, calls: int = 1) -> dict:
+    """Median seconds per call of each function, timed in rotated order round by round (each
+    sample: ``calls`` back-to-back calls right after an untimed one)."""
     for f in fns.values():
         f()
     times = {k: [] for k in fns}
@@ -39,8 +41,9 @@ def interleaved(fns: dict, rounds: int) -> dict:
         for k in order[r % len(order) :] + order[: r % len(order)]:
             fns[k]()
             t0 = time.perf_counter()
-            fns[k]()
-            times[k].append(time.perf_counter() - t0)
+            for _ in range(calls):
+                fns[k]()
+            times[k].append((time.perf_counter() - t0) / calls)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -112,7 +115,8 @@ def main(argv=None) -> int:
     print("|---|---|---|")
     for out_f, in_f in SHAPES:
         train = interleaved(layer_pair(out_f, in_f, args.sparsity, args.n, True), args.rounds)
-        one = interleaved(layer_pair(out_f, in_f, args.sparsity, 1, False), max(args.rounds, 21))
+        # Batch 1: samples of back-to-back calls (a single call is tens of microseconds).
+        one = interleaved(layer_pair(out_f, in_f, args.sparsity, 1, False), max(args.rounds, 15), calls=50)
         print(
             f"| {out_f}x{in_f} | {train['SparseLinear'] / train['nn.Linear']:.3f} "
             f"({1e3 * train['SparseLinear']:.2f} vs {1e3 * train['nn.Linear']:.2f} ms) | "
