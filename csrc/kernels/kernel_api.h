@@ -24,6 +24,9 @@ struct FwdArgs {
   float* scratch;  // scratch_floats(...) floats, 64-byte aligned
   int threads;
   const float* prepared = nullptr;  // the variant's prepare() output for this W, or nullptr
+  // With `prepared` only: slot k's value is w.values[value_perm[k]] (W's own values, read
+  // through the transpose permutation when this is W^T), so no gathered copy is made first.
+  const int32_t* value_perm = nullptr;
 };
 
 // dX[n, in] = dY[n, out] @ W. `wt` is W transposed (in x out, compact CSR whose

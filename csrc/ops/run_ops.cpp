@@ -211,27 +211,46 @@ void call_spmm_dx_scatter(const Variant& v, const CallW& w, int64_t n, uintptr_t
 
 void call_spmm_dx_transposed(const Variant& v, const CallW& wt, uintptr_t w_values, uintptr_t perm, int64_t n,
                              uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
-  // Gather W's current values into transposed order, then run the forward
-  // kernel on W^T: dX = dY @ (W^T)^T. The gathered values live in scratch
-  // placed after the kernel's own scratch.
+  // The forward kernel on W^T: dX = dY @ (W^T)^T, with W's current values in transposed order.
   const int32_t* pm = reinterpret_cast<const int32_t*>(perm);
   const int64_t nnz_t = reinterpret_cast<const int64_t*>(wt.w.row_start)[wt.w.rows];
   const size_t kernel_floats = (v.scratch(n, wt.w.ncols, wt.w.rows, wt.nnz, threads) + 15) / 16 * 16;
-  float* base = arena.get(kernel_floats + size_t(nnz_t) + 16);
-  float* vals_t = base + kernel_floats;
-  const float* vals = reinterpret_cast<const float*>(w_values);
-  const int64_t gather_tasks = std::max<int64_t>(1, std::min<int64_t>(threads * 4, nnz_t / 65536));
-  parallel_for(threads, gather_tasks, [&](int64_t t, int) {
-    const int64_t lo = nnz_t * t / gather_tasks, hi = nnz_t * (t + 1) / gather_tasks;
-    for (int64_t k = lo; k < hi; ++k) vals_t[k] = vals[pm[k]];
-  });
   CallW c = wt;
-  c.w.values = reinterpret_cast<uintptr_t>(vals_t);
+  float* base = nullptr;
+  const int32_t* value_perm = nullptr;
+  if (c.prepared) {
+    // A kernel with a prepared index copies the values into its own order anyway: it reads
+    // them through the permutation, so no gathered copy is made first.
+    base = arena.get(kernel_floats);
+    c.w.values = w_values;
+    value_perm = pm;
+  } else {
+    // Gathered into scratch placed after the kernel's own.
+    base = arena.get(kernel_floats + size_t(nnz_t) + 16);
+    float* vals_t = base + kernel_floats;
+    const float* vals = reinterpret_cast<const float*>(w_values);
+    const int64_t gather_tasks = std::max<int64_t>(1, std::min<int64_t>(threads * 4, nnz_t / 65536));
+    parallel_for(threads, gather_tasks, [&](int64_t t, int) {
+      const int64_t lo = nnz_t * t / gather_tasks, hi = nnz_t * (t + 1) / gather_tasks;
+      for (int64_t k = lo; k < hi; ++k) vals_t[k] = vals[pm[k]];
+    });
+    c.w.values = reinterpret_cast<uintptr_t>(vals_t);
+  }
   auto go = [&](auto fn, auto tv) {
     using Idx = std::remove_const_t<std::remove_pointer_t<decltype(tv.cols)>>;
-    FwdArgs<Idx> a{
-        tv,       n,         reinterpret_cast<const float*>(dy), lddy,    nullptr,   reinterpret_cast<float*>(dx), lddx,
-        c.chunks, c.nchunks, kernel_floats ? base : nullptr,     threads, c.prepared};
+    FwdArgs<Idx> a{tv,
+                   n,
+                   reinterpret_cast<const float*>(dy),
+                   lddy,
+                   nullptr,
+                   reinterpret_cast<float*>(dx),
+                   lddx,
+                   c.chunks,
+                   c.nchunks,
+                   kernel_floats ? base : nullptr,
+                   threads,
+                   c.prepared,
+                   value_perm};
     fn(a);
     arena.trim();
   };
