@@ -65,9 +65,8 @@ struct DwArgs {
 };
 
 // dX[n, in] = dY[n, out] @ W and dW (as DwArgs) in one pass over W's slots,
-// taken in the order of W's transposed index `wt` (in x out, compact CSR, its
-// values W's values gathered through `perm`; perm[k] is the slot of W that
-// transposed slot k came from).
+// taken in the order of W's transposed index `wt` (in x out, compact CSR; perm[k]
+// is the slot of W that transposed slot k came from; for its values see `prepared`).
 template <typename Idx>
 struct BwdArgs {
   CsrView<Idx> wt;
@@ -85,7 +84,9 @@ struct BwdArgs {
   float* dw;  // [capacity of W]
   float* scratch;
   int threads;
-  const float* prepared = nullptr;  // the variant's prepare() output for W^T, or nullptr
+  // The variant's prepare() output for W^T, or nullptr. With it, wt.values are W's own values
+  // (slot k's value is wt.values[perm[k]]); without it, already gathered through perm.
+  const float* prepared = nullptr;
 };
 
 template <typename Idx>

@@ -333,20 +333,28 @@ RawCsr with_live_counts(const RawCsr& m) {
 void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, uintptr_t perm, int64_t n, uintptr_t dy,
                          int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
                          int threads) {
-  // W's values in transposed order (as spmm_dx), in scratch after the kernel's own.
   const int32_t* pm = reinterpret_cast<const int32_t*>(perm);
-  const int32_t* t_live = reinterpret_cast<const int32_t*>(wt.w.row_nnz);
   const size_t kernel_floats = (v.scratch(n, w.w.ncols, w.w.rows, wt.nnz, threads) + 15) / 16 * 16;
-  float* base = arena.get(kernel_floats + size_t(wt.nnz) + 16);
-  float* vals_t = base + kernel_floats;
-  const float* vals = reinterpret_cast<const float*>(w.w.values);
-  const int64_t* t_start = reinterpret_cast<const int64_t*>(wt.w.row_start);
-  parallel_for(threads, wt.w.rows, [&](int64_t j, int) {
-    const int64_t s = t_start[j];
-    for (int32_t k = 0; k < t_live[j]; ++k) vals_t[s + k] = vals[pm[s + k]];
-  });
   RawCsr wtv = wt.w;
-  wtv.values = reinterpret_cast<uintptr_t>(vals_t);
+  float* base = nullptr;
+  if (wt.prepared) {
+    // With a prepared index the kernel reads W's values through perm as it copies them into
+    // block order (BwdArgs), so no gathered copy is made first.
+    base = arena.get(kernel_floats);
+    wtv.values = w.w.values;
+  } else {
+    // W's values in transposed order (as spmm_dx), in scratch after the kernel's own.
+    const int32_t* t_live = reinterpret_cast<const int32_t*>(wt.w.row_nnz);
+    base = arena.get(kernel_floats + size_t(wt.nnz) + 16);
+    float* vals_t = base + kernel_floats;
+    const float* vals = reinterpret_cast<const float*>(w.w.values);
+    const int64_t* t_start = reinterpret_cast<const int64_t*>(wt.w.row_start);
+    parallel_for(threads, wt.w.rows, [&](int64_t j, int) {
+      const int64_t s = t_start[j];
+      for (int32_t k = 0; k < t_live[j]; ++k) vals_t[s + k] = vals[pm[s + k]];
+    });
+    wtv.values = reinterpret_cast<uintptr_t>(vals_t);
+  }
   auto go = [&](auto fn, auto tv) {
     BwdArgs<std::remove_const_t<std::remove_pointer_t<decltype(tv.cols)>>> a{
         tv,

@@ -116,7 +116,8 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   // Per worker: the dY panel of one tile (out x T) and its X columns of that tile.
   const size_t worker_stride = size_t(out) * T + size_t(in) * T + 32;
   float* sums = a.scratch + size_t(a.threads) * worker_stride;  // dW sums in block-major order
-  const BlockMajor<CB, G> bm = block_major_for_call<CB, G>(a.prepared, sums + nnz + 16, wt, nnz, true, a.threads);
+  const BlockMajor<CB, G> bm =
+      block_major_for_call<CB, G>(a.prepared, sums + nnz + 16, wt, nnz, true, a.threads, a.prepared ? a.perm : nullptr);
 
   // One task per thread owns row groups of W^T (columns of W) for every batch tile, in
   // tile order, and packs the whole dY tile itself (which then stays in its L2): no
