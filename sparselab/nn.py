@@ -418,7 +418,10 @@ class SparseLinear(nn.Module):
             self.in_features,
         )
         kernels_plan = None
-        if c.numel() > 0 and self.weight_values.dtype is torch.float32:
+        # Inference tensors have no version counter, so the fingerprint would not see them edited
+        # in place (in inference mode): such a layer reads its index on every call instead.
+        inference = any(x.is_inference() for x in (c, self.weight_row_start, self.weight_row_nnz))
+        if c.numel() > 0 and self.weight_values.dtype is torch.float32 and not inference:
             has_t = self._t_built and t.cols.numel() > 0
             kernels_plan = _C.LayerPlan(
                 *w_args,
@@ -621,7 +624,7 @@ class SparseLinear(nn.Module):
             v, threads = self._plan(d, "spmm_fwd", n)
             return ops.run_spmm_fwd(v, d.view, d.w_args, x, bias, threads)
         out_f = self.out_features
-        y = torch.empty(n, out_f)
+        y = x.new_empty(n, out_f)  # x is a float32 CPU tensor (checked): not torch's default dtype
         d.kernels.spmm_fwd(
             kid,
             n,
@@ -644,7 +647,7 @@ class SparseLinear(nn.Module):
                 t = d.view.transposed()
             return ops.run_spmm_dx(v, d.view, d.w_args, t, dy, threads)
         in_f = self.in_features
-        dx = torch.empty(n, in_f)
+        dx = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
         d.kernels.spmm_dx(kid, n, dy.data_ptr(), _ld(dy), dx.data_ptr(), in_f, threads)
         return dx
 
@@ -654,7 +657,7 @@ class SparseLinear(nn.Module):
         if kid < 0:
             v, threads = self._plan(d, "sddmm_dw", n)
             return ops.run_sddmm_dw(v, d.view, d.w_args, dy, x, threads)
-        dw = torch.empty(d.view.capacity)
+        dw = torch.empty(d.view.capacity, dtype=torch.float32, device="cpu")
         d.kernels.sddmm_dw(kid, n, dy.data_ptr(), _ld(dy), x.data_ptr(), _ld(x), dw.data_ptr(), threads)
         return dw
 
@@ -676,7 +679,8 @@ class SparseLinear(nn.Module):
         if d.kernels is None or not d.kernels.has_transposed:
             return ops.run_backward_fused(fv, d.view, d.w_args, t, dy, x, threads)
         in_f = self.in_features
-        dx, dw = torch.empty(n, in_f), torch.empty(d.view.capacity)
+        dx = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
+        dw = torch.empty(d.view.capacity, dtype=torch.float32, device="cpu")
         d.kernels.backward_fused(
             fv.id, n, dy.data_ptr(), _ld(dy), x.data_ptr(), _ld(x), dx.data_ptr(), in_f, dw.data_ptr(), threads
         )

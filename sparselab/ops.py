@@ -158,7 +158,7 @@ def run_spmm_fwd(
     n, out_f = X.shape[0], w_args[5]
     if v is not None and v.is_dense:
         return _dense_fwd(v.name, W, X, bias)
-    Y = torch.empty(n, out_f, dtype=X.dtype)  # X has W's dtype (checked by the caller)
+    Y = torch.empty(n, out_f, dtype=X.dtype, device="cpu")  # X has W's dtype (checked by the caller)
     if n == 0:
         return Y
     bias_ptr = bias.data_ptr() if bias is not None else 0
@@ -174,7 +174,7 @@ def run_spmm_dx(v, W: PaddedCSR, w_args: tuple, t, dY: torch.Tensor, nthreads: i
     n, in_f = dY.shape[0], W.shape[1]
     if v is not None and v.is_dense:
         return dY @ W.to_dense()
-    dX = torch.empty(n, in_f, dtype=W.values.dtype)
+    dX = torch.empty(n, in_f, dtype=W.values.dtype, device="cpu")
     if n == 0:
         return dX
     if v is None:
@@ -202,7 +202,7 @@ def run_sddmm_dw(v, W: PaddedCSR, w_args: tuple, dY: torch.Tensor, X: torch.Tens
     n = dY.shape[0]
     if v is not None and v.is_dense:
         return _dense_dw(W, dY, X)
-    dW = torch.empty(W.capacity, dtype=W.values.dtype)
+    dW = torch.empty(W.capacity, dtype=W.values.dtype, device="cpu")
     if n == 0:
         return dW.zero_()
     if v is None:
@@ -217,8 +217,8 @@ def run_backward_fused(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``v`` a backward_fused variant, ``t`` W's transposed index, N > 0."""
     n, in_f = dY.shape[0], W.shape[1]
-    dX = torch.empty(n, in_f, dtype=W.values.dtype)
-    dW = torch.empty(W.capacity, dtype=W.values.dtype)
+    dX = torch.empty(n, in_f, dtype=W.values.dtype, device="cpu")
+    dW = torch.empty(W.capacity, dtype=W.values.dtype, device="cpu")
     if t.cols.numel() == 0:
         # No live entry: both gradients are 0 (and the empty index has no storage to point at).
         return dX.zero_(), dW.zero_()

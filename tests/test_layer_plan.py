@@ -179,3 +179,74 @@ def test_layer_uses_its_plan_for_every_op_and_follows_value_updates():
         assert layer._d is d  # no re-derivation: the plan and its index were reused
         with torch.no_grad():
             layer.weight_values.mul_(0.5).add_(0.01)
+
+
+@pytest.mark.parametrize("default", ["float64", "bfloat16"])
+def test_layer_outputs_are_float32_whatever_torch_default_dtype(default, tmp_path):
+    """A layer's kernels write float32: its outputs and gradients must not take torch's default
+    dtype (a bfloat16 default once made the kernels write past a half-sized buffer). In a worker
+    process, so a heap overrun fails this case, not the run."""
+    import subprocess
+    import sys
+
+    code = f"""
+import torch, sparselab
+torch.manual_seed(0)
+layer = sparselab.SparseLinear(300, 200, sparsity=0.9)
+dense = layer.to_dense()
+torch.set_default_dtype(torch.{default})
+for n in (1, 70, 300):  # row-dot, tiled / block-major, fused backward
+    x = torch.randn(n, 300, dtype=torch.float32, requires_grad=True)
+    xd = x.detach().clone().requires_grad_(True)
+    y = layer(x)
+    assert y.dtype == torch.float32, y.dtype
+    y.backward(torch.ones_like(y))
+    dense(xd).backward(torch.ones(n, 200, dtype=torch.float32))
+    torch.testing.assert_close(y, dense(xd.detach()), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(x.grad, xd.grad, rtol=1e-4, atol=1e-4)
+    assert layer.weight_values.grad.dtype == torch.float32
+    layer.zero_grad(); dense.zero_grad()
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+def test_inference_mode_layer_sees_its_index_edited_in_place():
+    """Inference tensors carry no version counter, so a layer built in inference mode keeps no
+    kernel plan: an in-place edit of its index (in inference mode) is seen on the next call."""
+    with torch.inference_mode():
+        torch.manual_seed(0)
+        layer = sparselab.SparseLinear(64, 48, sparsity=0.5)
+        x = torch.randn(5, 64)
+        layer(x)
+        assert layer._d.kernels is None
+        layer.weight_row_nnz[0] = 0  # row 0 loses its weights
+        want = ops.spmm_fwd(layer.weight, x, layer.bias)
+        got = layer(x)
+        assert torch.equal(got, want)
+        torch.testing.assert_close(got[:, 0], layer.bias[0].expand(5))
+
+
+def test_fused_backward_gathers_within_its_buffer_when_live_counts_are_below_capacity():
+    """The one-off fused call sizes its gathered values by W^T's capacity, not its live count:
+    with W^T rows holding fewer live slots than their room (here: counts lowered after the index
+    was built) it stays inside its scratch (the sanitizer job checks the bytes)."""
+    W = build_weight(700, 900, 0.9, seed=3, padding=1)
+    t = W.transposed()
+    t.row_nnz.copy_((t.row_nnz - 3).clamp(min=0))
+    v = next(v for v in kernels.variants("backward_fused") if v.available)
+    n = 300
+    dY, X = torch.randn(n, 700), torch.randn(n, 900)
+    plan = _C.LayerPlan(
+        *W.raw_args(),
+        t.cols.data_ptr(),
+        _bits(t.cols.dtype),
+        t.row_start.data_ptr(),
+        t.row_nnz.data_ptr(),
+        t.perm.data_ptr(),
+        keep_prepared=False,
+    )
+    dx, dw = torch.empty(n, 900), torch.empty(W.capacity)
+    plan.backward_fused(v.id, n, dY.data_ptr(), 700, X.data_ptr(), 900, dx.data_ptr(), 900, dw.data_ptr(), 1)
+    assert torch.isfinite(dx).all() and torch.isfinite(dw).all()

@@ -210,7 +210,7 @@ class Problem:
         if self.key.op == "spmm_fwd":
 
             def fwd():
-                Y = torch.empty(n, out_f)
+                Y = torch.empty(n, out_f, dtype=torch.float32, device="cpu")
                 plan.spmm_fwd(v.id, n, X.data_ptr(), in_f, bias.data_ptr(), Y.data_ptr(), out_f, t)
                 return Y
 
@@ -218,14 +218,14 @@ class Problem:
         if self.key.op == "spmm_dx":
 
             def dx():
-                dX = torch.empty(n, in_f)
+                dX = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
                 plan.spmm_dx(v.id, n, dY.data_ptr(), out_f, dX.data_ptr(), in_f, t)
                 return dX
 
             return dx
 
         def dw():
-            dW = torch.empty(W.capacity)
+            dW = torch.empty(W.capacity, dtype=torch.float32, device="cpu")
             plan.sddmm_dw(v.id, n, dY.data_ptr(), out_f, X.data_ptr(), in_f, dW.data_ptr(), t)
             return dW
 

@@ -12,7 +12,9 @@ constexpr size_t kMaxPartitions = 64;
 }  // namespace
 
 LayerPlan::LayerPlan(const RawCsr& w, const RawCsr& wt, uintptr_t perm, bool keep_prepared)
-    : has_t_(wt.cols != 0 && wt.row_start != 0 && perm != 0), perm_(perm), keep_prepared_(keep_prepared) {
+    : has_t_(wt.cols != 0 && wt.row_start != 0 && wt.row_nnz != 0 && perm != 0),
+      perm_(perm),
+      keep_prepared_(keep_prepared) {
   auto init = [](Side& s, const RawCsr& m) {
     s.w = m;
     s.live.resize(size_t(std::max<int64_t>(m.rows, 1)));

@@ -343,9 +343,11 @@ void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, uint
     base = arena.get(kernel_floats);
     wtv.values = w.w.values;
   } else {
-    // W's values in transposed order (as spmm_dx), in scratch after the kernel's own.
+    // W's values in transposed order (as spmm_dx), in scratch after the kernel's own, sized by
+    // W^T's capacity: the gather writes at row offsets, whatever the live counts say.
     const int32_t* t_live = reinterpret_cast<const int32_t*>(wt.w.row_nnz);
-    base = arena.get(kernel_floats + size_t(wt.nnz) + 16);
+    const int64_t t_capacity = reinterpret_cast<const int64_t*>(wt.w.row_start)[wt.w.rows];
+    base = arena.get(kernel_floats + size_t(t_capacity) + 16);
     float* vals_t = base + kernel_floats;
     const float* vals = reinterpret_cast<const float*>(w.w.values);
     const int64_t* t_start = reinterpret_cast<const int64_t*>(wt.w.row_start);
