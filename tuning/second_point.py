@@ -1,7 +1,7 @@
 """A second timing point for keys whose batch was capped: rank the finalists at the key's own N.
 
 The race times a capped N (problem.py) so that every candidate, the scalar reference included,
-stays cheap. Kernels differ in per-call cost (repacking W, packing activations) as well as in
+stays cheap. Kernels differ in per-call cost (copying W's values into their order, packing activations) as well as in
 per-row cost, so the ranking at the capped N can flip by the N the key stands for. Measured on the
 reference machine (2 threads, 90% sparse, medians of 7 interleaved runs):
 
@@ -73,7 +73,7 @@ def finalists(
 ) -> list[str]:
     """The candidates worth a second point, fastest first: those within ``ratio`` of the best,
     the fastest of each ``family`` (kernel form) before the rest. Kernels of one form share a
-    cost structure, per-call repacking or not; ranked by speed alone, the three finalists of a
+    cost structure, a per-call copy of W or not; ranked by speed alone, the three finalists of a
     4096x4096 forward at N=128 were all tiled, and the block-major kernel that is 1.29x faster at
     N=2048 never got its second point."""
     best = min(medians.values())
