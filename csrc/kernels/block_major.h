@@ -167,6 +167,30 @@ void block_major_prepare(const CsrView<Idx>& w, float* out, int threads) {
   block_major_run_starts(bm, threads);
 }
 
+// The first group of split s of `splits` (splits + 1 bounds over the row groups), balanced by
+// live slots; split `splits` starts at ngroups.
+template <int CB, int G>
+int64_t block_major_split_group(const BlockMajor<CB, G>& bm, int64_t splits, int64_t s) {
+  if (s >= splits) return bm.ngroups;
+  const int64_t total = bm.group_start[bm.ngroups];
+  int64_t g = 0;
+  while (g < bm.ngroups && bm.group_start[g] * splits < total * s) ++g;
+  return g;
+}
+
+// A form's base when it runs on a block-major W: its prepare() builds the index once per
+// topology (kernel_api.h) for the form's Args::prepared.
+template <int CB, int G>
+struct BlockMajorPrepared {
+  static size_t prepared_floats(int64_t rows, int64_t cols, int64_t nnz) {
+    return block_major_index_floats<CB, G>(rows, cols, nnz);
+  }
+  template <typename Idx>
+  static void prepare(const CsrView<Idx>& w, float* out, int threads) {
+    block_major_prepare<CB, G>(w, out, threads);
+  }
+};
+
 // The block-major W a call runs on, with run starts. With a prepared index (Args::prepared)
 // only the values, if wanted, are copied, into `scratch` (through `value_perm` if set); without
 // one the whole copy is built there. `scratch` holds block_major_floats(..., with_values) floats

@@ -125,13 +125,7 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   // instead of every tile. Packing a shared dY panel of all tiles up front instead was
   // 1.35x slower (a memory-sized copy).
   const int64_t splits = min64(bm.ngroups, int64_t(a.threads));
-  const int64_t total = bm.group_start[bm.ngroups];
-  auto split_group = [&](int64_t s) {  // first group of split s, balanced by live slots
-    if (s >= splits) return bm.ngroups;
-    int64_t g = 0;
-    while (g < bm.ngroups && bm.group_start[g] * splits < total * s) ++g;
-    return g;
-  };
+  auto split_group = [&](int64_t s) { return block_major_split_group(bm, splits, s); };
   // The store helper of the forward kernels writes buf[r][q] to dx[b0 + q][i0 + r].
   FwdArgs<Idx> st{wt, a.n, nullptr, 0, nullptr, a.dx, a.lddx, nullptr, 0, nullptr, a.threads};
   const int64_t ntiles = ceil_div(a.n, T);
@@ -194,7 +188,7 @@ namespace forms {
 namespace backward_fused {
 
 template <class V, int T, int CB, int G, int slots>
-struct block_major {
+struct block_major : BlockMajorPrepared<CB, G> {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T,CB,G,slots";
   template <typename Idx>
@@ -203,14 +197,6 @@ struct block_major {
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return bwd_fused_scratch<T, CB, G>(n, in, out, nnz, threads);
-  }
-  // The block-major index of W^T (the prepared side is W's transposed index).
-  static size_t prepared_floats(int64_t rows, int64_t cols, int64_t nnz) {
-    return block_major_index_floats<CB, G>(rows, cols, nnz);
-  }
-  template <typename Idx>
-  static void prepare(const CsrView<Idx>& wt, float* out, int threads) {
-    block_major_prepare<CB, G>(wt, out, threads);
   }
 };
 

@@ -143,7 +143,7 @@ namespace forms {
 namespace sddmm_dw {
 
 template <class V, int T, int CB, int G>
-struct block_major {
+struct block_major : BlockMajorPrepared<CB, G> {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T,CB,G";
   template <typename Idx>
@@ -152,13 +152,6 @@ struct block_major {
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return dw_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
-  }
-  static size_t prepared_floats(int64_t rows, int64_t cols, int64_t nnz) {
-    return block_major_index_floats<CB, G>(rows, cols, nnz);
-  }
-  template <typename Idx>
-  static void prepare(const CsrView<Idx>& w, float* out, int threads) {
-    block_major_prepare<CB, G>(w, out, threads);
   }
 };
 

@@ -61,7 +61,7 @@ namespace forms {
 namespace sddmm_dw {
 
 template <class V, int T, int CB, int G>
-struct rowreg {
+struct rowreg : BlockMajorPrepared<CB, G> {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T,CB,G";
   template <typename Idx>

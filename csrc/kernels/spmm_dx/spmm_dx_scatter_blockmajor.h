@@ -78,7 +78,7 @@ namespace forms {
 namespace spmm_dx {
 
 template <class V, int T, int CB, int G>
-struct scatter_block_major {
+struct scatter_block_major : BlockMajorPrepared<CB, G> {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T,CB,G";
   template <typename Idx>
@@ -87,13 +87,6 @@ struct scatter_block_major {
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return dx_scatter_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
-  }
-  static size_t prepared_floats(int64_t rows, int64_t cols, int64_t nnz) {
-    return block_major_index_floats<CB, G>(rows, cols, nnz);
-  }
-  template <typename Idx>
-  static void prepare(const CsrView<Idx>& w, float* out, int threads) {
-    block_major_prepare<CB, G>(w, out, threads);
   }
 };
 

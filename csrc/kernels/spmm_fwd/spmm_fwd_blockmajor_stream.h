@@ -49,13 +49,7 @@ void fwd_bm_stream(const FwdArgs<Idx>& a) {
   // Few tiles (small batch): also split the row groups so every thread has work.
   const int64_t ntiles = ceil_div(a.n, T);
   const int64_t splits = min64(bm.ngroups, ceil_div(4 * int64_t(a.threads), ntiles));
-  const int64_t total = bm.group_start[bm.ngroups];
-  auto split_group = [&](int64_t s) {  // first group of split s, balanced by live slots
-    if (s >= splits) return bm.ngroups;
-    int64_t g = 0;
-    while (g < bm.ngroups && bm.group_start[g] * splits < total * s) ++g;
-    return g;
-  };
+  auto split_group = [&](int64_t s) { return block_major_split_group(bm, splits, s); };
 
   parallel_for(a.threads, ntiles * splits, [&](int64_t task, int worker) {
     const int64_t t = task / splits, s = task % splits;
@@ -125,7 +119,7 @@ namespace forms {
 namespace spmm_fwd {
 
 template <class V, int T, int CB, int G, int NT>
-struct block_major_stream {
+struct block_major_stream : BlockMajorPrepared<CB, G> {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
   static constexpr const char kParams[] = "T,CB,G,NT";
   template <typename Idx>
@@ -134,13 +128,6 @@ struct block_major_stream {
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return fwd_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);  // the same panels and W copy
-  }
-  static size_t prepared_floats(int64_t rows, int64_t cols, int64_t nnz) {
-    return block_major_index_floats<CB, G>(rows, cols, nnz);
-  }
-  template <typename Idx>
-  static void prepare(const CsrView<Idx>& w, float* out, int threads) {
-    block_major_prepare<CB, G>(w, out, threads);
   }
 };
 
