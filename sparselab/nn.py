@@ -35,7 +35,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor, nn
 
-from . import _C, ops, optimizer_tracking, planner
+from . import ops, optimizer_tracking, planner
 from .autograd import _csr, _row_major, build_transposed, no_transposed, sparse_linear
 from .format import VALUE_DTYPES, PaddedCSR, TransposedIndex, _bits
 from .ops import _ld
@@ -422,17 +422,8 @@ class SparseLinear(nn.Module):
         # in place (in inference mode): such a layer reads its index on every call instead.
         inference = any(x.is_inference() for x in (c, self.weight_row_start, self.weight_row_nnz))
         if c.numel() > 0 and self.weight_values.dtype is torch.float32 and not inference:
-            has_t = self._t_built and t.cols.numel() > 0
-            kernels_plan = _C.LayerPlan(
-                *w_args,
-                t.cols.data_ptr() if has_t else 0,
-                _bits(t.cols.dtype),
-                t.row_start.data_ptr() if has_t else 0,
-                t.row_nnz.data_ptr() if has_t else 0,
-                t.perm.data_ptr() if has_t else 0,
-                # Under the memory preference the layer keeps no block-major index either.
-                keep_prepared=self._t_built,
-            )
+            # Under the memory preference the layer keeps no block-major index either.
+            kernels_plan = ops.kernel_plan(w_args, t if self._t_built else None, keep_prepared=self._t_built)
         self._d = _Derived(
             w_args=w_args,
             kernels=kernels_plan,

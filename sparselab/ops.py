@@ -147,6 +147,22 @@ def default_backward_fused() -> kernels.VariantInfo | None:
     return next(iter(kernels.variants("backward_fused", available_only=True)), None)
 
 
+def kernel_plan(w_args: tuple, t, *, keep_prepared: bool):
+    """A ``_C.LayerPlan`` over W (``w_args``: its raw_args()) and ``t``, W's transposed index (a
+    TransposedIndex; None or empty: the plan has none). The caller keeps both alive for the plan's
+    life: the plan holds raw addresses into them."""
+    has_t = t is not None and t.cols.numel() > 0
+    return _C.LayerPlan(
+        *w_args,
+        t.cols.data_ptr() if has_t else 0,
+        16 if has_t and t.cols.dtype == torch.int16 else 32,
+        t.row_start.data_ptr() if has_t else 0,
+        t.row_nnz.data_ptr() if has_t else 0,
+        t.perm.data_ptr() if has_t else 0,
+        keep_prepared=keep_prepared,
+    )
+
+
 # ---- runners: checked arguments in, raw pointers to the extension ----
 # ``v`` is the planned variant (None: float64 or an empty batch), ``w_args`` W's raw_args().
 # The public ops above and SparseLinear's planned calls both end here.

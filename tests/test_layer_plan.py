@@ -34,15 +34,7 @@ CASES = [  # (out, in, n, sparsity, weight kwargs, threads)
 
 def layer_plan(W: sparselab.PaddedCSR, keep_prepared: bool = True):
     t = W.transposed()
-    return _C.LayerPlan(
-        *W.raw_args(),
-        t.cols.data_ptr(),
-        _bits(t.cols.dtype),
-        t.row_start.data_ptr(),
-        t.row_nnz.data_ptr(),
-        t.perm.data_ptr(),
-        keep_prepared=keep_prepared,
-    ), t
+    return ops.kernel_plan(W.raw_args(), t, keep_prepared=keep_prepared), t
 
 
 def planned(plan, v, W, X, dY, bias, threads):

@@ -236,8 +236,7 @@ class Problem:
         (float64, an empty W, N = 0)."""
         plan = self.__dict__.get("_plan")
         if plan is None:
-            from sparselab import _C
-            from sparselab.format import _bits
+            from sparselab import ops
 
             W = self.W
             if W.values.dtype != torch.float32 or W.cols.numel() == 0 or self.n == 0:
@@ -245,16 +244,7 @@ class Problem:
             if not all(a.is_contiguous() for a in (self.X, self.dY, self.bias)):
                 return None  # the plan takes row-major operands; the general runners take any
             tr = W.transposed() if self.key.op == "spmm_dx" else None
-            has_t = tr is not None and tr.cols.numel() > 0
-            plan = _C.LayerPlan(
-                *W.raw_args(),
-                tr.cols.data_ptr() if has_t else 0,
-                _bits(tr.cols.dtype) if has_t else 32,
-                tr.row_start.data_ptr() if has_t else 0,
-                tr.row_nnz.data_ptr() if has_t else 0,
-                tr.perm.data_ptr() if has_t else 0,
-                keep_prepared=True,
-            )
+            plan = ops.kernel_plan(W.raw_args(), tr, keep_prepared=True)
             self._plan = plan
             self._plan_holds = tr  # the transposed index the plan points into
         return plan
