@@ -122,8 +122,8 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   // One task per thread owns row groups of W^T (columns of W) for every batch tile, in
   // tile order, and packs the whole dY tile itself (which then stays in its L2): no
   // barrier per tile, so a thread descheduled on a shared machine stalls one hand-off
-  // instead of every tile. Packing a shared dY panel of all tiles up front instead was
-  // 1.35x slower (a memory-sized copy).
+  // instead of every tile. (A shared dY panel of all tiles, packed up front, would be a
+  // memory-sized copy written and read back.)
   const int64_t splits = min64(bm.ngroups, int64_t(a.threads));
   auto split_group = [&](int64_t s) { return block_major_split_group(bm, splits, s); };
   // The store helper of the forward kernels writes buf[r][q] to dx[b0 + q][i0 + r].
