@@ -34,7 +34,7 @@ def calls(op: str, v, W: PaddedCSR, n: int, threads: int):
     t = W.transposed()
     w_args = W.raw_args()
     t_args = (t.cols.data_ptr(), _bits(t.cols.dtype), t.row_start.data_ptr(), t.row_nnz.data_ptr(), t.perm.data_ptr())
-    plan = ops.kernel_plan(w_args, t, keep_prepared=True)
+    plan = ops._kernel_plan(w_args, t, keep_prepared=True)
     bias = torch.zeros(out_f)
     keep = [X, dY, t, bias]  # the lambdas below hold raw addresses into these
 

@@ -423,7 +423,7 @@ class SparseLinear(nn.Module):
         inference = any(x.is_inference() for x in (c, self.weight_row_start, self.weight_row_nnz))
         if c.numel() > 0 and self.weight_values.dtype is torch.float32 and not inference:
             # Under the memory preference the layer keeps no block-major index either.
-            kernels_plan = ops.kernel_plan(w_args, t if self._t_built else None, keep_prepared=self._t_built)
+            kernels_plan = ops._kernel_plan(w_args, t if self._t_built else None, keep_prepared=self._t_built)
         self._d = _Derived(
             w_args=w_args,
             kernels=kernels_plan,

@@ -147,8 +147,8 @@ def default_backward_fused() -> kernels.VariantInfo | None:
     return next(iter(kernels.variants("backward_fused", available_only=True)), None)
 
 
-def kernel_plan(w_args: tuple, t, *, keep_prepared: bool):
-    """A ``_C.LayerPlan`` over W (``w_args``: its raw_args()) and ``t``, W's transposed index (a
+def _kernel_plan(w_args: tuple, t, *, keep_prepared: bool):
+    """Internal: a ``_C.LayerPlan`` over W (``w_args``: its checked raw_args()) and ``t``, W's transposed index (a
     TransposedIndex; None or empty: the plan has none). The caller keeps both alive for the plan's
     life: the plan holds raw addresses into them."""
     has_t = t is not None and t.cols.numel() > 0

@@ -34,7 +34,7 @@ CASES = [  # (out, in, n, sparsity, weight kwargs, threads)
 
 def layer_plan(W: sparselab.PaddedCSR, keep_prepared: bool = True):
     t = W.transposed()
-    return ops.kernel_plan(W.raw_args(), t, keep_prepared=keep_prepared), t
+    return ops._kernel_plan(W.raw_args(), t, keep_prepared=keep_prepared), t
 
 
 def planned(plan, v, W, X, dY, bias, threads):

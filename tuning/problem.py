@@ -244,7 +244,7 @@ class Problem:
             if not all(a.is_contiguous() for a in (self.X, self.dY, self.bias)):
                 return None  # the plan takes row-major operands; the general runners take any
             tr = W.transposed() if self.key.op == "spmm_dx" else None
-            plan = ops.kernel_plan(W.raw_args(), tr, keep_prepared=True)
+            plan = ops._kernel_plan(W.raw_args(), tr, keep_prepared=True)
             self._plan = plan
             self._plan_holds = tr  # the transposed index the plan points into
         return plan
