@@ -3,6 +3,7 @@
 An entry (what the cache stores per key) records the choice and enough to explain it:
   variant, median_s, runner_up, runner_up_s, dense (best dense candidate), dense_s,
   reference_s, n_timed, medians (every candidate that raced), rejected {name: why}, race_s,
+  pair (backward keys: the spmm_dx and sddmm_dw variants of the separate pair),
   tuning_s, phases_s (tuning_s by phase), load (1-min load average while tuning), tuned_at.
   Times are per call at n_timed rows.
   - A large layer (problem.Problem.check_part) is checked and screened on its first rows before
@@ -193,9 +194,7 @@ def tune(
     deadline_total = deadline_s() if deadline is None else deadline
     deadline_at = clock() + deadline_total
     if reference is None:
-        from sparselab import kernels
-
-        reference = kernels.REFERENCE
+        reference = cand.reference_of(key.op)
     if variants is None:
         variants = cand.available_variants(key.op)
     if problem is None:
@@ -295,6 +294,8 @@ def tune(
         "rejected": {**(screened.rejected if screened else {}), **result.rejected},
         **checked,
         **second,
+        # The backward key: the (spmm_dx, sddmm_dw) variants its separate pair ran.
+        **({"pair": list(problem.pair)} if getattr(problem, "pair", None) else {}),
         "race_s": round(result.elapsed_s, 4),
         "tuning_s": round(time.perf_counter() - started, 4),  # set-up included
         "deadline_s": deadline_total,
