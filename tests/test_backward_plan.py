@@ -207,3 +207,18 @@ def test_a_backward_entry_naming_no_runnable_variant_is_retuned(wisdom, monkeypa
     _put(wisdom, planner.BACKWARD, 512, "avx512_bwd_from_another_box")
     p = planner.plan(planner.BACKWARD, OUT_F, IN_F, 512, DENSITY, 1)
     assert tuned == [planner.BACKWARD] and p.variant is planner.SEPARATE_PAIR
+
+
+@needs_fused
+def test_a_backward_tie_goes_to_the_prior():
+    from sparselab.tuning.tuner import _backward_tie_to_prior
+
+    key = make_key(planner.BACKWARD, 2560, 640, 1024, 0.1, 1)
+    fused, pair = FUSED[0].name, planner.SEPARATE
+    large, small = (2560, 640, 1024, 0.1), (2560, 640, 64, 0.1)
+    # From FUSED_MIN_N the prior is the fused kernel: a pair within 3% loses the tie, a pair 5% ahead wins.
+    assert _backward_tie_to_prior(key, large, pair, None, {pair: 1.0, fused: 1.02}) == (fused, pair, True)
+    assert _backward_tie_to_prior(key, large, pair, fused, {pair: 1.0, fused: 1.05}) == (pair, fused, False)
+    # Below it the prior is the pair.
+    assert _backward_tie_to_prior(key, small, fused, None, {pair: 1.02, fused: 1.0}) == (pair, fused, True)
+    assert _backward_tie_to_prior(key, small, fused, None, {pair: 1.05, fused: 1.0}) == (fused, None, False)
