@@ -2,13 +2,14 @@
 fused variant in registry order, else the planned pair), side by side, interleaved round by round:
 
     python bench/bench_backward_plan.py [--shapes 2560x640,4096x4096] [--n 64,128,256,1024] \
-        [--sparsity 0.9] [--rounds 7] [--threads 1] [--clock cpu]
+        [--sparsity 0.9] [--rounds 7] [--threads 1] [--clock cpu] [--all]
 
 Per shape and N the planner tunes the key first (tuning mode on, a throwaway cache unless
 SPARSELAB_CACHE_DIR is set: spmm_dx, sddmm_dw, then the backward), then every candidate runs as
 the tuner and a layer run it (``tuning.problem.Problem`` at exactly that N, through one kernel
 plan). The table shows medians, which candidate the tuned plan and the old rule pick, and the old
-rule's time over the tuned choice's. Shapes are OUTxIN.
+rule's time over the tuned choice's; ``--all`` also times every other candidate (each fused
+variant and the pair) in the same rounds and lists them below the row. Shapes are OUTxIN.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ os.environ.setdefault("SPARSELAB_CACHE_DIR", tempfile.mkdtemp(prefix="sparselab-
 
 import torch  # noqa: E402
 from sparselab.tuning import mode as tuning_mode  # noqa: E402
+from sparselab.tuning.candidates import available_variants  # noqa: E402
 from sparselab.tuning.keys import make_key  # noqa: E402
 from sparselab.tuning.problem import Problem  # noqa: E402
 
@@ -39,6 +41,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--clock", choices=["wall", "cpu"], default="cpu")
+    p.add_argument("--all", action="store_true", help="time every candidate, not only the two choices")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     clock = time.process_time if a.clock == "cpu" else time.perf_counter
@@ -54,7 +57,7 @@ def main() -> None:
             old = old_fused.name if old_fused is not None and n >= OLD_MIN_N else planner.SEPARATE
             key = make_key(planner.BACKWARD, out_f, in_f, n, density, a.threads)
             problem = Problem(key, shape=(out_f, in_f, n, density), n=n)
-            names = sorted({tuned, old})
+            names = sorted({tuned, old} | ({v.name for v in available_variants(planner.BACKWARD)} if a.all else set()))
             calls = {name: problem.runner(name) for name in names}
             times = {name: [] for name in names}
             for r in range(a.rounds):
@@ -69,6 +72,11 @@ def main() -> None:
                 f"{shape:>10} {n:>5}  {tuned:24} {old:24} {med[tuned] * 1e3:9.2f} {med[old] * 1e3:9.2f} "
                 f"{med[old] / med[tuned]:9.2f}   (pair: {pair})"
             )
+            if a.all:
+                print(
+                    "             "
+                    + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in sorted(med.items(), key=lambda kv: kv[1]))
+                )
 
 
 if __name__ == "__main__":
