@@ -3,14 +3,14 @@
 Modelled on FFTW's planner and wisdom. :func:`plan` is the one place a kernel is
 chosen; it returns a :class:`Plan` naming the variant. A plan is memoised per exact
 call signature, and ``SparseLinear`` keeps its own plans next to its transposed
-index, so a planned call costs a dict lookup.
-
-The backward of a layer is planned too (op ``"backward_fused"``): the plan names a fused
-variant (dX and dW from one pass over W) or :data:`SEPARATE_PAIR`, the two planned ops
-``spmm_dx`` and ``sddmm_dw``. On a miss the planner consults the
+index, so a planned call costs a dict lookup. On a miss the planner consults the
 *wisdom* (the tuning cache of ``sparselab.tuning``, imported only then), which
 measures the key if it has never been seen; without wisdom (tuning off, or tuning
 failed) it falls back to :func:`heuristic`.
+
+A layer's backward is planned too (op :data:`BACKWARD`, ``"backward_fused"``): its plan names a
+fused variant (dX and dW from one pass over W) or :data:`SEPARATE_PAIR`, the two planned ops
+``spmm_dx`` and ``sddmm_dw``.
 
 :data:`epoch` changes whenever earlier plans may be stale (a tuning-mode or
 preference change, a cleared or imported cache): holders of plans compare it.
