@@ -4,8 +4,8 @@ Every compiled variant (``sparselab._C.variant_table()``) plus the dense
 pseudo-variants that let torch compete in the tuner. ``variants(op)`` lists
 them with their availability on this CPU and the reason when unavailable.
 The fused backward kernels (op ``backward_fused``: dX and dW in one call) are
-not tuned per op: ``variants()`` lists the three ops of ``OPS``, and
-``variants("backward_fused")`` the fused ones.
+not one of the three ops of ``OPS`` that ``variants()`` lists: ``variants("backward_fused")``
+lists them, and the planner's backward plan chooses one of them or the two separate ops.
 """
 
 from __future__ import annotations

@@ -51,8 +51,6 @@ __all__ = ["SparseLinear"]
 
 _TOPOLOGY = ("weight_cols", "weight_row_start", "weight_row_nnz")
 _TRANSPOSED = ("_t_cols", "_t_row_start", "_t_row_nnz", "_t_perm")
-# Batches from which backward takes dX and dW from one fused kernel call (reports/kernels-xeon-avx512.md).
-_FUSED_BACKWARD_MIN_N = 256
 METHODS = ("magnitude", "random")
 
 
@@ -665,29 +663,38 @@ class SparseLinear(nn.Module):
         return dw
 
     def _run_backward_fused(self, d: "_Derived", dy: Tensor, x: Tensor) -> Optional[tuple]:
-        """(dX, dW) from one fused kernel call, or None where the two planned ops run instead:
-        small batches (the fused call's fixed cost wins there), a dense torch plan (low
-        sparsity), or no transposed index kept (the memory preference)."""
-        n = dy.shape[0]
-        if n < _FUSED_BACKWARD_MIN_N or d.fresh[-2] is torch.float64:
-            return None
-        fv = ops.default_backward_fused()
-        t = d.t_index
-        if fv is None or t.cols.numel() != d.view.nnz or t.cols.numel() == 0:
-            return None
-        vx, threads = self._plan(d, "spmm_dx", n)
-        vw, _ = self._plan(d, "sddmm_dw", n)
-        if vx.is_dense or vw.is_dense:
+        """(dX, dW) from one fused kernel call where the backward plan names a fused variant, or
+        None where the two planned ops run instead: the plan's separate pair, an empty W, or no
+        transposed index kept (the memory preference)."""
+        n, threads = dy.shape[0], torch.get_num_threads()
+        key = (planner.BACKWARD, n, threads)
+        fid = d.kernel_ids.get(key)
+        if fid is None:
+            fid = self._fused_id(d, n, threads)
+        if fid < 0:
             return None
         if d.kernels is None or not d.kernels.has_transposed:
-            return ops.run_backward_fused(fv, d.view, d.w_args, t, dy, x, threads)
+            v, _ = self._plan(d, planner.BACKWARD, n)
+            return ops.run_backward_fused(v, d.view, d.w_args, d.t_index, dy, x, threads)
         in_f = self.in_features
         dx = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
         dw = torch.empty(d.view.capacity, dtype=torch.float32, device="cpu")
         d.kernels.backward_fused(
-            fv.id, n, dy.data_ptr(), _ld(dy), x.data_ptr(), _ld(x), dx.data_ptr(), in_f, dw.data_ptr(), threads
+            fid, n, dy.data_ptr(), _ld(dy), x.data_ptr(), _ld(x), dx.data_ptr(), in_f, dw.data_ptr(), threads
         )
         return dx, dw
+
+    def _fused_id(self, d: "_Derived", n: int, threads: int) -> int:
+        """The fused variant id the backward plan runs at batch ``n``, or -1 for the separate pair;
+        kept in d.kernel_ids (the plan in d.plans) like the ops' ids."""
+        v, _ = self._plan(d, planner.BACKWARD, n)
+        t = d.t_index
+        usable = v is not None and v is not planner.SEPARATE_PAIR
+        fid = v.id if usable and t.cols.numel() == d.view.nnz and t.cols.numel() > 0 else -1
+        if len(d.kernel_ids) >= 64:
+            d.kernel_ids.clear()
+        d.kernel_ids[(planner.BACKWARD, n, threads)] = fid
+        return fid
 
     # ---- introspection ----
 
@@ -910,6 +917,7 @@ class _Derived(NamedTuple):
     view: PaddedCSR  # the layer's PaddedCSR view (dense fallbacks, sizes)
     plans: dict  # (op, n, threads) -> planner.Plan
     kernel_ids: dict  # (op, n, threads) -> the variant id ``kernels`` runs, or -1: the general runners
+    # (for planner.BACKWARD: the fused variant's id, or -1: the separate pair)
     density: float
     storages: tuple  # pins the memory w_args points into
     held: tuple  # keeps the tensors whose ids ``fresh`` records alive

@@ -123,9 +123,8 @@ def backward_fused(
     """``(dX, dW)`` of a layer ``Y = X @ W^T``: ``dX = dY @ W`` and dW as ``sddmm_dw``.
 
     One call of a fused kernel reads W's index and dY once for both. ``variant=None``
-    takes the first ``backward_fused`` variant this CPU runs (registry order); where
-    there is none, and for float64 or an empty batch, it runs ``spmm_dx`` and
-    ``sddmm_dw`` (each planned as usual)."""
+    follows the planner's backward plan (a fused variant, or the separate pair); the pair,
+    and float64 or an empty batch, run ``spmm_dx`` and ``sddmm_dw`` (each planned as usual)."""
     _check_weight(W)
     out_f, in_f = W.shape
     dtype = W.values.dtype
@@ -136,15 +135,19 @@ def backward_fused(
     n = dY.shape[0]
     v = None
     if n > 0 and dtype != torch.float64:
-        v = kernels.require_available("backward_fused", variant) if variant is not None else default_backward_fused()
+        if variant is not None:
+            v = kernels.require_available("backward_fused", variant)
+        else:
+            p = planner.plan(planner.BACKWARD, out_f, in_f, n, W.density, nthreads)
+            v = p.variant if p.fused else None
     if v is None:
         return spmm_dx(W, dY, threads=nthreads), sddmm_dw(W, dY, X, threads=nthreads)
     return run_backward_fused(v, W, W.raw_args(), W.transposed(), dY, X, nthreads)
 
 
 def default_backward_fused() -> kernels.VariantInfo | None:
-    """The fused backward variant used when none is named, or None if this CPU runs none."""
-    return next(iter(kernels.variants("backward_fused", available_only=True)), None)
+    """The fused backward variant of the planner's prior (no measuring), or None if this CPU runs none."""
+    return planner.default_fused()
 
 
 def _kernel_plan(w_args: tuple, t, *, keep_prepared: bool):

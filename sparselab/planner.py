@@ -8,6 +8,10 @@ index, so a planned call costs a dict lookup. On a miss the planner consults the
 measures the key if it has never been seen; without wisdom (tuning off, or tuning
 failed) it falls back to :func:`heuristic`.
 
+A layer's backward is planned too (op :data:`BACKWARD`, ``"backward_fused"``): its plan names a
+fused variant (dX and dW from one pass over W) or :data:`SEPARATE_PAIR`, the two planned ops
+``spmm_dx`` and ``sddmm_dw``.
+
 :data:`epoch` changes whenever earlier plans may be stale (a tuning-mode or
 preference change, a cleared or imported cache): holders of plans compare it.
 """
@@ -22,7 +26,20 @@ import torch
 from . import kernels
 from .kernels import VariantInfo
 
-__all__ = ["Plan", "plan", "choose", "heuristic", "default_variant", "invalidate", "epoch", "DENSE_DENSITY"]
+__all__ = [
+    "Plan",
+    "plan",
+    "choose",
+    "heuristic",
+    "default_variant",
+    "invalidate",
+    "epoch",
+    "DENSE_DENSITY",
+    "BACKWARD",
+    "SEPARATE",
+    "SEPARATE_PAIR",
+    "FUSED_MIN_N",
+]
 
 #: At or above this density the heuristic picks dense torch: the dense candidates densify W on
 #: every call, so they win only when W is nearly dense.
@@ -55,6 +72,15 @@ _SMALL_N = {
 _SCATTER = ("avx512_scatter_bm128_cb64", "avx2_scatter_bm64_cb64", "scalar_scatter")
 SMALL_N, TILE16_N, MEDIUM_N = 8, 32, 64
 
+#: The backward op: a fused variant, or the separate pair (the two planned ops).
+BACKWARD = "backward_fused"
+SEPARATE = "separate"
+#: The backward plan's variant when the two planned ops run (not a kernel: it has no id).
+SEPARATE_PAIR = VariantInfo(op=BACKWARD, name=SEPARATE, isa="planned", form="separate")
+#: Without wisdom the fused backward runs from this batch on: below it the fused call's fixed
+#: cost lost to the pair on the Xeon it was measured on (reports/kernels-xeon-avx512.md).
+FUSED_MIN_N = 256
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -68,6 +94,11 @@ class Plan:
     @property
     def name(self) -> str:
         return self.variant.name
+
+    @property
+    def fused(self) -> bool:
+        """A backward plan that runs one fused kernel (not the separate pair)."""
+        return self.op == BACKWARD and self.variant is not SEPARATE_PAIR
 
 
 _MEMO_MAX = 4096  # a sparsity schedule visits many densities; keep the memo bounded
@@ -102,7 +133,8 @@ def choose(op: str, out_features: int, in_features: int, n: int, density: float,
 def _plan_miss(sig: tuple) -> Plan:
     op = sig[0]
     name = _from_wisdom(*sig)
-    p = Plan(op, kernels.require_available(op, name), sig[3], sig[5])
+    v = SEPARATE_PAIR if name == SEPARATE else kernels.require_available(op, name)
+    p = Plan(op, v, sig[3], sig[5])
     with _lock:
         if len(_memo) >= _MEMO_MAX:
             _memo.clear()
@@ -120,11 +152,17 @@ def _from_wisdom(op: str, out_features: int, in_features: int, n: int, density: 
     mode = get_mode()
     if mode == "off" or resolve.tuning_active():
         return heuristic(*call)
+    if op == BACKWARD:
+        # The pair's time is that of the two planned ops: plan (and so tune) them first.
+        plan("spmm_dx", out_features, in_features, n, density, threads)
+        plan("sddmm_dw", out_features, in_features, n, density, threads)
     key = make_key(op, out_features, in_features, n, density, threads)
     entry = resolve.lookup_or_tune(key, (out_features, in_features, n, density), mode)
     if entry is None:
         return heuristic(*call)
     infos = {v.name: v for v in kernels.variants(op, available_only=True)}
+    if op == BACKWARD:
+        infos[SEPARATE] = SEPARATE_PAIR
     winner = entry["variant"]
     if winner in infos and preference.allowed(op, infos[winner]):
         return winner
@@ -160,10 +198,23 @@ def default_variant(op: str, n: int | None = None, *, scatter_dx: bool = False) 
     return _first_available(op, _LARGE_N[op])
 
 
+def default_fused() -> VariantInfo | None:
+    """The first ``backward_fused`` variant this CPU runs (registry order), or None."""
+    return next(iter(kernels.variants(BACKWARD, available_only=True)), None)
+
+
 def heuristic(op: str, out_features: int, in_features: int, n: int, density: float) -> str:
     """The choice without wisdom: dense torch at ``DENSE_DENSITY`` and above, else
-    :func:`default_variant` (scatter forms for dX under the memory preference)."""
+    :func:`default_variant` (scatter forms for dX under the memory preference). Backward:
+    :func:`default_fused` from ``FUSED_MIN_N`` rows where the two ops would run sparse kernels
+    on a transposed index, else the separate pair."""
     from .tuning.preference import get_prefer
+
+    if op == BACKWARD:
+        fused = default_fused()
+        if fused is None or n < FUSED_MIN_N or get_prefer() == "memory" or density >= DENSE_DENSITY:
+            return SEPARATE
+        return fused.name
 
     if op == "spmm_dx" and get_prefer() == "memory":  # no transposed index, no dense copy of W
         return default_variant(op, n, scatter_dx=True)

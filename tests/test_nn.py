@@ -66,9 +66,10 @@ def test_forward_backward_match_dense(dtype, shape, bias):
 
 @pytest.mark.parametrize("n", [300, 255], ids=["fused", "separate"])
 def test_backward_at_large_batch_matches_dense(n):
-    """From 256 batch rows backward takes dX and dW from one fused kernel call (where this
-    CPU has one); below, the two planned ops. Both match the dense twin."""
-    from sparselab import ops
+    """Where the backward plan says so (without tuning: from planner.FUSED_MIN_N = 256 batch
+    rows, where this CPU has a fused variant) backward takes dX and dW from one fused kernel
+    call; elsewhere, the two planned ops. Both match the dense twin."""
+    from sparselab import planner
 
     layer = _layer(in_f=130, out_f=70, sparsity=0.8, padding=2)
     lin = _dense_twin(layer)
@@ -85,7 +86,8 @@ def test_backward_at_large_batch_matches_dense(n):
     layer._run_backward_fused = recording
     layer(x).backward(torch.ones(n, 70))
     lin(xd).backward(torch.ones(n, 70))
-    expect = 1 if n >= 256 and ops.default_backward_fused() is not None else 0
+    expect = 1 if planner.plan(planner.BACKWARD, 70, 130, n, layer.density).fused else 0
+    assert expect == (n >= 256 and planner.default_fused() is not None)  # the prior (tuning is off)
     assert sum(r is not None for r in fused_results) == expect
     torch.testing.assert_close(x.grad, xd.grad, rtol=1e-4, atol=1e-4)
     w = layer.weight

@@ -68,23 +68,23 @@ SPEC = json.dumps([{"out": 300, "in": 784, "sparsity": 0.9}, {"out": 100, "in": 
 def test_model_spec_tunes_each_op_and_prints_table(capsys, fake_tune):
     code, out, err = run(capsys, "--model", SPEC, "--batch", "32,256")
     assert code == 0
-    # layer 1: 3 ops x 2 batches; layer 2 has its own n: 3 ops x 1
-    assert len(fake_tune) == 9
-    assert "variant" in out and "x_dense" in out and "sddmm_dw" in out
+    # layer 1: 4 ops (3 kernels and the backward) x 2 batches; layer 2 has its own n: 4 ops x 1
+    assert len(fake_tune) == 12
+    assert "variant" in out and "x_dense" in out and "sddmm_dw" in out and "backward_fused" in out
     # a second run finds every key cached
     code, out, err = run(capsys, "--model", SPEC, "--batch", "32,256")
-    assert code == 0 and len(fake_tune) == 9
+    assert code == 0 and len(fake_tune) == 12
     run(capsys, "--model", SPEC, "--batch", "32,256", "--retune")
-    assert len(fake_tune) == 18
+    assert len(fake_tune) == 24
 
 
 def test_model_spec_from_file_and_quick(tmp_path, capsys, fake_tune):
     spec = tmp_path / "model.json"
     spec.write_text(json.dumps({"layers": [{"out": 64, "in": 64, "sparsity": 0.75}]}))
     assert run(capsys, "--model", str(spec), "--quick")[0] == 0
-    assert len(fake_tune) == 3  # one batch in the quick grid
+    assert len(fake_tune) == 4  # one batch in the quick grid
     assert run(capsys, "--quick")[0] == 0
-    assert len(fake_tune) > 3
+    assert len(fake_tune) > 4
 
 
 def test_module_factory_collects_sparse_layers(capsys, fake_tune, monkeypatch):
@@ -101,7 +101,7 @@ def test_module_factory_collects_sparse_layers(capsys, fake_tune, monkeypatch):
     fake_mod.build = Model
     monkeypatch.setitem(sys.modules, "fake_models", fake_mod)
     code, out, err = run(capsys, "--module", "fake_models:build", "--batch", "8")
-    assert code == 0 and len(fake_tune) == 6
+    assert code == 0 and len(fake_tune) == 8  # 2 layers x 4 ops
 
 
 def test_show_export_import_clear(tmp_path, capsys, fake_tune, isolated):
@@ -193,7 +193,16 @@ def test_real_tuning_of_one_tiny_layer(capsys):
         torch.set_num_threads(threads)
     assert code == 0, err
     entries = resolve.get_cache().entries()
-    assert len(entries) == 3 and all(k.endswith("|t1") for k in entries)
+    assert len(entries) == 4 and all(k.endswith("|t1") for k in entries)
+    # The backward key raced the separate pair (the two ops as just tuned) and every fused variant.
+    (bwd,) = [e for k, e in entries.items() if k.startswith("backward_fused|")]
+    from sparselab import kernels
+
+    fused = {v.name for v in kernels.variants("backward_fused", available_only=True)}
+    assert set(bwd["medians"]) | set(bwd["rejected"]) == fused | {"separate"}
+    assert bwd["variant"] in fused | {"separate"}
+    chosen = {k.split("|")[0]: e["variant"] for k, e in entries.items()}
+    assert bwd["pair"] == [chosen["spmm_dx"], chosen["sddmm_dw"]]
 
 
 def test_version(capsys):
@@ -207,7 +216,7 @@ def test_show_json_is_the_table_as_json(capsys, fake_tune):
     run(capsys, "--model", SPEC, "--batch", "8")
     code, out, err = run(capsys, "--show", "--json")
     doc = json.loads(out)  # stdout holds the JSON document and nothing else
-    assert code == 0 and doc["fingerprint"] == FP and len(doc["keys"]) == 6
+    assert code == 0 and doc["fingerprint"] == FP and len(doc["keys"]) == 8
     row = doc["keys"][0]
     assert row["variant"] == "scalar" and row["time_us"] == 200.0 and row["pred_us"] is None
     code, out, _ = run(capsys, "--clear", "--show", "--json")
@@ -235,8 +244,8 @@ def test_any_failed_key_exits_1_and_keeps_the_others(capsys, monkeypatch):
     monkeypatch.setattr(tuner, "tune", tune)
     code, out, err = run(capsys, "--model", SPEC, "--batch", "8")
     assert code == 1
-    assert "kernel exploded" in err and "2 of 6 keys failed" in err
-    assert len(resolve.get_cache().entries()) == 4
+    assert "kernel exploded" in err and "2 of 8 keys failed" in err
+    assert len(resolve.get_cache().entries()) == 6
 
 
 def test_verbose_logs_each_key_at_info(capsys, monkeypatch, caplog):
@@ -250,4 +259,4 @@ def test_verbose_logs_each_key_at_info(capsys, monkeypatch, caplog):
 
     monkeypatch.setattr(tuner, "tune", tune)
     assert run(capsys, "--model", SPEC, "--batch", "8", "-v")[0] == 0
-    assert sum("tuned " in r.getMessage() for r in caplog.records) == 6
+    assert sum("tuned " in r.getMessage() for r in caplog.records) == 8

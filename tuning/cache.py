@@ -30,7 +30,10 @@ from filelock import FileLock, Timeout
 from . import fingerprint as fingerprint_mod
 from .keys import parse_key
 
-FORMAT = 1
+# 2: backward_fused keys (a fused variant or the separate pair). A format-1 file (no such keys)
+# still reads; writes are format 2.
+FORMAT = 2
+READ_FORMATS = (1, 2)
 LOCK_TIMEOUT_S = 30.0
 log = logging.getLogger(__name__)
 # Optional numeric fields of an entry that the table and dispatch do arithmetic on.
@@ -74,7 +77,7 @@ def _entry_problem(v) -> str | None:
 
 def _validate(doc, fp: dict) -> str | None:
     """Why ``doc`` is not a usable cache for fingerprint ``fp`` (None if it is)."""
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+    if not isinstance(doc, dict) or doc.get("format") not in READ_FORMATS:
         return "unknown format"
     entries = doc.get("entries")
     if not isinstance(entries, dict):

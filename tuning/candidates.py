@@ -55,7 +55,17 @@ def kind(info, reference: str) -> str:
 
 
 def available_variants(op: str) -> list:
-    """The registry's available variants of ``op`` (dense pseudo-variants included)."""
-    from sparselab import kernels
+    """The registry's available variants of ``op`` (dense pseudo-variants included); for the
+    backward, the fused variants and the separate pair (the two ops as planned for the key)."""
+    from sparselab import kernels, planner
 
-    return [v for v in kernels.variants(op) if v.available]
+    found = [v for v in kernels.variants(op) if v.available]
+    return found + [planner.SEPARATE_PAIR] if op == planner.BACKWARD else found
+
+
+def reference_of(op: str) -> str:
+    """The candidate whose output the others are checked against: the scalar kernel, or for the
+    backward the separate pair (its two kernels were checked against the scalar ones when tuned)."""
+    from sparselab import kernels, planner
+
+    return planner.SEPARATE if op == planner.BACKWARD else kernels.REFERENCE

@@ -24,7 +24,8 @@ import math
 import re
 from typing import NamedTuple
 
-OPS = ("spmm_fwd", "spmm_dx", "sddmm_dw")
+# backward_fused: the layer's backward, a fused variant or the separate pair (sparselab.planner).
+OPS = ("spmm_fwd", "spmm_dx", "sddmm_dw", "backward_fused")
 N_CAP = 2048
 DENSITY_FLOOR = 1e-3
 

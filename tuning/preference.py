@@ -6,7 +6,8 @@
           transposed index costs 6 bytes per live weight (int16 column + int32 permutation),
           a quarter of a sparse layer's bytes under AdamW, and is then never built. Dense
           candidates are excluded too: they densify W on every call. The scatter forms are
-          1.3-1.45x slower per dX call on the development machine. Other ops are unaffected.
+          1.3-1.45x slower per dX call on the development machine. The backward runs the separate
+          pair (a fused backward reads the transposed index). Other ops are unaffected.
 
 The choice comes from the same tuned entry (its ``medians`` hold every valid candidate), so
 switching preference never re-tunes. ``SPARSELAB_PREFER`` sets the starting value;
@@ -46,4 +47,6 @@ def allowed(op: str, info) -> bool:
     """Whether variant ``info`` of ``op`` may be chosen under the current preference."""
     if _prefer.value == "memory" and op == "spmm_dx":
         return info.dx_layout == "scatter"
+    if _prefer.value == "memory" and op == "backward_fused":
+        return info.form == "separate"
     return True

@@ -19,6 +19,11 @@ CHECK_MACS multiply-adds, correctness is checked on the layer's first rows only,
 (so every batch tile and the full input width are exercised). The scalar reference then runs on
 that part instead of the whole layer: at 4096 x 4096, 80% sparse, N=64 its one call took 0.16 s
 (forward) to 0.5 s (dW) of a 1.5-2.5 s tuning.
+
+The backward key (op ``backward_fused``) races every fused variant against the separate pair:
+the ``spmm_dx`` and ``sddmm_dw`` variants the cache holds for the same layer, batch and threads
+(the planner's heuristic for an op not tuned yet), run one after the other through the same
+kernel plan. An output is the pair (dX, dW).
 """
 
 from __future__ import annotations
@@ -132,13 +137,15 @@ class Problem:
         second_point.py); the reference is then never run on it."""
         self.key, self.seed = key, seed
         self.n = n if n is not None else timing_n(key, shape)
-        out_f, in_f, _, density = shape or (key.out_features, key.in_features, key.n, key.density)
+        call = shape or (key.out_features, key.in_features, key.n, key.density)
+        out_f, in_f, _, density = call
         self.shape = (out_f, in_f, self.n, density)
+        self.pair = _planned_pair(key, call) if key.op == "backward_fused" else None
         self._set_data(*_data(out_f, in_f, self.n, density, seed))
 
     def _set_data(self, W, X, dY, bias) -> None:
         self.W, self.X, self.dY, self.bias = W, X, dY, bias
-        if self.key.op == "spmm_dx":
+        if self.key.op in ("spmm_dx", "backward_fused"):
             # Built once per topology in training, so not part of any candidate's time: built
             # here, the first transposed-layout candidate's warm-up no longer pays it (22 ms at
             # 4096 x 4096, 10% dense: more than one call of the best kernel at N=32).
@@ -150,6 +157,7 @@ class Problem:
             "spmm_fwd": W.in_features * density,
             "spmm_dx": W.out_features * density,
             "sddmm_dw": self.n,
+            "backward_fused": (W.out_features * density, self.n),
         }[self.key.op]
 
     def check_part(self) -> "Problem | None":
@@ -161,7 +169,7 @@ class Problem:
         if rows >= out_f:
             return None
         part = object.__new__(Problem)
-        part.key, part.seed, part.n = self.key, self.seed, self.n
+        part.key, part.seed, part.n, part.pair = self.key, self.seed, self.n, self.pair
         part.shape = (rows,) + self.shape[1:]
         W = self.W
         end = int(W.row_start[rows])
@@ -176,11 +184,19 @@ class Problem:
     def sane(self, out) -> str | None:
         """None if ``out`` has the op's output shape and is finite: the check of an output that is
         not compared with the reference (outside the check part)."""
+        if self.key.op == "backward_fused":
+            if not (isinstance(out, tuple) and len(out) == 2):
+                return "not a (dX, dW) pair"
+            return self._sane(out[0], (self.n, self.W.in_features)) or self._sane(out[1], (self.W.capacity,))
         want = {
             "spmm_fwd": (self.n, self.W.out_features),
             "spmm_dx": (self.n, self.W.in_features),
             "sddmm_dw": (self.W.capacity,),
         }[self.key.op]
+        return self._sane(out, want)
+
+    @staticmethod
+    def _sane(out, want: tuple) -> str | None:
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
             return f"wrong output shape {tuple(getattr(out, 'shape', ()))}, want {want}"
         if not torch.isfinite(out).all():
@@ -189,7 +205,9 @@ class Problem:
 
     def at_n(self, n: int) -> "Problem":
         """The same layer and seed at batch size ``n``."""
-        return Problem(self.key, self.seed, shape=self.shape, n=n)
+        p = Problem(self.key, self.seed, shape=self.shape, n=n)
+        p.pair = self.pair  # the pair the first N timed, even if the cache changed since
+        return p
 
     def runner(self, variant: str):
         """A call of ``variant`` on this problem, as a layer makes it: sparse variants through a
@@ -198,6 +216,8 @@ class Problem:
         from sparselab import kernels, ops
 
         W, X, dY, bias, t = self.W, self.X, self.dY, self.bias, self.key.threads
+        if self.key.op == "backward_fused":
+            return self._backward_runner(variant)
         v = kernels.get(self.key.op, variant)
         plan = None if v.is_dense else self._layer_plan()
         if plan is None:
@@ -231,6 +251,45 @@ class Problem:
 
         return dw
 
+    def _backward_runner(self, variant: str):
+        """A backward as a layer runs it: one fused call, or the planned pair one after the other."""
+        from sparselab import kernels, ops, planner
+
+        W, X, dY, t = self.W, self.X, self.dY, self.key.threads
+        out_f, in_f, n = W.out_features, W.in_features, self.n
+        plan = self._layer_plan()
+        if variant == planner.SEPARATE:
+            vx, vw = kernels.get("spmm_dx", self.pair[0]), kernels.get("sddmm_dw", self.pair[1])
+
+            def dx():
+                if plan is None or vx.is_dense:
+                    return ops.spmm_dx(W, dY, variant=vx.name, threads=t)
+                out = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
+                plan.spmm_dx(vx.id, n, dY.data_ptr(), out_f, out.data_ptr(), in_f, t)
+                return out
+
+            def dw():
+                if plan is None or vw.is_dense:
+                    return ops.sddmm_dw(W, dY, X, variant=vw.name, threads=t)
+                out = torch.empty(W.capacity, dtype=torch.float32, device="cpu")
+                plan.sddmm_dw(vw.id, n, dY.data_ptr(), out_f, X.data_ptr(), in_f, out.data_ptr(), t)
+                return out
+
+            return lambda: (dx(), dw())
+        v = kernels.get("backward_fused", variant)
+        if plan is None:
+            return lambda: ops.backward_fused(W, dY, X, variant=variant, threads=t)
+
+        def fused():
+            dX = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
+            dW = torch.empty(W.capacity, dtype=torch.float32, device="cpu")
+            plan.backward_fused(
+                v.id, n, dY.data_ptr(), out_f, X.data_ptr(), in_f, dX.data_ptr(), in_f, dW.data_ptr(), t
+            )
+            return dX, dW
+
+        return fused
+
     def _layer_plan(self):
         """The problem's kernel plan (made on first use), or None where a layer would not use one
         (float64, an empty W, N = 0)."""
@@ -243,7 +302,7 @@ class Problem:
                 return None
             if not all(a.is_contiguous() for a in (self.X, self.dY, self.bias)):
                 return None  # the plan takes row-major operands; the general runners take any
-            tr = W.transposed() if self.key.op == "spmm_dx" else None
+            tr = W.transposed() if self.key.op in ("spmm_dx", "backward_fused") else None
             plan = ops._kernel_plan(W.raw_args(), tr, keep_prepared=True)
             self._plan = plan
             self._plan_holds = tr  # the transposed index the plan points into
@@ -252,4 +311,29 @@ class Problem:
     def check(self, out) -> str | None:
         if self.reference_output is None:
             raise RuntimeError("reference output not computed yet")
+        if self.key.op == "backward_fused":
+            if not (isinstance(out, tuple) and len(out) == 2):
+                return "not a (dX, dW) pair"
+            ref, (len_dx, len_dw) = self.reference_output, self.dot_length
+            return compare(out[0], ref[0], len_dx) or compare(out[1], ref[1], len_dw)
         return compare(out, self.reference_output, self.dot_length)
+
+
+def _planned_pair(key, shape) -> tuple[str, str]:
+    """The (spmm_dx, sddmm_dw) variants planned for ``key``'s layer, batch and threads: the
+    process cache's choices, or the planner's heuristic for an op not tuned (or not runnable) here."""
+    from sparselab import kernels, planner
+
+    from .resolve import get_cache
+
+    out_f, in_f, n, density = shape
+    names = []
+    for op in ("spmm_dx", "sddmm_dw"):
+        entry = get_cache().get(key._replace(op=op))
+        name = entry.get("variant") if entry else None
+        try:
+            ok = isinstance(name, str) and kernels.get(op, name).available
+        except ValueError:
+            ok = False
+        names.append(name if ok else planner.heuristic(op, out_f, in_f, n, density))
+    return names[0], names[1]

@@ -3,6 +3,8 @@
 An entry (what the cache stores per key) records the choice and enough to explain it:
   variant, median_s, runner_up, runner_up_s, dense (best dense candidate), dense_s,
   reference_s, n_timed, medians (every candidate that raced), rejected {name: why}, race_s,
+  pair (backward keys: the spmm_dx and sddmm_dw variants of the separate pair), tie_kept_prior
+  (backward keys: a tie went to the planner's prior, see _backward_tie_to_prior),
   tuning_s, phases_s (tuning_s by phase), load (1-min load average while tuning), tuned_at.
   Times are per call at n_timed rows.
   - A large layer (problem.Problem.check_part) is checked and screened on its first rows before
@@ -37,7 +39,7 @@ import warnings
 from . import candidates as cand
 from . import screen, second_point
 from .keys import N_CAP
-from .race import CUT_RATIOS, DUEL_REPS, Candidate, NoValidCandidate, race
+from .race import CUT_RATIOS, DUEL_REPS, TIE_BAND, Candidate, NoValidCandidate, race
 
 BUDGET_S = 0.4
 # One key's tuning, set-up included, stops optional work at this many seconds (see above): the
@@ -174,6 +176,23 @@ def _second_race(
     }
 
 
+def _backward_tie_to_prior(key, shape, winner: str, runner_up, times: dict) -> tuple:
+    """(winner, runner_up, changed): a backward tie (within TIE_BAND of the winner's time, the
+    predicted one where a second point chose) goes to the planner's prior. The separate pair is
+    the race's reference and so its simplest candidate, but neither form is simpler to run: at
+    4096 x 4096 the two were within 3% at N=1024, and the pair won that tie while a fused kernel
+    was faster side by side."""
+    from sparselab import planner
+
+    out_f, in_f, n, density = shape or (key.out_features, key.in_features, key.n, key.density)
+    prior = planner.heuristic(planner.BACKWARD, out_f, in_f, n, density)
+    if prior == winner or prior not in times or winner not in times:
+        return winner, runner_up, False
+    if times[prior] > times[winner] * (1.0 + TIE_BAND):
+        return winner, runner_up, False
+    return prior, winner, True
+
+
 def tune(
     key,
     *,
@@ -193,9 +212,7 @@ def tune(
     deadline_total = deadline_s() if deadline is None else deadline
     deadline_at = clock() + deadline_total
     if reference is None:
-        from sparselab import kernels
-
-        reference = kernels.REFERENCE
+        reference = cand.reference_of(key.op)
     if variants is None:
         variants = cand.available_variants(key.op)
     if problem is None:
@@ -269,6 +286,12 @@ def tune(
         phases["second_point"] = time.perf_counter() - started - sum(phases.values())
         if "winner" in second:
             winner, runner_up = second.pop("winner"), second.pop("runner_up") or runner_up
+    if key.op == "backward_fused":
+        winner, runner_up, kept = _backward_tie_to_prior(
+            key, shape, winner, runner_up, second.get("predicted_s") or med
+        )
+        if kept:
+            second["tie_kept_prior"] = True
 
     dense = sorted((n for n in med if cand.is_dense(infos[n])), key=lambda n: med[n])
     dense_name, dense_s = (dense[0], med[dense[0]]) if dense else (None, None)
@@ -295,6 +318,8 @@ def tune(
         "rejected": {**(screened.rejected if screened else {}), **result.rejected},
         **checked,
         **second,
+        # The backward key: the (spmm_dx, sddmm_dw) variants its separate pair ran.
+        **({"pair": list(problem.pair)} if getattr(problem, "pair", None) else {}),
         "race_s": round(result.elapsed_s, 4),
         "tuning_s": round(time.perf_counter() - started, 4),  # set-up included
         "deadline_s": deadline_total,

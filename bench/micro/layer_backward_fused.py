@@ -1,7 +1,7 @@
-"""SparseLinear forward + backward (input needs a grad) with the fused backward call against the
-two planned ops (the fused path switched off through ``sparselab.nn._FUSED_BACKWARD_MIN_N``),
-and dense nn.Linear, side by side: interleaved rounds, process CPU time, medians. The planned
-ops are tuned (tuning mode on, a throwaway cache) during the warm-up calls.
+"""SparseLinear forward + backward (input needs a grad) as planned (the backward plan: a fused
+kernel call or the two ops, tuned during the warm-up calls with tuning mode on and a throwaway
+cache) against the two planned ops forced (the layer's ``_run_backward_fused`` patched to decline),
+and dense nn.Linear, side by side: interleaved rounds, process CPU time, medians.
 
     python bench/micro/layer_backward_fused.py [ROUNDS] [THREADS]
 """
@@ -17,13 +17,11 @@ os.environ.setdefault("SPARSELAB_CACHE_DIR", tempfile.mkdtemp(prefix="sparselab-
 import torch  # noqa: E402
 from sparselab.tuning import mode as tuning_mode  # noqa: E402
 
-import sparselab.nn as snn  # noqa: E402
 from sparselab import SparseLinear  # noqa: E402
 
 N = 2048
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
 torch.set_num_threads(int(sys.argv[2]) if len(sys.argv) > 2 else 1)
-fused_min_n = snn._FUSED_BACKWARD_MIN_N
 for in_f, out_f in [(640, 2560), (2560, 640), (4096, 4096)]:
     torch.manual_seed(0)
     layer = SparseLinear(in_f, out_f, sparsity=0.9)
@@ -36,15 +34,21 @@ for in_f, out_f in [(640, 2560), (2560, 640), (4096, 4096)]:
         x.grad = None
         module(x).backward(g)
 
+    planned = layer._run_backward_fused  # follows the backward plan (fused at this N without tuning)
+
     def fused():
-        snn._FUSED_BACKWARD_MIN_N = fused_min_n
+        layer._run_backward_fused = planned
         step(layer)
 
     def separate():
-        snn._FUSED_BACKWARD_MIN_N = 1 << 40
+        layer._run_backward_fused = lambda *a: None
         step(layer)
 
-    calls = {"sparse, fused backward": fused, "sparse, separate ops": separate, "dense nn.Linear": lambda: step(dense)}
+    calls = {
+        "sparse, planned backward": fused,
+        "sparse, separate ops": separate,
+        "dense nn.Linear": lambda: step(dense),
+    }
     names = list(calls)
     t = {k: [] for k in names}
     with tuning_mode("on"):
@@ -56,7 +60,7 @@ for in_f, out_f in [(640, 2560), (2560, 640), (4096, 4096)]:
                 t0 = time.process_time()
                 calls[k]()
                 t[k].append(time.process_time() - t0)
-    snn._FUSED_BACKWARD_MIN_N = fused_min_n
+    layer._run_backward_fused = planned
     med = {k: statistics.median(v) for k, v in t.items()}
     print(
         f"SparseLinear({in_f}->{out_f}), N={N}, fwd+bwd, {torch.get_num_threads()} threads, CPU time, medians of {rounds}"

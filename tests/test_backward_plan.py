@@ -1,0 +1,224 @@
+"""The backward plan: the planner answers "fused variant V, or the separate pair" per key, the
+tuner races them and records the choice, SparseLinear runs what the plan names, and the cache
+keeps (and exports) the backward entries. Bitwise results of each fused variant are tested in
+test_backward_fused.py."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from sparselab.tuning import cache as cache_mod
+from sparselab.tuning import modes, preference, resolve
+from sparselab.tuning.cache import TuningCache
+from sparselab.tuning.keys import make_key
+
+from sparselab import SparseLinear, kernels, ops, planner
+
+FUSED = [v for v in kernels.variants("backward_fused", available_only=True)]
+needs_fused = pytest.mark.skipif(not FUSED, reason="this CPU runs no backward_fused variant")
+FP = {"brand": "Fake CPU", "build_hash": "feedbeef"}
+IN_F, OUT_F, SPARSITY = 160, 96, 0.8
+DENSITY = 1.0 - SPARSITY
+
+
+@pytest.fixture
+def wisdom(tmp_path, monkeypatch):
+    """Tuning on, one thread, an empty cache of our own; yields the cache."""
+    cache = TuningCache(tmp_path / "cache", fingerprint=FP)
+    monkeypatch.setattr(resolve, "get_cache", lambda: cache)
+    monkeypatch.setenv("SPARSELAB_TUNING_DEADLINE_S", "0.3")  # tiny layers: keep tuning short
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    resolve.reset()
+    modes.set_mode("on")
+    yield cache
+    modes.set_mode("off")
+    resolve.reset()
+    torch.set_num_threads(threads)
+
+
+class _Recording:
+    """A LayerPlan that records the variant ids its kernels run."""
+
+    def __init__(self, plan):
+        self._plan, self.calls = plan, []
+
+    def __getattr__(self, name):
+        attr = getattr(self._plan, name)
+        if name in ("backward_fused", "spmm_dx", "sddmm_dw"):
+
+            def call(kid, *args):
+                self.calls.append((name, kid))
+                return attr(kid, *args)
+
+            return call
+        return attr
+
+
+def _layer_backward(n: int, seed: int = 0):
+    """A fresh layer's forward + backward at batch n; returns (kernel calls, layer, x, dY)."""
+    torch.manual_seed(seed)
+    layer = SparseLinear(IN_F, OUT_F, sparsity=SPARSITY)
+    layer._d = layer._d._replace(kernels=_Recording(layer._d.kernels))
+    x = torch.randn(n, IN_F, requires_grad=True)
+    g = torch.randn(n, OUT_F)
+    layer(x).backward(g)
+    return layer._d.kernels.calls, layer, x, g
+
+
+def _put(cache, op: str, n: int, variant: str) -> None:
+    cache.put(make_key(op, OUT_F, IN_F, n, DENSITY, 1), {"variant": variant, "median_s": 1e-4})
+
+
+def test_prior_is_the_fixed_rule():
+    with modes.mode("off"):
+        small = planner.plan(planner.BACKWARD, 2560, 640, planner.FUSED_MIN_N - 1, 0.1, 1)
+        large = planner.plan(planner.BACKWARD, 2560, 640, planner.FUSED_MIN_N, 0.1, 1)
+        dense = planner.plan(planner.BACKWARD, 2560, 640, 4096, 0.9, 1)
+        with preference.prefer("memory"):
+            memory = planner.plan(planner.BACKWARD, 2560, 640, 4096, 0.1, 1)
+    assert small.variant is planner.SEPARATE_PAIR and not small.fused
+    assert dense.variant is planner.SEPARATE_PAIR and memory.variant is planner.SEPARATE_PAIR
+    if FUSED:
+        assert large.fused and large.variant == FUSED[0] == ops.default_backward_fused()
+    else:
+        assert large.variant is planner.SEPARATE_PAIR
+
+
+@needs_fused
+def test_layer_runs_the_fused_variant_the_cache_names_and_the_pair_where_it_says_so(wisdom):
+    chosen = FUSED[-1]  # not the prior's pick where the CPU has several
+    for op in ("spmm_fwd", "spmm_dx", "sddmm_dw"):
+        for n in (64, 300):
+            _put(wisdom, op, n, planner.default_variant(op, n))
+    _put(wisdom, planner.BACKWARD, 64, chosen.name)  # the prior would run the pair at 64
+    _put(wisdom, planner.BACKWARD, 300, planner.SEPARATE)  # and a fused kernel at 300
+    calls, layer, x, g = _layer_backward(64)
+    assert calls == [("backward_fused", chosen.id)]
+    lin = layer.to_dense()
+    xd = x.detach().clone().requires_grad_(True)
+    lin(xd).backward(g)
+    torch.testing.assert_close(x.grad, xd.grad, rtol=1e-4, atol=1e-4)
+    calls, _, _, _ = _layer_backward(300)
+    assert [op for op, _ in calls] == ["spmm_dx", "sddmm_dw"]
+
+
+@needs_fused
+def test_first_use_tunes_the_backward_and_the_layer_follows_the_recorded_choice(wisdom, monkeypatch):
+    from sparselab.tuning.problem import Problem
+
+    runner = Problem._backward_runner
+
+    def slow_pair(self, variant):
+        run = runner(self, variant)
+        if variant != planner.SEPARATE:
+            return run
+
+        def slow():
+            time.sleep(0.004)  # every fused call here takes microseconds: the pair must lose
+            return run()
+
+        return slow
+
+    monkeypatch.setattr(Problem, "_backward_runner", slow_pair)
+    calls, layer, _, _ = _layer_backward(64)
+    entries = wisdom.entries()
+    keys = {k.split("|")[0]: k for k in entries}
+    assert set(keys) == {"spmm_fwd", "spmm_dx", "sddmm_dw", planner.BACKWARD}  # dX and dW tuned first
+    entry = entries[keys[planner.BACKWARD]]
+    assert set(entry["medians"]) | set(entry["rejected"]) == {v.name for v in FUSED} | {planner.SEPARATE}
+    assert entry["pair"] == [entries[keys["spmm_dx"]]["variant"], entries[keys["sddmm_dw"]]["variant"]]
+    assert entry["variant"] in {v.name for v in FUSED}
+    assert entry["median_s"] < entry["medians"][planner.SEPARATE]
+    assert calls == [("backward_fused", kernels.get("backward_fused", entry["variant"]).id)]
+
+    # The decision is kept in the layer: later steps neither plan nor tune.
+    monkeypatch.setattr(planner, "plan", lambda *a, **k: pytest.fail("planned on a cached call"))
+    d = layer._d
+    x = torch.randn(64, IN_F, requires_grad=True)
+    layer(x).backward(torch.randn(64, OUT_F))
+    assert d.kernels.calls[-1] == calls[0] and layer._d is d
+
+
+def test_ops_backward_fused_follows_the_plan(monkeypatch):
+    W = SparseLinear(IN_F, OUT_F, sparsity=SPARSITY).weight
+    dY, X = torch.randn(8, OUT_F), torch.randn(8, IN_F)
+    ran = []
+    real = ops.run_backward_fused
+    monkeypatch.setattr(ops, "run_backward_fused", lambda v, *a: ran.append(v.name) or real(v, *a))
+    with modes.mode("off"):
+        ops.backward_fused(W, dY, X)  # the prior at N=8: the pair
+        assert ran == []
+        if FUSED:
+            monkeypatch.setattr(planner, "FUSED_MIN_N", 8)
+            planner.invalidate()
+            ops.backward_fused(W, dY, X)
+            assert ran == [FUSED[0].name]
+    planner.invalidate()
+
+
+def _backward_entry(variant: str) -> dict:
+    return {"variant": variant, "median_s": 1e-4, "medians": {variant: 1e-4, "separate": 2e-4}, "pair": ["a", "b"]}
+
+
+def test_backward_entries_round_trip_through_export_and_import(tmp_path):
+    src = TuningCache(tmp_path / "a", fingerprint=FP)
+    k = make_key(planner.BACKWARD, 2560, 640, 1024, 0.1, 1)
+    src.put(k, _backward_entry("avx512_bwd_bm64_cb256"))
+    src.put(make_key("spmm_dx", 2560, 640, 1024, 0.1, 1), {"variant": "scalar", "median_s": 1e-3})
+    assert src.export(tmp_path / "wisdom.json") == 2
+    doc = json.loads((tmp_path / "wisdom.json").read_text())
+    assert doc["format"] == cache_mod.FORMAT == 2 and str(k) in doc["entries"]
+    dst = TuningCache(tmp_path / "b", fingerprint=FP)
+    assert dst.import_(tmp_path / "wisdom.json") == 2
+    assert TuningCache(tmp_path / "b", fingerprint=FP).get(k) == _backward_entry("avx512_bwd_bm64_cb256")
+
+
+def test_an_old_format_cache_still_loads_and_an_unknown_one_is_refused(tmp_path):
+    old = TuningCache(tmp_path / "c", fingerprint=FP)
+    k = make_key("sddmm_dw", 512, 512, 64, 0.1, 2)
+    old.directory.mkdir(parents=True)
+    doc = {"format": 1, "fingerprint": FP, "entries": {str(k): {"variant": "scalar", "median_s": 1e-3}}}
+    old.path.write_text(json.dumps(doc))
+    assert TuningCache(tmp_path / "c", fingerprint=FP).get(k)["variant"] == "scalar"
+    assert old.path.exists()  # read as it is, not set aside
+    old.put(make_key(planner.BACKWARD, 512, 512, 64, 0.1, 2), _backward_entry("separate"))
+    assert json.loads(old.path.read_text())["format"] == 2 and len(old.entries()) == 2
+    (tmp_path / "future.json").write_text(json.dumps(dict(doc, format=99)))
+    with pytest.raises(ValueError, match="unknown format"):
+        old.import_(tmp_path / "future.json")
+
+
+def test_a_backward_entry_naming_no_runnable_variant_is_retuned(wisdom, monkeypatch):
+    from sparselab.tuning import tuner
+
+    tuned = []
+
+    def fake_tune(key, **kw):
+        tuned.append(key.op)
+        return {"variant": planner.SEPARATE, "median_s": 1e-3}
+
+    monkeypatch.setattr(tuner, "tune", fake_tune)
+    _put(wisdom, "spmm_dx", 512, "scalar")
+    _put(wisdom, "sddmm_dw", 512, "scalar")
+    _put(wisdom, planner.BACKWARD, 512, "avx512_bwd_from_another_box")
+    p = planner.plan(planner.BACKWARD, OUT_F, IN_F, 512, DENSITY, 1)
+    assert tuned == [planner.BACKWARD] and p.variant is planner.SEPARATE_PAIR
+
+
+@needs_fused
+def test_a_backward_tie_goes_to_the_prior():
+    from sparselab.tuning.tuner import _backward_tie_to_prior
+
+    key = make_key(planner.BACKWARD, 2560, 640, 1024, 0.1, 1)
+    fused, pair = FUSED[0].name, planner.SEPARATE
+    large, small = (2560, 640, 1024, 0.1), (2560, 640, 64, 0.1)
+    # From FUSED_MIN_N the prior is the fused kernel: a pair within 3% loses the tie, a pair 5% ahead wins.
+    assert _backward_tie_to_prior(key, large, pair, None, {pair: 1.0, fused: 1.02}) == (fused, pair, True)
+    assert _backward_tie_to_prior(key, large, pair, fused, {pair: 1.0, fused: 1.05}) == (pair, fused, False)
+    # Below it the prior is the pair.
+    assert _backward_tie_to_prior(key, small, fused, None, {pair: 1.02, fused: 1.0}) == (pair, fused, True)
+    assert _backward_tie_to_prior(key, small, fused, None, {pair: 1.05, fused: 1.0}) == (fused, None, False)
