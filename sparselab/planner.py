@@ -149,6 +149,8 @@ def _from_wisdom(op: str, out_features: int, in_features: int, n: int, density: 
     from .tuning.modes import get_mode
 
     call = (op, out_features, in_features, n, density)
+    if op == BACKWARD and preference.get_prefer() == "memory":
+        return SEPARATE  # the only backward this preference allows: nothing to time
     mode = get_mode()
     if mode == "off" or resolve.tuning_active():
         return heuristic(*call)

@@ -143,6 +143,15 @@ def test_first_use_tunes_the_backward_and_the_layer_follows_the_recorded_choice(
     assert d.kernels.calls[-1] == calls[0] and layer._d is d
 
 
+def test_the_memory_preference_runs_the_pair_without_timing_a_backward(wisdom):
+    # The preference allows only the pair, so first use times the two ops and no backward key.
+    with preference.prefer("memory"):
+        calls, _, _, _ = _layer_backward(300)
+    ops_tuned = {k.split("|")[0] for k in wisdom.entries()}
+    assert planner.BACKWARD not in ops_tuned and {"spmm_dx", "sddmm_dw"} <= ops_tuned
+    assert [name for name, _ in calls] == ["spmm_dx", "sddmm_dw"]
+
+
 def test_ops_backward_fused_follows_the_plan(monkeypatch):
     W = SparseLinear(IN_F, OUT_F, sparsity=SPARSITY).weight
     dY, X = torch.randn(8, OUT_F), torch.randn(8, IN_F)
