@@ -288,6 +288,25 @@ def test_foreign_fingerprint_in_our_file_is_not_applied(cache_dir, warnings_logg
     assert not c.path.exists()
 
 
+def test_a_newer_sparselabs_file_is_left_whole_and_never_overwritten(cache_dir, warnings_logged):
+    c = TuningCache(cache_dir, fingerprint=FP)
+    c.directory.mkdir(parents=True)
+    newer = {"format": cache_mod.FORMAT + 1, "fingerprint": FP, "entries": {str(key(0)): {"layout": "new"}}}
+    c.path.write_text(json.dumps(newer))
+    assert c.get(key(0)) is None
+    c.put(key(1), entry("mine"))
+    assert c.get(key(1))["variant"] == "mine"  # kept for this process
+    assert not c.clear() and json.loads(c.path.read_text()) == newer
+    assert [p.name for p in cache_dir.iterdir() if ".corrupt-" in p.name] == []
+    assert len(warnings_logged("newer sparselab")) == 1
+    # A file that turns newer between our load and our write is not overwritten either.
+    d = TuningCache(cache_dir / "other", fingerprint=FP)
+    d.put(key(2), entry())
+    d.path.write_text(json.dumps(newer))
+    d.put(key(3), entry())
+    assert json.loads(d.path.read_text()) == newer and d.get(key(3))["variant"] == "scalar"
+
+
 def test_unwritable_location_falls_back_to_memory_with_one_warning(tmp_path, monkeypatch, warnings_logged):
     # Tests run as root, so chmod does not stop writes: put the cache dir under a regular file,
     # which no user can create directories in.

@@ -34,6 +34,8 @@ from .keys import parse_key
 # still reads; writes are format 2.
 FORMAT = 2
 READ_FORMATS = (1, 2)
+# A file written by a newer sparselab: left in place and never overwritten (see _read_disk).
+NEWER = "newer format"
 LOCK_TIMEOUT_S = 30.0
 log = logging.getLogger(__name__)
 # Optional numeric fields of an entry that the table and dispatch do arithmetic on.
@@ -77,7 +79,10 @@ def _entry_problem(v) -> str | None:
 
 def _validate(doc, fp: dict) -> str | None:
     """Why ``doc`` is not a usable cache for fingerprint ``fp`` (None if it is)."""
-    if not isinstance(doc, dict) or doc.get("format") not in READ_FORMATS:
+    fmt = doc.get("format") if isinstance(doc, dict) else None
+    if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT:
+        return NEWER
+    if fmt not in READ_FORMATS:
         return "unknown format"
     entries = doc.get("entries")
     if not isinstance(entries, dict):
@@ -196,6 +201,17 @@ class TuningCache:
             problem = _validate(doc, self.fingerprint)
             if problem is None:
                 return dict(doc["entries"])
+            if problem == NEWER:
+                # A newer sparselab owns this file: keep it whole, and this process's results in memory.
+                if not self.in_memory:
+                    self.in_memory = True
+                    log.warning(
+                        "sparselab tuning cache %s was written by a newer sparselab (format %s); left "
+                        "in place, tuning results are kept in memory for this process only",
+                        self.path,
+                        doc.get("format"),
+                    )
+                return {}
         if locked:
             self._set_aside(problem)
             return {}
@@ -239,6 +255,8 @@ class TuningCache:
                 # Merge only what we add onto what is on disk now: other processes' entries
                 # (including newer ones for keys we read earlier) are kept.
                 merged = self._read_disk(locked=True)
+                if self.in_memory:  # a newer sparselab's file appeared meanwhile: not ours to overwrite
+                    return
                 merged.update(new)
                 write_atomic(self.path, {"format": FORMAT, "fingerprint": self.fingerprint, "entries": merged})
                 self._entries = merged

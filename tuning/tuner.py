@@ -51,8 +51,10 @@ ENV_DEADLINE = "SPARSELAB_TUNING_DEADLINE_S"
 SECOND_POINT_RESERVE = 0.35
 # Bumped whenever the way a choice is made changes; part of the cache fingerprint, so entries
 # chosen by an older method are re-tuned. 2: the second point for capped batches. 3: check and
-# screen on the check part of a large layer; finalists of the second point by form.
-METHOD_VERSION = 3
+# screen on the check part of a large layer; finalists of the second point by form. 4: the
+# backward is tuned (fused variant or the separate pair); also keeps format-2 files apart from
+# older builds, which would set them aside as corrupt.
+METHOD_VERSION = 4
 log = logging.getLogger(__name__)
 
 # Threads: the tuner never changes torch's thread count (torch.set_num_threads is process-wide
