@@ -667,15 +667,11 @@ class SparseLinear(nn.Module):
         None where the two planned ops run instead: the plan's separate pair, an empty W, or no
         transposed index kept (the memory preference)."""
         n, threads = dy.shape[0], torch.get_num_threads()
-        key = (planner.BACKWARD, n, threads)
-        fid = d.kernel_ids.get(key)
+        fid = d.kernel_ids.get((planner.BACKWARD, n, threads))
         if fid is None:
             fid = self._fused_id(d, n, threads)
         if fid < 0:
             return None
-        if d.kernels is None or not d.kernels.has_transposed:
-            v, _ = self._plan(d, planner.BACKWARD, n)
-            return ops.run_backward_fused(v, d.view, d.w_args, d.t_index, dy, x, threads)
         in_f = self.in_features
         dx = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
         dw = torch.empty(d.view.capacity, dtype=torch.float32, device="cpu")
@@ -687,10 +683,13 @@ class SparseLinear(nn.Module):
     def _fused_id(self, d: "_Derived", n: int, threads: int) -> int:
         """The fused variant id the backward plan runs at batch ``n``, or -1 for the separate pair;
         kept in d.kernel_ids (the plan in d.plans) like the ops' ids."""
-        v, _ = self._plan(d, planner.BACKWARD, n)
-        t = d.t_index
-        usable = v is not None and v is not planner.SEPARATE_PAIR
-        fid = v.id if usable and t.cols.numel() == d.view.nnz and t.cols.numel() > 0 else -1
+        # A fused call needs the layer's kernel plan over a kept transposed index; without one
+        # (empty W, the memory preference, float64, inference-tensor indexes) nothing is planned.
+        t, kernels_plan = d.t_index, d.kernels
+        fid = -1
+        if kernels_plan is not None and kernels_plan.has_transposed and t.cols.numel() == d.view.nnz > 0:
+            v, _ = self._plan(d, planner.BACKWARD, n)
+            fid = v.id if v is not None and v is not planner.SEPARATE_PAIR else -1
         if len(d.kernel_ids) >= 64:
             d.kernel_ids.clear()
         d.kernel_ids[(planner.BACKWARD, n, threads)] = fid

@@ -123,18 +123,19 @@ def backward_fused(
     """``(dX, dW)`` of a layer ``Y = X @ W^T``: ``dX = dY @ W`` and dW as ``sddmm_dw``.
 
     One call of a fused kernel reads W's index and dY once for both. ``variant=None``
-    follows the planner's backward plan (a fused variant, or the separate pair); the pair,
-    and float64 or an empty batch, run ``spmm_dx`` and ``sddmm_dw`` (each planned as usual)."""
+    follows the planner's backward plan (a fused variant, or the separate pair);
+    ``variant="separate"`` names the pair. The pair, and float64 or an empty batch, run
+    ``spmm_dx`` and ``sddmm_dw`` (each planned as usual)."""
     _check_weight(W)
     out_f, in_f = W.shape
     dtype = W.values.dtype
     check_dense_operand("dY", dY, None, out_f, dtype)
     check_dense_operand("X", X, dY.shape[0], in_f, dtype)
-    _check_variant_arg("backward_fused", variant)
+    _check_variant_arg("backward_fused", None if variant == planner.SEPARATE else variant)
     nthreads = _threads(threads)
     n = dY.shape[0]
     v = None
-    if n > 0 and dtype != torch.float64:
+    if n > 0 and dtype != torch.float64 and variant != planner.SEPARATE:
         if variant is not None:
             v = kernels.require_available("backward_fused", variant)
         else:
@@ -146,7 +147,8 @@ def backward_fused(
 
 
 def default_backward_fused() -> kernels.VariantInfo | None:
-    """The fused backward variant of the planner's prior (no measuring), or None if this CPU runs none."""
+    """The fused variant the planner's untuned backward runs (from ``planner.FUSED_MIN_N`` rows),
+    or None if this CPU runs none."""
     return planner.default_fused()
 
 

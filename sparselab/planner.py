@@ -39,6 +39,8 @@ __all__ = [
     "SEPARATE",
     "SEPARATE_PAIR",
     "FUSED_MIN_N",
+    "default_fused",
+    "backward_prior",
 ]
 
 #: At or above this density the heuristic picks dense torch: the dense candidates densify W on
@@ -205,6 +207,15 @@ def default_fused() -> VariantInfo | None:
     return next(iter(kernels.variants(BACKWARD, available_only=True)), None)
 
 
+def backward_prior(n: int, density: float) -> str:
+    """The backward without wisdom under the speed preference: :func:`default_fused` from
+    ``FUSED_MIN_N`` rows below ``DENSE_DENSITY``, else the separate pair."""
+    fused = default_fused()
+    if fused is None or n < FUSED_MIN_N or density >= DENSE_DENSITY:
+        return SEPARATE
+    return fused.name
+
+
 def heuristic(op: str, out_features: int, in_features: int, n: int, density: float) -> str:
     """The choice without wisdom: dense torch at ``DENSE_DENSITY`` and above, else
     :func:`default_variant` (scatter forms for dX under the memory preference). Backward:
@@ -213,10 +224,7 @@ def heuristic(op: str, out_features: int, in_features: int, n: int, density: flo
     from .tuning.preference import get_prefer
 
     if op == BACKWARD:
-        fused = default_fused()
-        if fused is None or n < FUSED_MIN_N or get_prefer() == "memory" or density >= DENSE_DENSITY:
-            return SEPARATE
-        return fused.name
+        return SEPARATE if get_prefer() == "memory" else backward_prior(n, density)
 
     if op == "spmm_dx" and get_prefer() == "memory":  # no transposed index, no dense copy of W
         return default_variant(op, n, scatter_dx=True)

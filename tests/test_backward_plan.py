@@ -15,7 +15,7 @@ from sparselab.tuning import modes, preference, resolve
 from sparselab.tuning.cache import TuningCache
 from sparselab.tuning.keys import make_key
 
-from sparselab import SparseLinear, kernels, ops, planner
+from sparselab import PaddedCSR, SparseLinear, kernels, ops, planner
 
 FUSED = [v for v in kernels.variants("backward_fused", available_only=True)]
 needs_fused = pytest.mark.skipif(not FUSED, reason="this CPU runs no backward_fused variant")
@@ -102,6 +102,11 @@ def test_layer_runs_the_fused_variant_the_cache_names_and_the_pair_where_it_says
     xd = x.detach().clone().requires_grad_(True)
     lin(xd).backward(g)
     torch.testing.assert_close(x.grad, xd.grad, rtol=1e-4, atol=1e-4)
+    w = layer.weight
+    index = (w.cols, w.row_start, w.row_nnz, w.shape)
+    dw = PaddedCSR(layer.weight_values.grad, *index).to_dense()
+    live = PaddedCSR(torch.ones_like(w.values), *index).to_dense()
+    torch.testing.assert_close(dw, lin.weight.grad * live, rtol=1e-4, atol=1e-4)
     calls, _, _, _ = _layer_backward(300)
     assert [op for op, _ in calls] == ["spmm_dx", "sddmm_dw"]
 
@@ -152,21 +157,34 @@ def test_the_memory_preference_runs_the_pair_without_timing_a_backward(wisdom):
     assert [name for name, _ in calls] == ["spmm_dx", "sddmm_dw"]
 
 
+def test_a_layer_with_no_live_weight_plans_no_backward(wisdom):
+    layer = SparseLinear.from_csr(PaddedCSR.from_dense(torch.zeros(OUT_F, IN_F), padding=2))
+    x = torch.randn(300, IN_F, requires_grad=True)
+    layer(x).sum().backward()
+    assert planner.BACKWARD not in {k.split("|")[0] for k in wisdom.entries()}
+    assert layer._d.kernel_ids[(planner.BACKWARD, 300, 1)] == -1
+    assert not x.grad.any() and not layer.weight_values.grad.any()
+
+
 def test_ops_backward_fused_follows_the_plan(monkeypatch):
     W = SparseLinear(IN_F, OUT_F, sparsity=SPARSITY).weight
     dY, X = torch.randn(8, OUT_F), torch.randn(8, IN_F)
     ran = []
     real = ops.run_backward_fused
     monkeypatch.setattr(ops, "run_backward_fused", lambda v, *a: ran.append(v.name) or real(v, *a))
-    with modes.mode("off"):
-        ops.backward_fused(W, dY, X)  # the prior at N=8: the pair
-        assert ran == []
-        if FUSED:
-            monkeypatch.setattr(planner, "FUSED_MIN_N", 8)
-            planner.invalidate()
-            ops.backward_fused(W, dY, X)
-            assert ran == [FUSED[0].name]
-    planner.invalidate()
+    try:
+        with modes.mode("off"):
+            pair = ops.backward_fused(W, dY, X)  # the prior at N=8: the pair
+            assert ran == []
+            named = ops.backward_fused(W, dY, X, variant=planner.SEPARATE)  # the pair by name
+            assert ran == [] and all(torch.equal(a, b) for a, b in zip(pair, named))
+            if FUSED:
+                monkeypatch.setattr(planner, "FUSED_MIN_N", 8)
+                planner.invalidate()
+                ops.backward_fused(W, dY, X)
+                assert ran == [FUSED[0].name]
+    finally:
+        planner.invalidate()  # plans made under the patched threshold must not outlive the test
 
 
 def _backward_entry(variant: str) -> dict:
@@ -231,3 +249,35 @@ def test_a_backward_tie_goes_to_the_prior():
     # Below it the prior is the pair.
     assert _backward_tie_to_prior(key, small, fused, None, {pair: 1.02, fused: 1.0}) == (pair, fused, True)
     assert _backward_tie_to_prior(key, small, fused, None, {pair: 1.05, fused: 1.0}) == (fused, None, False)
+    # The band is measured from the fastest candidate, not from a winner that holds a tie by rank.
+    other = FUSED[-1].name if len(FUSED) > 1 else "other"
+    times = {other: 1.0, pair: 1.025, fused: 1.055}
+    assert _backward_tie_to_prior(key, large, pair, other, times) == (pair, other, False)
+    # The prior is the default (speed) preference's, whatever the preference while tuning.
+    with preference.prefer("memory"):
+        assert _backward_tie_to_prior(key, large, pair, None, {pair: 1.0, fused: 1.02}) == (fused, pair, True)
+
+
+@needs_fused
+def test_the_tuner_applies_the_tie_rule_and_records_it():
+    from sparselab.tuning import tuner
+    from test_tuning_tuner import FakeClock, FakeProblem
+
+    key = make_key(planner.BACKWARD, 2560, 640, 1024, 0.1, 1)
+    prior = planner.default_fused().name
+    variants = [planner.SEPARATE_PAIR] + FUSED
+    costs = {v.name: 2e-3 for v in FUSED}
+    costs.update({planner.SEPARATE: 1.0e-3, prior: 1.02e-3})  # the pair ahead by 2%: a tie
+    clock = FakeClock()
+    kw = dict(variants=variants, reference=planner.SEPARATE, clock=clock, shape=(2560, 640, 1024, 0.1))
+
+    def problem():
+        p = FakeProblem(clock, costs)
+        p.n = 1024  # timed at the key's batch: no second point
+        return p
+
+    e = tuner.tune(key, problem=problem(), **kw)
+    assert e["variant"] == prior and e.get("tie_kept_prior") is True
+    costs[prior] = 1.06e-3  # 6% behind: the pair wins outright
+    e = tuner.tune(key, problem=problem(), **kw)
+    assert e["variant"] == planner.SEPARATE and not e.get("tie_kept_prior")

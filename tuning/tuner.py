@@ -186,11 +186,12 @@ def _backward_tie_to_prior(key, shape, winner: str, runner_up, times: dict) -> t
     was faster side by side."""
     from sparselab import planner
 
-    out_f, in_f, n, density = shape or (key.out_features, key.in_features, key.n, key.density)
-    prior = planner.heuristic(planner.BACKWARD, out_f, in_f, n, density)
+    _, _, n, density = shape or (key.out_features, key.in_features, key.n, key.density)
+    prior = planner.backward_prior(n, density)  # the speed preference's: entries do not depend on it
     if prior == winner or prior not in times or winner not in times:
         return winner, runner_up, False
-    if times[prior] > times[winner] * (1.0 + TIE_BAND):
+    # Against the fastest time, not the winner's: the winner may itself hold a tie by rank.
+    if times[prior] > min(times.values()) * (1.0 + TIE_BAND):
         return winner, runner_up, False
     return prior, winner, True
 
@@ -289,9 +290,10 @@ def tune(
         if "winner" in second:
             winner, runner_up = second.pop("winner"), second.pop("runner_up") or runner_up
     if key.op == "backward_fused":
-        winner, runner_up, kept = _backward_tie_to_prior(
-            key, shape, winner, runner_up, second.get("predicted_s") or med
-        )
+        times = second.get("predicted_s") or med
+        # A cut candidate's few early samples are not comparable with the finalists' medians.
+        times = {name: t for name, t in times.items() if name not in result.cut}
+        winner, runner_up, kept = _backward_tie_to_prior(key, shape, winner, runner_up, times)
         if kept:
             second["tie_kept_prior"] = True
 
