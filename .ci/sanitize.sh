@@ -36,7 +36,7 @@ for lib in "$ASAN_LIB" "$UBSAN_LIB"; do
 done
 
 tests=("$ROOT/tests/test_bad_input.py" "$ROOT/tests/test_format.py" "$ROOT/tests/test_kernel_correctness.py"
-       "$ROOT/tests/test_layer_plan.py" "$ROOT/tests/test_backward_fused.py")
+       "$ROOT/tests/test_layer_plan.py" "$ROOT/tests/test_backward_fused.py" "$ROOT/tests/test_backward_plan.py")
 for t in "$ROOT"/tests/test_*state*.py; do [[ -e "$t" ]] && tests+=("$t"); done
 
 # detect_leaks=0: the interpreter and torch keep memory until exit by design.
