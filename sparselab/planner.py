@@ -48,8 +48,8 @@ __all__ = [
 DENSE_DENSITY = 0.75
 
 # Most preferred first; names missing from this build or CPU are skipped. Block-major forms
-# from N = 64 (a whole tile), batch tiles below that (one-register tiles below 32), row-dot
-# forms for tiny batches.
+# from N = 64 (a whole tile), batch tiles below that (one-register tiles below 32, 8-row tiles
+# below 8), row-dot forms for one batch row.
 _LARGE_N = {
     "spmm_fwd": ("avx512_bmst64_cb256", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
     "spmm_dx": ("avx512_bmst64_cb256", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
@@ -65,10 +65,15 @@ _TILE16_N = {  # one-register batch tiles: the small-batch case of the tiled for
     "spmm_dx": ("avx512_tile16", "avx2_tile16", "neon_tile16", "scalar"),
     "sddmm_dw": ("avx512_tile64", "avx2_tile32", "neon_tile32", "scalar"),
 }
-_SMALL_N = {
-    "spmm_fwd": ("avx512_unrolled", "avx2_unrolled", "neon_unrolled", "scalar"),
-    "spmm_dx": ("avx512_unrolled", "avx2_unrolled", "neon_unrolled", "scalar"),
+_SMALL_N = {  # an 8-row batch tile already beats row dots from 2 rows on the x86 CPUs measured
+    "spmm_fwd": ("avx2_tile8", "neon_unrolled", "scalar"),
+    "spmm_dx": ("avx2_tile8", "neon_unrolled", "scalar"),
     "sddmm_dw": ("scalar",),  # at tiny N the strided dot of the reference is hard to beat
+}
+_ONE_N = {  # one batch row: row dots, x built from lane loads (the gather instruction is slower on AMD)
+    "spmm_fwd": ("avx512_lanes", "avx2_lanes", "neon_unrolled", "scalar"),
+    "spmm_dx": ("avx512_lanes", "avx2_lanes", "neon_unrolled", "scalar"),
+    "sddmm_dw": ("scalar",),
 }
 # spmm_dx without a transposed index (the 'memory' preference).
 _SCATTER = ("avx512_scatter_bm128_cb64", "avx2_scatter_bm64_cb64", "scalar_scatter")
@@ -193,6 +198,8 @@ def default_variant(op: str, n: int | None = None, *, scatter_dx: bool = False) 
     for spmm_dx, only forms that need no transposed index."""
     if op == "spmm_dx" and scatter_dx:
         return _first_available(op, _SCATTER)
+    if n == 1:
+        return _first_available(op, _ONE_N[op])
     if n is not None and n < SMALL_N:
         return _first_available(op, _SMALL_N[op])
     if n is not None and n < TILE16_N:

@@ -193,6 +193,36 @@ def test_line_store_forms_write_every_output(v, shape):
     assert_matches(got, ref, scale, K, f"{v.op}/{v.name} {shape}")
 
 
+@pytest.mark.parametrize("index_dtype", [torch.int16, torch.int32], ids=["int16", "int32"])
+@pytest.mark.parametrize("v", variant_params(("spmm_fwd", "spmm_dx"), include_dense=False))
+def test_unread_activation_columns_may_hold_inf_and_nan(v, index_dtype):
+    """Activation columns that no live weight uses may hold inf or NaN (garbage of an upstream
+    layer in a pruned input). A kernel that reads one, even to multiply it by zero, returns NaN.
+    Column 0 is among them: the lanes forms' masked row ends load x[0] into their unused lanes.
+    Ragged rows of every length mod 16, so every masked row end is taken."""
+    out_f, in_f, n = 40, 90, 3
+    g = torch.Generator().manual_seed(71)
+    dense = torch.zeros(out_f, in_f)
+    for i in range(out_f):  # row i has i live weights (0..39), none in columns 0..4
+        cols = torch.randperm(in_f - 5, generator=g)[:i] + 5
+        dense[i, cols] = torch.randn(i, generator=g)
+    W = PaddedCSR.from_dense(dense, index_dtype=index_dtype)
+    X = torch.randn(n, in_f, generator=g)
+    dY = torch.randn(n, out_f, generator=g)
+    if v.op == "spmm_fwd":
+        X[:, 0], X[:, 1:5] = math.inf, NAN
+    else:  # dX reads dY's columns through W's transposed index: W^T's unused columns are W's empty rows
+        dense[:5] = 0.0
+        W = PaddedCSR.from_dense(dense, index_dtype=index_dtype)
+        dY[:, 0], dY[:, 1:5] = math.inf, NAN
+    got = run_op(v, W, X=X, dY=dY, threads=1)
+    clean_X, clean_dY = X.clone(), dY.clone()
+    clean_X[:, :5], clean_dY[:, :5] = 0.0, 0.0
+    ref, scale, K = reference(v.op, W, X=clean_X, dY=clean_dY)
+    assert bool(torch.isfinite(got).all()), f"{v.op}/{v.name} let an unread column's inf/NaN through"
+    assert_matches(got, ref, scale, K, f"{v.op}/{v.name}")
+
+
 # Dense pseudo-variants are left out: they ignore ``threads=`` (torch's BLAS
 # runs with torch's own thread count), so the comparison would prove nothing.
 @pytest.mark.parametrize("v", SPARSE)

@@ -5,6 +5,7 @@
 
 #include "vec/vec_avx512.h"
 #include "spmm_fwd/spmm_fwd_rowdot.h"
+#include "spmm_fwd/spmm_fwd_rowdot_lanes.h"
 #include "spmm_fwd/spmm_fwd_rows_inflight.h"
 #include "spmm_fwd/spmm_fwd_tiled.h"
 #include "spmm_fwd/spmm_fwd_tiled_blocked.h"

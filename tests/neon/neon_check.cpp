@@ -9,7 +9,7 @@
 //   spmm_dx   dX = dY W   (SL_DX_T: a forward kernel on W's transposed index,
 //                          built here like csrc/ops/run_ops.cpp does; SL_DX_S: scatter)
 //   sddmm_dw  dW[k] = sum_b dY[b, i] X[b, cols[k]] at live slots, 0 at padding
-// and every form (plain, unrolled, tiled, blocked, block-major, scatter) must
+// and every form (plain, unrolled, lanes, tiled, blocked, block-major, scatter) must
 // have a NEON variant.
 // Tolerance per output: 2 (len + 2) u sum|terms| with u = 2^-24 and len the
 // dot length (the classic bound for a length-len float dot).
@@ -672,7 +672,7 @@ int main(int argc, char** argv) {
                             {"spmm_dx", "blocked"},  {"spmm_dx", "block_major"},  {"spmm_dx", "scatter_block_major"},
                             {"sddmm_dw", "plain"},   {"sddmm_dw", "unrolled"},    {"sddmm_dw", "tiled"},
                             {"sddmm_dw", "blocked"}, {"sddmm_dw", "block_major"}, {"spmm_fwd", "inflight"},
-                            {"spmm_dx", "inflight"}, {"sddmm_dw", "rowreg"}};
+                            {"spmm_dx", "inflight"}, {"sddmm_dw", "rowreg"},      {"spmm_fwd", "lanes"}};
   for (const auto& f : forms) {
     bool found = false;
     for (const sparselab::Variant& v : variants())

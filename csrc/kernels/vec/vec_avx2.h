@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "lane_loads_x86.h"
+
 namespace sparselab {
 namespace SPARSELAB_ISA_NS {
 namespace {
@@ -29,6 +31,28 @@ struct VecAvx2 {
   static reg gather(const float* x, const int16_t* idx) {
     const __m128i i16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(idx));
     return _mm256_i32gather_ps(x, _mm256_cvtepi16_epi32(i16), 4);
+  }
+
+  // The same lanes from scalar loads (lane_loads_x86.h).
+  template <typename Idx>
+  static reg gather_lanes(const float* x, const Idx* idx) {
+    return _mm256_set_m128(lanes4(x, idx + 4), lanes4(x, idx));
+  }
+
+  // The first n (1..8) lanes of gather_lanes; lanes >= n are 0 and read x[0] (x must have
+  // an element), their indices are not read (whole index pairs are loaded, then the odd last one).
+  static reg gather_lanes_first(const float* x, const int16_t* idx, int n) {
+    const __m128i pairs = _mm_cmpgt_epi32(_mm_set1_epi32(n / 2), _mm_setr_epi32(0, 1, 2, 3));
+    __m128i i = _mm_maskload_epi32(reinterpret_cast<const int*>(idx), pairs);
+    const __m128i last = _mm_cmpeq_epi16(_mm_set1_epi16(int16_t(n - 1)), _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7));
+    i = _mm_blendv_epi8(i, _mm_set1_epi16(idx[n - 1]), last);
+    return _mm256_and_ps(lanes8_reg(x, i, idx), _mm256_castsi256_ps(first_mask(n)));
+  }
+  static reg gather_lanes_first(const float* x, const int32_t* idx, int n) {
+    const __m256i i = _mm256_maskload_epi32(reinterpret_cast<const int*>(idx), first_mask(n));
+    const __m256 l = _mm256_set_m128(lanes4_reg(x, _mm256_extracti128_si256(i, 1), idx),
+                                     lanes4_reg(x, _mm256_castsi256_si128(i), idx));
+    return _mm256_and_ps(l, _mm256_castsi256_ps(first_mask(n)));
   }
 
   static float hsum(reg v) {

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "lane_loads_x86.h"
+
 namespace sparselab {
 namespace SPARSELAB_ISA_NS {
 namespace {
@@ -25,6 +27,31 @@ struct VecAvx512 {
   static reg gather(const float* x, const int16_t* idx) {
     const __m256i i16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx));
     return _mm512_i32gather_ps(_mm512_cvtepi16_epi32(i16), x, 4);
+  }
+
+  // The same lanes from scalar loads (lane_loads_x86.h).
+  template <typename Idx>
+  static reg gather_lanes(const float* x, const Idx* idx) {
+    const __m256 lo = _mm256_set_m128(lanes4(x, idx + 4), lanes4(x, idx));
+    const __m256 hi = _mm256_set_m128(lanes4(x, idx + 12), lanes4(x, idx + 8));
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+  }
+
+  // The first n (1..16) lanes of gather_lanes; lanes >= n are 0 and read x[0] (x must
+  // have an element), their indices are not read.
+  static reg gather_lanes_first(const float* x, const int16_t* idx, int n) {
+    const __m256i i = _mm256_maskz_loadu_epi16(__mmask16((1u << n) - 1u), idx);
+    const __m256 lo = lanes8_reg(x, _mm256_castsi256_si128(i), idx);
+    const __m256 hi = lanes8_reg(x, _mm256_extracti128_si256(i, 1), idx);
+    return _mm512_maskz_mov_ps(__mmask16((1u << n) - 1u), _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1));
+  }
+  static reg gather_lanes_first(const float* x, const int32_t* idx, int n) {
+    const __m512i i = _mm512_maskz_loadu_epi32(__mmask16((1u << n) - 1u), idx);
+    const __m256 lo = _mm256_set_m128(lanes4_reg(x, _mm512_extracti32x4_epi32(i, 1), idx),
+                                      lanes4_reg(x, _mm512_castsi512_si128(i), idx));
+    const __m256 hi = _mm256_set_m128(lanes4_reg(x, _mm512_extracti32x4_epi32(i, 3), idx),
+                                      lanes4_reg(x, _mm512_extracti32x4_epi32(i, 2), idx));
+    return _mm512_maskz_mov_ps(__mmask16((1u << n) - 1u), _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1));
   }
 
   static float hsum(reg v) { return _mm512_reduce_add_ps(v); }

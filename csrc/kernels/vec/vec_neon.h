@@ -32,6 +32,12 @@ struct VecNeon {
     return vcombine_f32(lo, hi);
   }
 
+  // NEON's gather is already built from lane loads: the lanes forms run the same code.
+  template <typename Idx>
+  static reg gather_lanes(const float* x, const Idx* idx) {
+    return gather(x, idx);
+  }
+
   static float hsum(reg v) { return vaddvq_f32(v); }
 
   // The lane sums of a0..a3 as one vector.
@@ -62,6 +68,10 @@ struct VecNeon {
     float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int m = 0; m < n; ++m) t[m] = x[idx[m]];
     return vld1q_f32(t);
+  }
+  template <typename I>
+  static reg gather_lanes_first(const float* x, const I* idx, int n) {
+    return gather_first(x, idx, n);
   }
 };
 
