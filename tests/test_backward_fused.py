@@ -114,20 +114,23 @@ LARGE = [
     ),
     Case(n=67, out_f=1100, in_f=300, sparsity=0.99, padding=1, index_dtype="int32", garbage=1e30, threads=2, seed=22),
     Case(n=200, out_f=600, in_f=700, sparsity=0.8, padding=1, threads=2, seed=23),  # several tiles, blocks, groups
+    # 9 tiles of 64 (17 of 32) and a partial last one: the tile-class variants' two classes
+    Case(n=520, out_f=150, in_f=260, sparsity=0.8, pattern="ragged", empty_rows=True, padding=2, threads=2, seed=24),
 ]
 
 
-@pytest.mark.parametrize("case", LARGE, ids=["300x1100_n131", "1100x300_n67", "600x700_n200"])
+@pytest.mark.parametrize("case", LARGE, ids=["300x1100_n131", "1100x300_n67", "600x700_n200", "150x260_n520"])
 @pytest.mark.parametrize("v", FUSED)
 def test_matches_float64_reference_large(v, case):
     _check(v, case)
 
 
+@pytest.mark.parametrize("n", [67, 520], ids=["n67", "n520"])  # 520: two tile classes where a variant has them
 @pytest.mark.parametrize("v", FUSED)
-def test_bitwise_identical_across_thread_counts(v):
+def test_bitwise_identical_across_thread_counts(v, n):
     W = build_weight(300, 2048, 0.5, seed=31, pattern="ragged", empty_rows=True, padding=3, garbage=NAN)
-    X = strided_operand(67, 2048, seed=32, ld_extra=4, col_offset=1)
-    dY = strided_operand(67, 300, seed=33)
+    X = strided_operand(n, 2048, seed=32, ld_extra=4, col_offset=1)
+    dY = strided_operand(n, 300, seed=33)
     one = _run(v, W, dY, X, 1)
     two = _run(v, W, dY, X, 2)
     for a, b, what in zip(one, two, ("dX", "dW")):

@@ -8,11 +8,17 @@
 // two FMAs, and dY, X and W's index are each read once per batch tile instead
 // of twice. dW sums are reduced four slots at a time (hsum4) and accumulated
 // over batch tiles in block-major order, then scattered to W's slots through
-// the transpose permutation. A task owns a range of W^T's row groups (split
-// by live slots) and packs, one batch tile at a time, the dY panel and its own
-// X columns into buffers that stay in L2.
-// Every output sums its terms in a fixed order, so results do not depend on
-// the thread count.
+// the transpose permutation.
+// A task owns a range of W^T's row groups (split by live slots) and packs, one
+// batch tile at a time, the whole dY panel and the X columns of its row
+// groups into buffers that stay in L2; so every thread packs every dY tile.
+// With TC (tile classes) and enough batch tiles, tiles fall into two classes
+// (even, odd) that sum dW into buffers of their own, added at the end: two
+// threads then each take one class for all of W and pack only their own
+// tiles, but each streams all of W per tile. Which costs less depends on the
+// shape (dY's width against W's slots per tile): the tuner races both.
+// The classes depend on the batch size only and every output sums its terms
+// in a fixed order, so results do not depend on the thread count.
 #pragma once
 #include "../isa_namespace.h"
 #include "../block_major.h"
@@ -25,9 +31,13 @@ namespace SPARSELAB_ISA_NS {
 namespace {
 
 // in, out: W's sizes (W^T is in x out).
+// Batch tiles from which dW is summed in two classes of tiles (enough that the classes
+// differ by at most an eighth of the work).
+constexpr int64_t kBwdTwoClassTiles = 8;
+
 template <int T, int CB, int G>
 size_t bwd_fused_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
-  return size_t(threads) * (size_t(out) * T + size_t(in) * T + 32) + size_t(nnz) + 16 +
+  return size_t(threads) * (size_t(out) * T + size_t(in) * T + 32) + 2 * (size_t(nnz) + 16) +
          block_major_floats<CB, G>(in, out, nnz, true);
 }
 
@@ -96,7 +106,7 @@ inline void bwd_fused_run(typename V::reg* acc, const typename V::reg* xj, const
   }
 }
 
-template <class V, int T, int CB, int G, int S, typename Idx>
+template <class V, int T, int CB, int G, int S, bool TC, typename Idx>
 void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
@@ -115,32 +125,35 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   for (int64_t j = 0; j < in; ++j) nnz += wt.row_nnz[j];
   // Per worker: the dY panel of one tile (out x T) and its X columns of that tile.
   const size_t worker_stride = size_t(out) * T + size_t(in) * T + 32;
-  float* sums = a.scratch + size_t(a.threads) * worker_stride;  // dW sums in block-major order
-  const BlockMajor<CB, G> bm =
-      block_major_for_call<CB, G>(a.prepared, sums + nnz + 16, wt, nnz, true, a.threads, a.prepared ? a.perm : nullptr);
+  // dW sums in block-major order, one buffer per class of batch tiles.
+  float* sums[2] = {a.scratch + size_t(a.threads) * worker_stride, nullptr};
+  sums[1] = sums[0] + nnz + 16;
+  const BlockMajor<CB, G> bm = block_major_for_call<CB, G>(a.prepared, sums[1] + nnz + 16, wt, nnz, true, a.threads,
+                                                           a.prepared ? a.perm : nullptr);
 
-  // One task per thread owns row groups of W^T (columns of W) for every batch tile, in
-  // tile order, and packs the whole dY tile itself (which then stays in its L2): no
-  // barrier per tile, so a thread descheduled on a shared machine stalls one hand-off
-  // instead of every tile. (A shared dY panel of all tiles, packed up front, would be a
-  // memory-sized copy written and read back.)
-  const int64_t splits = min64(bm.ngroups, int64_t(a.threads));
+  // Tasks pack their own tiles' panels (which then stay in their L2): no barrier per tile,
+  // so a thread descheduled on a shared machine stalls one hand-off instead of every tile.
+  // (A shared dY panel of all tiles, packed up front, would be a memory-sized copy written
+  // and read back.)
+  const int64_t ntiles = ceil_div(a.n, T);
+  const int64_t classes = TC && ntiles >= kBwdTwoClassTiles ? 2 : 1;
+  const int64_t splits = min64(bm.ngroups, ceil_div(int64_t(a.threads), classes));
   auto split_group = [&](int64_t s) { return block_major_split_group(bm, splits, s); };
   // The store helper of the forward kernels writes buf[r][q] to dx[b0 + q][i0 + r].
   FwdArgs<Idx> st{wt, a.n, nullptr, 0, nullptr, a.dx, a.lddx, nullptr, 0, nullptr, a.threads};
-  const int64_t ntiles = ceil_div(a.n, T);
-  parallel_for(a.threads, splits, [&](int64_t s, int worker) {
+  parallel_for(a.threads, classes * splits, [&](int64_t task, int worker) {
+    const int64_t cls = task / splits, s = task % splits;
     const int64_t g_lo = split_group(s), g_hi = split_group(s + 1);
     if (g_lo == g_hi) return;
     float* P = a.scratch + size_t(worker) * worker_stride;
     float* px = P + size_t(out) * T + 16;  // indexed by absolute column of W
     alignas(64) float buf[G][T];
-    for (int64_t t = 0; t < ntiles; ++t) {
+    for (int64_t t = cls; t < ntiles; t += classes) {
       const int64_t b0 = t * T;
       const int nbatch = int(min64(T, a.n - b0));
       pack_tile_cols<T>(a.dy, a.lddy, a.n, t, 0, out, P);
       pack_tile_cols<T>(a.x, a.ldx, a.n, t, g_lo * G, min64(in, g_hi * G), px);
-      const bool first = (t == 0);
+      const bool first = (t == cls);
       for (int64_t g = g_lo; g < g_hi; ++g) {
         const int64_t i0 = g * G;
         const int gn = int(min64(G, in - i0));
@@ -149,7 +162,7 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
         const uint16_t* cnt = bm.counts_of(g);
         const float* v = bm.values + bm.group_start[g];
         const uint16_t* col = bm.cols + bm.group_start[g];
-        float* dst = sums + bm.group_start[g];
+        float* dst = sums[cls] + bm.group_start[g];
         for (int64_t b = 0; b < bm.nblocks; ++b) {
           const float* Pb = P + b * CB * T;
           for (int r = 0; r < gn; ++r) {
@@ -172,10 +185,13 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
       }
     }
   });
-  // dW sums to W's slots; then padding slots are 0 again, whatever the index said.
+  // dW sums (of both classes) to W's slots; then padding slots are 0 again, whatever the index said.
   parallel_for(a.threads, bm.ngroups, [&](int64_t g, int) {
     block_major_runs(bm, wt, g, [&](int64_t, int, int64_t slot_t, int64_t pos, int32_t m) {
-      for (int32_t k = 0; k < m; ++k) a.dw[a.perm[slot_t + k]] = sums[pos + k];
+      if (classes == 2)
+        for (int32_t k = 0; k < m; ++k) a.dw[a.perm[slot_t + k]] = sums[0][pos + k] + sums[1][pos + k];
+      else
+        for (int32_t k = 0; k < m; ++k) a.dw[a.perm[slot_t + k]] = sums[0][pos + k];
     });
   });
   parallel_for(a.threads, a.w_rows, [&](int64_t i, int) {
@@ -187,13 +203,13 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
 namespace forms {
 namespace backward_fused {
 
-template <class V, int T, int CB, int G, int slots>
+template <class V, int T, int CB, int G, int slots, int tile_classes>
 struct block_major : BlockMajorPrepared<CB, G> {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
-  static constexpr const char kParams[] = "T,CB,G,slots";
+  static constexpr const char kParams[] = "T,CB,G,slots,tile_classes";
   template <typename Idx>
   static void run(const BwdArgs<Idx>& a) {
-    bwd_fused_blockmajor<V, T, CB, G, slots>(a);
+    bwd_fused_blockmajor<V, T, CB, G, slots, tile_classes != 0>(a);
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return bwd_fused_scratch<T, CB, G>(n, in, out, nnz, threads);
