@@ -934,6 +934,18 @@ def test_heuristic_default_is_available_and_batch_aware(op):
     assert scatter.available and scatter.dx_layout == "scatter"
 
 
+@pytest.mark.parametrize("op", ["spmm_fwd", "spmm_dx"])
+def test_heuristic_small_batches(op):
+    """Without wisdom: one batch row takes a lanes row dot (x86), two to seven an 8-row tile."""
+    x86_lanes = [name for name in ("avx512_lanes", "avx2_lanes") if kernels.get(op, name).available]
+    if not x86_lanes:
+        pytest.skip("no x86 lanes variant runs on this CPU")
+    assert planner.default_variant(op, 1) == x86_lanes[0]
+    for n in (2, 7):
+        assert planner.default_variant(op, n) == "avx2_tile8"
+    assert kernels.get(op, planner.default_variant(op, 8)).form == "tiled"
+
+
 def test_close_finish_duel_corrects_an_unlucky_short_race():
     # "b" is truly 5% faster, but its first runs are slow (a noisy machine) and the budget ends
     # the race after one round, where "a" leads. The duel's extra interleaved runs fix that.

@@ -79,17 +79,17 @@ int main(int argc, char** argv) {
                                    dw_blockmajor_scratch<128, 64, 64>(n, in, out, nnz, threads),
                                    fwd_blockmajor_scratch<128, 64, 64>(n, out, in, nnz, threads),
                                    fwd_blockmajor_scratch<64, 256, 64>(n, out, in, nnz, threads),
-                                   bwd_fused_scratch<128, 128, 64>(n, in, out, nnz, threads),
-                                   bwd_fused_scratch<64, 256, 64>(n, in, out, nnz, threads),
-                                   bwd_fused_scratch<64, 64, 64>(n, in, out, nnz, threads),
-                                   bwd_fused_scratch<128, 64, 64>(n, in, out, nnz, threads),
-                                   bwd_fused_scratch<64, 512, 64>(n, in, out, nnz, threads),
+                                   bwd_fused_scratch<128, 128, 64, true>(n, in, out, nnz, threads),
+                                   bwd_fused_scratch<64, 256, 64, true>(n, in, out, nnz, threads),
+                                   bwd_fused_scratch<64, 64, 64, true>(n, in, out, nnz, threads),
+                                   bwd_fused_scratch<128, 64, 64, true>(n, in, out, nnz, threads),
+                                   bwd_fused_scratch<64, 512, 64, true>(n, in, out, nnz, threads),
                                    dw_blockmajor_scratch<64, 512, 64>(n, in, out, nnz, threads),
                                    fwd_blockmajor_scratch<64, 128, 64>(n, out, in, nnz, threads),
-                                   bwd_fused_scratch<32, 256, 64>(n, in, out, nnz, threads),
+                                   bwd_fused_scratch<32, 256, 64, true>(n, in, out, nnz, threads),
                                    dw_blockmajor_scratch<64, 256, 64>(n, in, out, nnz, threads),
-                                   bwd_fused_scratch<64, 1024, 64>(n, in, out, nnz, threads),
-                                   bwd_fused_scratch<128, 512, 64>(n, in, out, nnz, threads)});
+                                   bwd_fused_scratch<64, 1024, 64, true>(n, in, out, nnz, threads),
+                                   bwd_fused_scratch<128, 512, 64, true>(n, in, out, nnz, threads)});
   float* scratch = static_cast<float*>(aligned_alloc(64, (sf * 4 + 63) / 64 * 64));
   int64_t chunks[2] = {0, out};
   DwArgs<int16_t> da{w, n, dy.data(), out, x.data(), in, dw.data(), chunks, 1, scratch, threads};

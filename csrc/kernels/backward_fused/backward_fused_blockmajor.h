@@ -30,15 +30,21 @@ namespace sparselab {
 namespace SPARSELAB_ISA_NS {
 namespace {
 
-// in, out: W's sizes (W^T is in x out).
 // Batch tiles from which dW is summed in two classes of tiles (enough that the classes
 // differ by at most an eighth of the work).
 constexpr int64_t kBwdTwoClassTiles = 8;
 
-template <int T, int CB, int G>
+// Classes of batch tiles a call sums dW in (each with its own buffer of sums): 1 or 2.
+template <int T, bool TC>
+int64_t bwd_tile_classes(int64_t n) {
+  return TC && ceil_div(n, T) >= kBwdTwoClassTiles ? 2 : 1;
+}
+
+// in, out: W's sizes (W^T is in x out).
+template <int T, int CB, int G, bool TC>
 size_t bwd_fused_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
-  return size_t(threads) * (size_t(out) * T + size_t(in) * T + 32) + 2 * (size_t(nnz) + 16) +
-         block_major_floats<CB, G>(in, out, nnz, true);
+  return size_t(threads) * (size_t(out) * T + size_t(in) * T + 32) +
+         size_t(bwd_tile_classes<T, TC>(n)) * (size_t(nnz) + 16) + block_major_floats<CB, G>(in, out, nnz, true);
 }
 
 // One run of m slots of W^T's row j in one column block, against one batch tile:
@@ -126,17 +132,17 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   // Per worker: the dY panel of one tile (out x T) and its X columns of that tile.
   const size_t worker_stride = size_t(out) * T + size_t(in) * T + 32;
   // dW sums in block-major order, one buffer per class of batch tiles.
+  const int64_t ntiles = ceil_div(a.n, T);
+  const int64_t classes = bwd_tile_classes<T, TC>(a.n);
   float* sums[2] = {a.scratch + size_t(a.threads) * worker_stride, nullptr};
-  sums[1] = sums[0] + nnz + 16;
-  const BlockMajor<CB, G> bm = block_major_for_call<CB, G>(a.prepared, sums[1] + nnz + 16, wt, nnz, true, a.threads,
-                                                           a.prepared ? a.perm : nullptr);
+  if (classes == 2) sums[1] = sums[0] + nnz + 16;
+  const BlockMajor<CB, G> bm = block_major_for_call<CB, G>(a.prepared, sums[0] + classes * (nnz + 16), wt, nnz, true,
+                                                           a.threads, a.prepared ? a.perm : nullptr);
 
   // Tasks pack their own tiles' panels (which then stay in their L2): no barrier per tile,
   // so a thread descheduled on a shared machine stalls one hand-off instead of every tile.
   // (A shared dY panel of all tiles, packed up front, would be a memory-sized copy written
   // and read back.)
-  const int64_t ntiles = ceil_div(a.n, T);
-  const int64_t classes = TC && ntiles >= kBwdTwoClassTiles ? 2 : 1;
   const int64_t splits = min64(bm.ngroups, ceil_div(int64_t(a.threads), classes));
   auto split_group = [&](int64_t s) { return block_major_split_group(bm, splits, s); };
   // The store helper of the forward kernels writes buf[r][q] to dx[b0 + q][i0 + r].
@@ -212,7 +218,7 @@ struct block_major : BlockMajorPrepared<CB, G> {
     bwd_fused_blockmajor<V, T, CB, G, slots, tile_classes != 0>(a);
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
-    return bwd_fused_scratch<T, CB, G>(n, in, out, nnz, threads);
+    return bwd_fused_scratch<T, CB, G, tile_classes != 0>(n, in, out, nnz, threads);
   }
 };
 
