@@ -25,6 +25,7 @@
 #include "kernels/sddmm_dw/sddmm_dw_rowreg.h"
 #include "kernels/spmm_fwd/spmm_fwd_blockmajor.h"
 #include "kernels/backward_fused/backward_fused_blockmajor.h"
+#include "micro_common.h"
 
 using namespace sparselab;
 using namespace sparselab::isa_avx512;
@@ -35,23 +36,12 @@ int main(int argc, char** argv) {
   const int rounds = atoi(argv[4]), threads = atoi(argv[5]);
   const char* only = argc > 6 ? argv[6] : "";
   std::mt19937 rng(1);
-  std::vector<int64_t> row_start{0};
-  std::vector<int32_t> row_nnz;
-  std::vector<int16_t> cols;
-  std::vector<int> all(in);
-  std::iota(all.begin(), all.end(), 0);
-  for (int64_t i = 0; i < out; ++i) {
-    std::shuffle(all.begin(), all.end(), rng);
-    const int m = int(in / 10);
-    std::vector<int> c(all.begin(), all.begin() + m);
-    std::sort(c.begin(), c.end());
-    for (int x : c) cols.push_back(int16_t(x));
-    row_nnz.push_back(m);
-    row_start.push_back(int64_t(cols.size()));
-  }
-  const int64_t nnz = int64_t(cols.size());
-  std::vector<float> vals(nnz), x(n * in), dy(n * out), dw(nnz), dw2(nnz), dx(n * in), dx2(n * in);
-  for (auto& v : vals) v = float(rng() % 100) / 100.0f - 0.5f;
+  const RandomW rw(out, in, rng);
+  const int64_t nnz = rw.nnz();
+  const std::vector<float>& vals = rw.values;
+  const std::vector<int16_t>& cols = rw.cols;
+  const std::vector<int64_t>& row_start = rw.row_start;
+  std::vector<float> x(n * in), dy(n * out), dw(nnz), dw2(nnz), dx(n * in), dx2(n * in);
   for (auto& v : x) v = float(rng() % 100) / 100.0f - 0.5f;
   for (auto& v : dy) v = float(rng() % 100) / 100.0f - 0.5f;
   // W^T (compact) and the permutation from its slots to W's.
@@ -73,7 +63,7 @@ int main(int argc, char** argv) {
         perm[dst] = int32_t(k);
       }
   }
-  CsrView<int16_t> w{vals.data(), cols.data(), row_start.data(), row_nnz.data(), out, in};
+  const CsrView<int16_t> w = rw.view();
   CsrView<int16_t> wt{tvals.data(), tcols.data(), trs.data(), trn.data(), in, out};
   const size_t sf = 64 + std::max({dw_blockmajor_scratch<128, 1024, 64>(n, in, out, nnz, threads),
                                    dw_blockmajor_scratch<128, 64, 64>(n, in, out, nnz, threads),
@@ -95,8 +85,8 @@ int main(int argc, char** argv) {
   DwArgs<int16_t> da{w, n, dy.data(), out, x.data(), in, dw.data(), chunks, 1, scratch, threads};
   FwdArgs<int16_t> xa{wt, n, dy.data(), out, nullptr, dx.data(), in, nullptr, 0, scratch, threads};
   BwdArgs<int16_t> ba{
-      wt,         perm.data(), row_start.data(), row_nnz.data(), out,    n, dy.data(), out, x.data(), in,
-      dx2.data(), in,          dw2.data(),       scratch,        threads};
+      wt,         perm.data(), row_start.data(), rw.row_nnz.data(), out,    n, dy.data(), out, x.data(), in,
+      dx2.data(), in,          dw2.data(),       scratch,           threads};
   auto gather = [&] {
     parallel_for(threads, 4 * threads, [&](int64_t t, int) {
       for (int64_t k = nnz * t / (4 * threads); k < nnz * (t + 1) / (4 * threads); ++k) tvals[k] = vals[perm[k]];

@@ -19,6 +19,7 @@
 #include "kernels/vec/vec_avx2.h"
 #include "kernels/vec/vec_avx512.h"
 #include "kernels/sddmm_dw/sddmm_dw_rowreg.h"
+#include "micro_common.h"
 
 using namespace sparselab;
 using namespace sparselab::isa_avx512;
@@ -27,32 +28,19 @@ int main(int argc, char** argv) {
   const int64_t out = atol(argv[1]), in = atol(argv[2]), n = atol(argv[3]);
   const int rounds = atoi(argv[4]);
   std::mt19937 rng(1);
-  std::vector<int64_t> row_start{0};
-  std::vector<int32_t> row_nnz;
-  std::vector<int16_t> cols;
-  std::vector<int> all(in);
-  std::iota(all.begin(), all.end(), 0);
-  for (int64_t i = 0; i < out; ++i) {
-    std::shuffle(all.begin(), all.end(), rng);
-    const int m = int(in / 10);
-    std::vector<int> c(all.begin(), all.begin() + m);
-    std::sort(c.begin(), c.end());
-    for (int x : c) cols.push_back(int16_t(x));
-    row_nnz.push_back(m);
-    row_start.push_back(int64_t(cols.size()));
-  }
-  const int64_t nnz = int64_t(cols.size());
-  std::vector<float> vals(nnz, 1.0f), x(n * in), dy(n * out), dw(nnz);
+  const RandomW rw(out, in, rng);
+  const int64_t nnz = rw.nnz();
+  std::vector<float> x(n * in), dy(n * out), dw(nnz);
   for (auto& v : x) v = float(rng() % 100) / 100.0f;
   for (auto& v : dy) v = float(rng() % 100) / 100.0f;
-  CsrView<int16_t> w{vals.data(), cols.data(), row_start.data(), row_nnz.data(), out, in};
+  const CsrView<int16_t> w = rw.view();
   const size_t sf = 64 + std::max({dw_blockmajor_scratch<128, 64, 64>(n, in, out, nnz, 1),
                                    dw_blockmajor_scratch<64, 64, 64>(n, in, out, nnz, 1),
                                    dw_blockmajor_scratch<32, 64, 64>(n, in, out, nnz, 1)});
   float* scratch = static_cast<float*>(aligned_alloc(64, (sf * 4 + 63) / 64 * 64));
   int64_t chunks[2] = {0, out};
   DwArgs<int16_t> a{w, n, dy.data(), out, x.data(), in, dw.data(), chunks, 1, scratch, 1};
-  std::vector<std::pair<std::string, std::function<void()>>> cfg = {
+  const Configs cfg = {
       {"avx512 bm128_cb64", [&] { dw_blockmajor<VecAvx512, 128, 64, 64>(a); }},
       {"avx2 bm64_cb128", [&] { dw_blockmajor<VecAvx2, 64, 128, 64>(a); }},
       {"avx512 rowreg128_cb512", [&] { forms::sddmm_dw::rowreg<VecAvx512, 128, 512, 64>::run(a); }},
@@ -63,17 +51,7 @@ int main(int argc, char** argv) {
       {"avx512 rowreg32_cb2048", [&] { forms::sddmm_dw::rowreg<VecAvx512, 32, 2048, 64>::run(a); }},
       {"avx2 rowreg32_cb1024", [&] { forms::sddmm_dw::rowreg<VecAvx2, 32, 1024, 64>::run(a); }},
   };
-  std::vector<std::vector<double>> t(cfg.size());
-  for (int r = 0; r < rounds; ++r)
-    for (size_t c = 0; c < cfg.size(); ++c) {
-      cfg[c].second();
-      const std::clock_t c0 = std::clock();
-      cfg[c].second();
-      t[c].push_back(double(std::clock() - c0) / CLOCKS_PER_SEC);
-    }
-  for (size_t c = 0; c < cfg.size(); ++c) {
-    std::sort(t[c].begin(), t[c].end());
-    const double med = t[c][t[c].size() / 2];
-    std::printf("%-24s %8.2f ms %7.1f GFLOP/s\n", cfg[c].first.c_str(), med * 1e3, 2.0 * nnz * n / med / 1e9);
-  }
+  const std::vector<double> med = interleaved_medians(cfg, rounds, true);
+  for (size_t c = 0; c < cfg.size(); ++c)
+    std::printf("%-24s %8.2f ms %7.1f GFLOP/s\n", cfg[c].first.c_str(), med[c] * 1e3, 2.0 * nnz * n / med[c] / 1e9);
 }

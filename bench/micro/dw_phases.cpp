@@ -18,6 +18,7 @@
 #include "kernels/vec/vec_avx512.h"
 #include "kernels/sddmm_dw/sddmm_dw_rowreg.h"
 #include "kernels/spmm_fwd/spmm_fwd_blockmajor.h"
+#include "micro_common.h"
 
 using namespace sparselab;
 using namespace sparselab::isa_avx512;
@@ -27,25 +28,12 @@ int main(int argc, char** argv) {
   const int reps = atoi(argv[4]);
   const bool fwd = argc > 5 && argv[5][0] == 'f';  // "fwd": spmm_fwd avx512 bm128_cb64 instead
   std::mt19937 rng(1);
-  std::vector<int64_t> row_start{0};
-  std::vector<int32_t> row_nnz;
-  std::vector<int16_t> cols;
-  std::vector<int> all(in);
-  std::iota(all.begin(), all.end(), 0);
-  for (int64_t i = 0; i < out; ++i) {
-    std::shuffle(all.begin(), all.end(), rng);
-    const int m = int(in / 10);
-    std::vector<int> c(all.begin(), all.begin() + m);
-    std::sort(c.begin(), c.end());
-    for (int x : c) cols.push_back(int16_t(x));
-    row_nnz.push_back(m);
-    row_start.push_back(int64_t(cols.size()));
-  }
-  const int64_t nnz = int64_t(cols.size());
-  std::vector<float> vals(nnz, 1.0f), x(n * in), dy(n * out), dw(nnz);
+  const RandomW rw(out, in, rng);
+  const int64_t nnz = rw.nnz();
+  std::vector<float> x(n * in), dy(n * out), dw(nnz);
   for (auto& v : x) v = float(rng() % 100) / 100.0f;
   for (auto& v : dy) v = float(rng() % 100) / 100.0f;
-  CsrView<int16_t> w{vals.data(), cols.data(), row_start.data(), row_nnz.data(), out, in};
+  const CsrView<int16_t> w = rw.view();
   const size_t sf = std::max(dw_blockmajor_scratch<128, 1024, 64>(n, in, out, nnz, 1),
                              fwd_blockmajor_scratch<128, 64, 64>(n, in, out, nnz, 1));
   std::vector<float> y(n * out);

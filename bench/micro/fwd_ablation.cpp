@@ -24,6 +24,7 @@
 #include "kernels/spmm_fwd/spmm_fwd_blockmajor.h"
 #include "kernels/spmm_fwd/fwd_lines_avx512.h"
 #include "kernels/spmm_fwd/spmm_fwd_blockmajor_stream.h"
+#include "micro_common.h"
 
 using namespace sparselab;
 using namespace sparselab::isa_avx512;
@@ -82,26 +83,13 @@ int main(int argc, char** argv) {
   }
   const int64_t out = atol(argv[1]), in = atol(argv[2]), n = 2048;
   std::mt19937 rng(1);
-  std::vector<int64_t> row_start{0};
-  std::vector<int32_t> row_nnz;
-  std::vector<int16_t> cols;
-  std::vector<int> all(in);
-  std::iota(all.begin(), all.end(), 0);
-  for (int64_t i = 0; i < out; ++i) {
-    std::shuffle(all.begin(), all.end(), rng);
-    std::vector<int> c(all.begin(), all.begin() + in / 10);
-    std::sort(c.begin(), c.end());
-    for (int j : c) cols.push_back(int16_t(j));
-    row_nnz.push_back(int32_t(c.size()));
-    row_start.push_back(int64_t(cols.size()));
-  }
-  const int64_t nnz = int64_t(cols.size());
-  std::vector<float> vals(nnz), x(n * in);
-  for (auto& v : vals) v = float(rng() % 100) / 100.0f;
+  const RandomW rw(out, in, rng);
+  const int64_t nnz = rw.nnz();
+  std::vector<float> x(n * in);
   for (auto& v : x) v = float(rng() % 100) / 100.0f;
   float* y = static_cast<float*>(aligned_alloc(64, (size_t(n * out) * 4 + 63) / 64 * 64));
   float* P = static_cast<float*>(aligned_alloc(64, size_t(in) * 64 * 4 + 64));
-  CsrView<int16_t> w{vals.data(), cols.data(), row_start.data(), row_nnz.data(), out, in};
+  const CsrView<int16_t> w = rw.view();
   const auto bm256 = build<256, 64>(w, nnz);
   const auto bm128 = build<128, 64>(w, nnz);
   float* prep =
@@ -113,24 +101,14 @@ int main(int argc, char** argv) {
   FwdArgs<int16_t> f{w, n, x.data(), in, nullptr, y, out, chunks, 1, scratch, 1};
   FwdArgs<int16_t> fp = f;
   fp.prepared = prep;
-  std::vector<std::pair<std::string, std::function<void()>>> cfg = {
+  const Configs cfg = {
       {"bmst64_cb256, one-off", [&] { fwd_bm_stream<V, 64, 256, 64, 1>(f); }},
       {"bmst64_cb256, prepared index", [&] { fwd_bm_stream<V, 64, 256, 64, 1>(fp); }},
       {"run loop + packing, cb256", [&] { run_loop<64, 256, 64, 1>(bm256, x.data(), n, in, out, P); }},
       {"run loop alone, cb256", [&] { run_loop<64, 256, 64, 0>(bm256, x.data(), n, in, out, P); }},
       {"run loop alone, cb128", [&] { run_loop<64, 128, 64, 0>(bm128, x.data(), n, in, out, P); }},
   };
-  std::vector<std::vector<double>> t(cfg.size());
-  for (int r = 0; r < 5; ++r)
-    for (size_t c = 0; c < cfg.size(); ++c) {
-      cfg[c].second();
-      const auto w0 = std::chrono::steady_clock::now();
-      cfg[c].second();
-      t[c].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
-    }
-  for (size_t c = 0; c < cfg.size(); ++c) {
-    std::sort(t[c].begin(), t[c].end());
-    const double med = t[c][t[c].size() / 2];
-    std::printf("%-30s %8.2f ms %7.1f GFLOP/s\n", cfg[c].first.c_str(), med * 1e3, 2.0 * nnz * n / med / 1e9);
-  }
+  const std::vector<double> med = interleaved_medians(cfg, 5, false);
+  for (size_t c = 0; c < cfg.size(); ++c)
+    std::printf("%-30s %8.2f ms %7.1f GFLOP/s\n", cfg[c].first.c_str(), med[c] * 1e3, 2.0 * nnz * n / med[c] / 1e9);
 }

@@ -21,6 +21,7 @@
 #include "kernels/spmm_fwd/spmm_fwd_blockmajor.h"
 #include "kernels/spmm_fwd/fwd_lines_avx512.h"
 #include "kernels/spmm_fwd/spmm_fwd_blockmajor_stream.h"
+#include "micro_common.h"
 
 using namespace sparselab;
 using namespace sparselab::isa_avx512;
@@ -34,27 +35,13 @@ int main(int argc, char** argv) {
   const int rounds = atoi(argv[4]);
   const int threads = argc > 5 ? atoi(argv[5]) : 1;
   std::mt19937 rng(1);
-  std::vector<int64_t> row_start{0};
-  std::vector<int32_t> row_nnz;
-  std::vector<int16_t> cols;
-  std::vector<int> all(in);
-  std::iota(all.begin(), all.end(), 0);
-  for (int64_t i = 0; i < out; ++i) {
-    std::shuffle(all.begin(), all.end(), rng);
-    const int m = int(in / 10);
-    std::vector<int> c(all.begin(), all.begin() + m);
-    std::sort(c.begin(), c.end());
-    for (int x : c) cols.push_back(int16_t(x));
-    row_nnz.push_back(m);
-    row_start.push_back(int64_t(cols.size()));
-  }
-  const int64_t nnz = int64_t(cols.size());
-  std::vector<float> vals(nnz), x(n * in);
-  for (auto& v : vals) v = float(rng() % 100) / 100.0f;
+  const RandomW rw(out, in, rng);
+  const int64_t nnz = rw.nnz();
+  std::vector<float> x(n * in);
   for (auto& v : x) v = float(rng() % 100) / 100.0f;
   // Y 64-byte aligned, as torch allocates it.
   float* y = static_cast<float*>(aligned_alloc(64, (size_t(n * out) * 4 + 63) / 64 * 64));
-  CsrView<int16_t> w{vals.data(), cols.data(), row_start.data(), row_nnz.data(), out, in};
+  const CsrView<int16_t> w = rw.view();
   const size_t sf = 64 + std::max({fwd_blockmajor_scratch<64, 256, 64>(n, in, out, nnz, threads),
                                    fwd_blockmajor_scratch<64, 128, 128>(n, in, out, nnz, threads),
                                    fwd_blockmajor_scratch<128, 128, 64>(n, in, out, nnz, threads)});
@@ -71,7 +58,7 @@ int main(int argc, char** argv) {
     kernel(g);
     free(yy);
   };
-  std::vector<std::pair<std::string, std::function<void()>>> cfg = {
+  const Configs cfg = {
       {"bm64_cb256", [&] { fwd_blockmajor<VecAvx512, 64, 256, 64>(f); }},
       {"bm128_cb128", [&] { fwd_blockmajor<VecAvx512, 128, 128, 64>(f); }},
       {"bmst64_cb256", [&] { fwd_bm_stream<VecAvx512, 64, 256, 64, 1>(f); }},
@@ -86,19 +73,7 @@ int main(int argc, char** argv) {
        [&] { fresh([](const FwdArgs<int16_t>& g) { fwd_bm_stream<VecAvx512, 64, 256, 64, 1>(g); }); }},
   };
 
-  std::vector<std::vector<double>> t(cfg.size());
-  for (int r = 0; r < rounds; ++r)
-    for (size_t c = 0; c < cfg.size(); ++c) {
-      cfg[c].second();
-      const std::clock_t c0 = std::clock();
-      const auto w0 = std::chrono::steady_clock::now();
-      cfg[c].second();
-      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
-      t[c].push_back(threads == 1 ? double(std::clock() - c0) / CLOCKS_PER_SEC : wall);
-    }
-  for (size_t c = 0; c < cfg.size(); ++c) {
-    std::sort(t[c].begin(), t[c].end());
-    const double med = t[c][t[c].size() / 2];
-    std::printf("%-22s %8.2f ms %7.1f GFLOP/s\n", cfg[c].first.c_str(), med * 1e3, 2.0 * nnz * n / med / 1e9);
-  }
+  const std::vector<double> med = interleaved_medians(cfg, rounds, threads == 1);
+  for (size_t c = 0; c < cfg.size(); ++c)
+    std::printf("%-22s %8.2f ms %7.1f GFLOP/s\n", cfg[c].first.c_str(), med[c] * 1e3, 2.0 * nnz * n / med[c] / 1e9);
 }
