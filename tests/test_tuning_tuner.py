@@ -1053,3 +1053,49 @@ def test_an_op_survives_a_hostile_cache_file(isolated, monkeypatch, caplog, cont
     assert any("corrupt" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
     assert len(resolve.get_cache().entries()) == 1
     planner.invalidate()
+
+
+class FakeScalingPartedProblem(FakeScalingProblem):
+    """A large layer (check part: the first tenth of its rows) whose candidates cost a + b * n."""
+
+    def __init__(self, clock, lines, n, rows=1000):
+        super().__init__(clock, lines, n)
+        self.W = types.SimpleNamespace(out_features=rows)
+
+    def check_part(self):
+        part = FakeProblem(self.clock, {k: v / 10 for k, v in self.costs.items()})
+        part.W = types.SimpleNamespace(out_features=self.W.out_features // 10)
+        return part
+
+    def sane(self, out):
+        return None if torch.isfinite(out).all() else "non-finite output"
+
+
+def _tune_many_tiles(monkeypatch, first_race_max):
+    # Twelve tiled kernels just ahead at the timed N=128 and one block-major kernel (a per-call
+    # cost, cheap rows) that is 1.6x faster at the key's N=2048: the 4096 x 4096 case.
+    monkeypatch.setattr(tuner, "FIRST_RACE_MAX", first_race_max)
+    tiles = [info(f"avx2_tile{8 * (k + 1)}", "avx2", "tiled", {"tile": 8 * (k + 1)}) for k in range(12)]
+    variants = [info("scalar", "scalar", "plain")] + tiles + [info("avx2_bm", "avx2", "block_major")]
+    lines = {"scalar": (0.0, 2e-3), "avx2_bm": (10e-3, 1.0e-4)}
+    lines.update({v.name: (0.0, 1.72e-4 + 1e-6 * k) for k, v in enumerate(tiles)})
+    clock = FakeClock()
+    problem = FakeScalingPartedProblem(clock, lines, 128)
+    return tuner.tune(
+        make_key("spmm_dx", 4096, 4096, 2048, 0.1, 2),
+        variants=variants,
+        problem=problem,
+        reference="scalar",
+        clock=clock,
+    )
+
+
+def test_a_screened_key_races_few_enough_first_to_reach_its_second_point(monkeypatch):
+    """Every candidate of a large key passing the screen made the first race use the whole
+    deadline: the second point was skipped and the choice was made at the timed N."""
+    e = _tune_many_tiles(monkeypatch, first_race_max=10**6)
+    assert "second_point_skipped" in e and e["variant"].startswith("avx2_tile")
+    e = _tune_many_tiles(monkeypatch, first_race_max=10)
+    assert len(e["medians"]) <= 10 and "avx2_bm" in e["medians"]  # each form's fastest races
+    assert "second_point_skipped" not in e and e["n_second"] > 128
+    assert e["first_choice"].startswith("avx2_tile") and e["variant"] == "avx2_bm"

@@ -53,8 +53,11 @@ SECOND_POINT_RESERVE = 0.35
 # chosen by an older method are re-tuned. 2: the second point for capped batches. 3: check and
 # screen on the check part of a large layer; finalists of the second point by form. 4: the
 # backward is tuned (fused variant or the separate pair); also keeps format-2 files apart from
-# older builds, which would set them aside as corrupt.
-METHOD_VERSION = 4
+# older builds, which would set them aside as corrupt. 5: a screened key with a second point
+# races at most FIRST_RACE_MAX candidates first.
+METHOD_VERSION = 5
+# Candidates at most in the first race of a screened key that gets a second point.
+FIRST_RACE_MAX = 10
 log = logging.getLogger(__name__)
 
 # Threads: the tuner never changes torch's thread count (torch.set_num_threads is process-wide
@@ -252,6 +255,21 @@ def tune(
     # of the budget and skips its close-finish duel: the two races together cost about one.
     target = min(shape[2] if shape else key.n, N_CAP)
     n2 = second_point.second_n(problem.n, target)
+    if n2 is not None and screened is not None and len(racers) > FIRST_RACE_MAX:
+        # The first round of a race is not bounded by the deadline: 30 candidates of a 4096 x 4096
+        # key at N=128 used all of it, the second point was skipped, and the choice made at N=128
+        # (a tiled kernel for dX) was the slowest of the finalists at N=2048. Race the fastest of
+        # each form on the part, then the fastest others, as the second point picks finalists.
+        keep = set(
+            second_point.finalists(
+                {r.name: screened.times[r.name] for r in racers},
+                lambda name: infos[name].name,
+                lambda name: getattr(infos[name], "form", name),
+                ratio=float("inf"),
+                max_count=FIRST_RACE_MAX,
+            )
+        )
+        racers = [r for r in racers if r.name in keep]
     first_budget = budget_s * (second_point.BUDGET_FRACTION if n2 is not None else 1.0)
     first_deadline = deadline_at - (SECOND_POINT_RESERVE * deadline_total if n2 is not None else 0.0)
     # After a screen, a warm-up on the whole layer is no colder than the run on the part was (code,
