@@ -70,7 +70,7 @@ _SMALL_N = {  # an 8-row batch tile already beats row dots from 2 rows on the x8
     "spmm_dx": ("avx2_tile8", "neon_unrolled", "scalar"),
     "sddmm_dw": ("scalar",),  # at tiny N the strided dot of the reference is hard to beat
 }
-_ONE_N = {  # one batch row: row dots, x built from lane loads (the gather instruction is slower on AMD)
+_ONE_N = {  # one batch row: row dots, x built from lane loads (the gather instruction was slower on Zen 4)
     "spmm_fwd": ("avx512_lanes", "avx2_lanes", "neon_unrolled", "scalar"),
     "spmm_dx": ("avx512_lanes", "avx2_lanes", "neon_unrolled", "scalar"),
     "sddmm_dw": ("scalar",),

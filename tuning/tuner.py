@@ -257,13 +257,14 @@ def tune(
     n2 = second_point.second_n(problem.n, target)
     if n2 is not None and screened is not None and len(racers) > FIRST_RACE_MAX:
         # The first round of a race is not bounded by the deadline: 30 candidates of a 4096 x 4096
-        # key at N=128 used all of it, the second point was skipped, and the choice made at N=128
-        # (a tiled kernel for dX) was the slowest of the finalists at N=2048. Race the fastest of
-        # each form on the part, then the fastest others, as the second point picks finalists.
+        # key at N=128 used all of it, the second point was skipped, and the choice was made at
+        # N=128 (once a tiled kernel for dX). Race the fastest of each form on the part, then the
+        # fastest others, as the second point picks finalists.
+        rank = {r.name: r.rank for r in racers}
         keep = set(
             second_point.finalists(
                 {r.name: screened.times[r.name] for r in racers},
-                lambda name: infos[name].name,
+                rank.__getitem__,
                 lambda name: getattr(infos[name], "form", name),
                 ratio=float("inf"),
                 max_count=FIRST_RACE_MAX,

@@ -1,8 +1,8 @@
 // x[idx[m]] built from scalar loads inserted into vector lanes, the column
 // indices read four (16-bit) or two (32-bit) at a time through 64-bit words.
-// On AMD Zen 3 and Zen 4 the gather instructions issue the same scalar loads
-// through microcode and take longer than this (reports/, batch-1 section), so
-// the row-dot forms that want it (spmm_fwd_rowdot_lanes.h) use this instead.
+// On AMD Zen 4 the gather instructions issue the same scalar loads through
+// microcode and take longer than this (reports/kernels-zen4-avx512.md, batch 1),
+// so the row-dot form that wants it (spmm_fwd_rowdot_lanes.h) uses this instead.
 // SSE only: included by the AVX2 and AVX-512 traits alike.
 #pragma once
 #include "../isa_namespace.h"

@@ -40,18 +40,18 @@ struct VecAvx512 {
   // The first n (1..16) lanes of gather_lanes; lanes >= n are 0 and read x[0] (x must
   // have an element), their indices are not read.
   static reg gather_lanes_first(const float* x, const int16_t* idx, int n) {
-    const __m256i i = _mm256_maskz_loadu_epi16(__mmask16((1u << n) - 1u), idx);
+    const __m256i i = _mm256_maskz_loadu_epi16(first_mask(n), idx);
     const __m256 lo = lanes8_reg(x, _mm256_castsi256_si128(i), idx);
     const __m256 hi = lanes8_reg(x, _mm256_extracti128_si256(i, 1), idx);
-    return _mm512_maskz_mov_ps(__mmask16((1u << n) - 1u), _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1));
+    return _mm512_maskz_mov_ps(first_mask(n), _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1));
   }
   static reg gather_lanes_first(const float* x, const int32_t* idx, int n) {
-    const __m512i i = _mm512_maskz_loadu_epi32(__mmask16((1u << n) - 1u), idx);
+    const __m512i i = _mm512_maskz_loadu_epi32(first_mask(n), idx);
     const __m256 lo = _mm256_set_m128(lanes4_reg(x, _mm512_extracti32x4_epi32(i, 1), idx),
                                       lanes4_reg(x, _mm512_castsi512_si128(i), idx));
     const __m256 hi = _mm256_set_m128(lanes4_reg(x, _mm512_extracti32x4_epi32(i, 3), idx),
                                       lanes4_reg(x, _mm512_extracti32x4_epi32(i, 2), idx));
-    return _mm512_maskz_mov_ps(__mmask16((1u << n) - 1u), _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1));
+    return _mm512_maskz_mov_ps(first_mask(n), _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1));
   }
 
   static float hsum(reg v) { return _mm512_reduce_add_ps(v); }
