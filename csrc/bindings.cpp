@@ -196,19 +196,24 @@ PYBIND11_MODULE(_C, m) {
     run_sddmm_dw(v, w, n, dy, lddy, x, ldx, dw, threads);
   });
 
-  m.def("backward_fused",
-        [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz,
-           int64_t rows, int64_t ncols, uintptr_t t_cols, int t_idx_bits, uintptr_t t_row_start, uintptr_t t_row_nnz,
-           uintptr_t perm, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx,
-           uintptr_t dw, int threads) {
-          const Variant& v = variant_at(id);
-          const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
-          const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
-          if (!t_cols || !t_row_start || !t_row_nnz || !perm)
-            throw py::value_error("variant '" + v.name + "' needs W's transposed index");
-          py::gil_scoped_release nogil;
-          run_backward_fused(v, w, wt, perm, n, dy, lddy, x, ldx, dx, lddx, dw, threads);
-        });
+  m.def(
+      "backward_fused",
+      [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz,
+         int64_t rows, int64_t ncols, uintptr_t t_cols, int t_idx_bits, uintptr_t t_row_start, uintptr_t t_row_nnz,
+         uintptr_t perm, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx,
+         uintptr_t dw, int threads, uintptr_t db) {
+        const Variant& v = variant_at(id);
+        const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+        const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
+        if (!t_cols || !t_row_start || !t_row_nnz || !perm)
+          throw py::value_error("variant '" + v.name + "' needs W's transposed index");
+        py::gil_scoped_release nogil;
+        run_backward_fused(v, w, wt, perm, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);
+      },
+      py::arg("id"), py::arg("values"), py::arg("cols"), py::arg("idx_bits"), py::arg("row_start"), py::arg("row_nnz"),
+      py::arg("rows"), py::arg("ncols"), py::arg("t_cols"), py::arg("t_idx_bits"), py::arg("t_row_start"),
+      py::arg("t_row_nnz"), py::arg("perm"), py::arg("n"), py::arg("dy"), py::arg("lddy"), py::arg("x"), py::arg("ldx"),
+      py::arg("dx"), py::arg("lddx"), py::arg("dw"), py::arg("threads"), py::arg("db") = 0);
 
   py::class_<LayerPlan>(m, "LayerPlan",
                         "What a layer's calls reuse while its topology holds (csrc/ops/layer_plan.h). The "
@@ -246,13 +251,16 @@ PYBIND11_MODULE(_C, m) {
              py::gil_scoped_release nogil;
              p.sddmm_dw(v, n, dy, lddy, x, ldx, dw, threads);
            })
-      .def("backward_fused",
-           [](LayerPlan& p, int64_t id, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx,
-              int64_t lddx, uintptr_t dw, int threads) {
-             const Variant& v = variant_at(id);
-             py::gil_scoped_release nogil;
-             p.backward_fused(v, n, dy, lddy, x, ldx, dx, lddx, dw, threads);
-           })
+      .def(
+          "backward_fused",
+          [](LayerPlan& p, int64_t id, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx,
+             int64_t lddx, uintptr_t dw, int threads, uintptr_t db) {
+            const Variant& v = variant_at(id);
+            py::gil_scoped_release nogil;
+            p.backward_fused(v, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);
+          },
+          py::arg("id"), py::arg("n"), py::arg("dy"), py::arg("lddy"), py::arg("x"), py::arg("ldx"), py::arg("dx"),
+          py::arg("lddx"), py::arg("dw"), py::arg("threads"), py::arg("db") = 0)
       .def_property_readonly("has_transposed", &LayerPlan::has_transposed)
       .def_property_readonly("nnz", &LayerPlan::nnz)
       .def("cached_bytes", [](LayerPlan& p) {

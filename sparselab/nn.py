@@ -662,10 +662,10 @@ class SparseLinear(nn.Module):
         d.kernels.sddmm_dw(kid, n, dy.data_ptr(), _ld(dy), x.data_ptr(), _ld(x), dw.data_ptr(), threads)
         return dw
 
-    def _run_backward_fused(self, d: "_Derived", dy: Tensor, x: Tensor) -> Optional[tuple]:
-        """(dX, dW) from one fused kernel call where the backward plan names a fused variant, or
-        None where the two planned ops run instead: the plan's separate pair, an empty W, or no
-        transposed index kept (the memory preference)."""
+    def _run_backward_fused(self, d: "_Derived", dy: Tensor, x: Tensor, bias_grad: bool) -> Optional[tuple]:
+        """(dX, dW, dB) from one fused kernel call where the backward plan names a fused variant
+        (dB None unless ``bias_grad``), or None where the two planned ops run instead: the plan's
+        separate pair, an empty W, or no transposed index kept (the memory preference)."""
         n, threads = dy.shape[0], torch.get_num_threads()
         fid = d.kernel_ids.get((planner.BACKWARD, n, threads))
         if fid is None:
@@ -675,10 +675,21 @@ class SparseLinear(nn.Module):
         in_f = self.in_features
         dx = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
         dw = torch.empty(d.view.capacity, dtype=torch.float32, device="cpu")
+        db = torch.empty(self.out_features, dtype=torch.float32, device="cpu") if bias_grad else None
         d.kernels.backward_fused(
-            fid, n, dy.data_ptr(), _ld(dy), x.data_ptr(), _ld(x), dx.data_ptr(), in_f, dw.data_ptr(), threads
+            fid,
+            n,
+            dy.data_ptr(),
+            _ld(dy),
+            x.data_ptr(),
+            _ld(x),
+            dx.data_ptr(),
+            in_f,
+            dw.data_ptr(),
+            threads,
+            0 if db is None else db.data_ptr(),
         )
-        return dx, dw
+        return dx, dw, db
 
     def _fused_id(self, d: "_Derived", n: int, threads: int) -> int:
         """The fused variant id the backward plan runs at batch ``n``, or -1 for the separate pair;
@@ -961,11 +972,12 @@ class _PlannedLinear(torch.autograd.Function):
                 dw = torch.ops.sparselab.sddmm_dw(dy, x, *args, layer.out_features, layer.in_features)
         else:
             if ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
-                dx, dw = layer._run_backward_fused(d, dy, x) or (None, None)
+                # The fused kernel also sums the bias gradient from the dY tiles it packs.
+                dx, dw, db = layer._run_backward_fused(d, dy, x, ctx.needs_input_grad[2]) or (None, None, None)
             if ctx.needs_input_grad[0] and dx is None:
                 dx = layer._run_dx(d, dy)
             if ctx.needs_input_grad[1] and dw is None:
                 dw = layer._run_dw(d, dy, x)
-        if ctx.needs_input_grad[2]:
+        if ctx.needs_input_grad[2] and db is None:
             db = dy.sum(0)
         return dx, dw, db, None, None

@@ -9,7 +9,8 @@ forced, allocates the output and hands raw pointers to ``sparselab._C``.
 - ``sddmm_dw(W, dY, X)``:   ``dW[k] = sum_b dY[b, row(k)] * X[b, col(k)]`` for
   every live slot ``k``; a tensor shaped like ``W.values`` (padding slots 0).
 - ``backward_fused(W, dY, X)``: ``(spmm_dx(W, dY), sddmm_dw(W, dY, X))`` in one
-  pass over W (a ``backward_fused`` variant), or the two ops where none runs.
+  pass over W (a ``backward_fused`` variant), or the two ops where none runs;
+  with ``bias_grad=True`` also ``dY.sum(0)``, summed by the fused kernel.
 
 float64 weights run the scalar float64 path (for gradcheck); float32 weights
 dispatch through the variant table, dense torch included.
@@ -118,14 +119,21 @@ def sddmm_dw(
 
 
 def backward_fused(
-    W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor, *, variant: str | None = None, threads: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(dX, dW)`` of a layer ``Y = X @ W^T``: ``dX = dY @ W`` and dW as ``sddmm_dw``.
+    W: PaddedCSR,
+    dY: torch.Tensor,
+    X: torch.Tensor,
+    *,
+    variant: str | None = None,
+    threads: int | None = None,
+    bias_grad: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """``(dX, dW)`` of a layer ``Y = X @ W^T``: ``dX = dY @ W`` and dW as ``sddmm_dw``;
+    ``(dX, dW, db)`` with ``bias_grad=True``, where ``db = dY.sum(0)`` (the bias gradient).
 
-    One call of a fused kernel reads W's index and dY once for both. ``variant=None``
+    One call of a fused kernel reads W's index and dY once for all of them. ``variant=None``
     follows the planner's backward plan (a fused variant, or the separate pair);
     ``variant="separate"`` names the pair. The pair, and float64 or an empty batch, run
-    ``spmm_dx`` and ``sddmm_dw`` (each planned as usual)."""
+    ``spmm_dx`` and ``sddmm_dw`` (each planned as usual) and ``dY.sum(0)``."""
     _check_weight(W)
     out_f, in_f = W.shape
     dtype = W.values.dtype
@@ -142,8 +150,9 @@ def backward_fused(
             p = planner.plan(planner.BACKWARD, out_f, in_f, n, W.density, nthreads)
             v = p.variant if p.fused else None
     if v is None:
-        return spmm_dx(W, dY, threads=nthreads), sddmm_dw(W, dY, X, threads=nthreads)
-    return run_backward_fused(v, W, W.raw_args(), W.transposed(), dY, X, nthreads)
+        pair = spmm_dx(W, dY, threads=nthreads), sddmm_dw(W, dY, X, threads=nthreads)
+        return pair + (dY.sum(0),) if bias_grad else pair
+    return run_backward_fused(v, W, W.raw_args(), W.transposed(), dY, X, nthreads, bias_grad)
 
 
 def default_backward_fused() -> kernels.VariantInfo | None:
@@ -234,15 +243,18 @@ def run_sddmm_dw(v, W: PaddedCSR, w_args: tuple, dY: torch.Tensor, X: torch.Tens
 
 
 def run_backward_fused(
-    v, W: PaddedCSR, w_args: tuple, t, dY: torch.Tensor, X: torch.Tensor, nthreads: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``v`` a backward_fused variant, ``t`` W's transposed index, N > 0."""
+    v, W: PaddedCSR, w_args: tuple, t, dY: torch.Tensor, X: torch.Tensor, nthreads: int, bias_grad: bool = False
+) -> tuple[torch.Tensor, ...]:
+    """``v`` a backward_fused variant, ``t`` W's transposed index, N > 0: ``(dX, dW)``, and
+    ``dY.sum(0)`` third with ``bias_grad``."""
     n, in_f = dY.shape[0], W.shape[1]
     dX = torch.empty(n, in_f, dtype=W.values.dtype, device="cpu")
     dW = torch.empty(W.capacity, dtype=W.values.dtype, device="cpu")
+    db = torch.empty(W.shape[0], dtype=W.values.dtype, device="cpu") if bias_grad else None
     if t.cols.numel() == 0:
-        # No live entry: both gradients are 0 (and the empty index has no storage to point at).
-        return dX.zero_(), dW.zero_()
+        # No live entry: dX and dW are 0 (and the empty index has no storage to point at).
+        dX.zero_(), dW.zero_()
+        return (dX, dW) if db is None else (dX, dW, torch.sum(dY, 0, out=db))
     tr = (
         t.cols.data_ptr(),
         16 if t.cols.dtype == torch.int16 else 32,
@@ -263,8 +275,9 @@ def run_backward_fused(
         in_f,
         dW.data_ptr(),
         nthreads,
+        0 if db is None else db.data_ptr(),
     )
-    return dX, dW
+    return (dX, dW) if db is None else (dX, dW, db)
 
 
 # ---- dense torch candidates: the same job through torch's BLAS ----

@@ -38,16 +38,19 @@ FUSED = _params()
 
 
 def _run(v, W, dY, X, threads):
+    """(dX, dW, db) of one fused call that also sums the bias gradient."""
     with poisoned_outputs() as proxy:
-        dX, dW = ops.backward_fused(W, dY, X, variant=v.name, threads=threads)
-    assert proxy.poisoned >= 2, "ops.backward_fused no longer allocates its outputs with torch.empty"
-    return dX, dW
+        dX, dW, db = ops.backward_fused(W, dY, X, variant=v.name, threads=threads, bias_grad=True)
+    assert proxy.poisoned >= 3, "ops.backward_fused no longer allocates its outputs with torch.empty"
+    return dX, dW, db
 
 
 def _check(v, case: Case) -> None:
     W = case.weight()
     X, dY, _ = case.operands()
-    dX, dW = _run(v, W, dY, X, case.threads)
+    dX, dW, db = _run(v, W, dY, X, case.threads)
+    Dd = dY.double()
+    assert_matches(db, Dd.sum(0), Dd.abs().sum(0), max(len(dY), 1), f"backward_fused/{v.name} db")
     ref, scale, K = reference("spmm_dx", W, dY=dY)
     assert_matches(dX, ref, scale, K, f"backward_fused/{v.name} dX")
     ref, scale, K = reference("sddmm_dw", W, X=X, dY=dY)
@@ -135,7 +138,7 @@ def test_bitwise_identical_across_thread_counts(v, n):
     # 3 and 4 threads split each tile class's row groups too (tasks = classes x splits).
     for threads in (2, 3, 4):
         other = _run(v, W, dY, X, threads)
-        for a, b, what in zip(one, other, ("dX", "dW")):
+        for a, b, what in zip(one, other, ("dX", "dW", "db")):
             assert not torch.isnan(a).any()
             assert torch.equal(a.view(torch.int32), b.view(torch.int32)), (
                 f"{v.name}: {what} differs between 1 and {threads} threads"
@@ -191,6 +194,24 @@ def test_default_and_fallbacks_match_separate_ops():
     # An empty batch: dX has no rows, dW is 0.
     dX0, dW0 = ops.backward_fused(W, dY[:0], X[:0])
     assert dX0.shape == (0, 90) and bool((dW0 == 0).all())
+
+
+def test_bias_grad_on_paths_without_a_fused_kernel():
+    """``bias_grad=True`` adds dY.sum(0) wherever the call goes: the separate pair, float64,
+    an empty batch."""
+    W = build_weight(50, 90, 0.8, seed=54, padding=1)
+    dY = strided_operand(33, 50, seed=55)
+    X = strided_operand(33, 90, seed=56)
+    Dd = dY.double()
+    _, _, db = ops.backward_fused(W, dY, X, variant=planner.SEPARATE, bias_grad=True)
+    assert_matches(db, Dd.sum(0), Dd.abs().sum(0), 33, "separate pair db")
+    W64 = PaddedCSR(W.values.double(), W.cols, W.row_start, W.row_nnz, W.shape)
+    _, _, db64 = ops.backward_fused(W64, Dd, X.double(), bias_grad=True)
+    assert db64.dtype == torch.float64
+    assert_matches(db64, Dd.sum(0), Dd.abs().sum(0), 33, "float64 db")
+    _, _, db0 = ops.backward_fused(W, dY[:0], X[:0], bias_grad=True)
+    assert db0.shape == (50,) and bool((db0 == 0).all())
+    assert len(ops.backward_fused(W, dY, X)) == 2  # without it, the pair alone
 
 
 def test_bad_input():

@@ -87,6 +87,7 @@ struct BwdArgs {
   // The variant's prepare() output for W^T, or nullptr. With it, wt.values are W's own values
   // (slot k's value is wt.values[perm[k]]); without it, already gathered through perm.
   const float* prepared = nullptr;
+  float* db = nullptr;  // [out]: the bias gradient (dY summed over the batch), or nullptr for none
 };
 
 template <typename Idx>

@@ -88,14 +88,14 @@ void LayerPlan::sddmm_dw(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy
 }
 
 void LayerPlan::backward_fused(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
-                               uintptr_t dx, int64_t lddx, uintptr_t dw, int threads) {
+                               uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db, int threads) {
   check_op(v, Op::BackwardFused);
   std::lock_guard<std::mutex> hold(mu_);
   if (!has_t_) throw std::runtime_error("variant '" + v.name + "' needs W's transposed index, which this plan lacks");
   CallW w;
   w.w = w_.w;
   w.nnz = w_.nnz;
-  call_backward_fused(v, w, call_view(v, kWt, n, threads), perm_, n, dy, lddy, x, ldx, dx, lddx, dw, threads);
+  call_backward_fused(v, w, call_view(v, kWt, n, threads), perm_, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);
 }
 
 size_t LayerPlan::cached_bytes() {

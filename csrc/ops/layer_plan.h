@@ -26,9 +26,10 @@ class LayerPlan {
   void spmm_dx(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
   void sddmm_dw(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw,
                 int threads);
-  // dX and dW in one call of a backward_fused variant (needs the transposed index).
+  // dX and dW (and the bias gradient into db unless it is 0) in one call of a backward_fused
+  // variant (needs the transposed index).
   void backward_fused(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx,
-                      int64_t lddx, uintptr_t dw, int threads);
+                      int64_t lddx, uintptr_t dw, uintptr_t db, int threads);
 
   bool has_transposed() const { return has_t_; }
   int64_t nnz() const { return w_.nnz; }

@@ -331,7 +331,7 @@ RawCsr with_live_counts(const RawCsr& m) {
 }  // namespace
 
 void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, uintptr_t perm, int64_t n, uintptr_t dy,
-                         int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
+                         int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
                          int threads) {
   const int32_t* pm = reinterpret_cast<const int32_t*>(perm);
   const size_t kernel_floats = (v.scratch(n, w.w.ncols, w.w.rows, wt.nnz, threads) + 15) / 16 * 16;
@@ -374,7 +374,8 @@ void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, uint
         reinterpret_cast<float*>(dw),
         base,
         threads,
-        wt.prepared};
+        wt.prepared,
+        reinterpret_cast<float*>(db)};
     fn(a);
     arena.trim();
   };
@@ -385,10 +386,11 @@ void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, uint
 }
 
 void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t n, uintptr_t dy,
-                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, int threads) {
+                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
+                        int threads) {
   check_op(v, Op::BackwardFused);
   const OneOffCall cw(w, n, threads), ct(wt, n, threads);
-  call_backward_fused(v, cw.w, ct.w, perm, n, dy, lddy, x, ldx, dx, lddx, dw, threads);
+  call_backward_fused(v, cw.w, ct.w, perm, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);
 }
 
 // ---- float64 ----

@@ -51,7 +51,8 @@ void call_spmm_dx_transposed(const Variant& v, const CallW& wt, uintptr_t w_valu
                              uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
 // w: W (its live counts give dW's padding), wt: W^T's index (the kernel walks it).
 void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, uintptr_t perm, int64_t n, uintptr_t dy,
-                         int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, int threads);
+                         int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
+                         int threads);
 void call_sddmm_dw(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
                    uintptr_t dw, int threads);
 
@@ -67,9 +68,10 @@ void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, in
                   uintptr_t dw, int threads);
 
 // dX = dY @ W and dW (as run_sddmm_dw) in one call of a backward_fused variant;
-// wt and perm as for run_spmm_dx.
+// wt and perm as for run_spmm_dx. db (0 for none) receives dY summed over the batch.
 void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t n, uintptr_t dy,
-                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, int threads);
+                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
+                        int threads);
 
 // float64 paths (scalar only): the same three ops in double precision.
 void run_spmm_fwd_f64(const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy,

@@ -19,9 +19,13 @@
 // shape (dY's width against W's slots per tile): the tuner races both.
 // The classes depend on the batch size only and every output sums its terms
 // in a fixed order, so results do not depend on the thread count.
+// With a bias gradient asked for (BwdArgs::db), the tasks also sum dY's
+// columns from each tile they pack, each its own share of columns, one buffer
+// per class: that saves the separate pass over dY that dY.sum(0) is.
 #pragma once
 #include "../isa_namespace.h"
 #include "../block_major.h"
+#include "../column_sums.h"
 #include "../kernel_api.h"
 #include "../panels.h"
 #include "../spmm_fwd/spmm_fwd_tiled.h"
@@ -43,8 +47,9 @@ int64_t bwd_tile_classes(int64_t n) {
 // in, out: W's sizes (W^T is in x out).
 template <int T, int CB, int G, bool TC>
 size_t bwd_fused_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
-  return size_t(threads) * (size_t(out) * T + size_t(in) * T + 32) +
-         size_t(bwd_tile_classes<T, TC>(n)) * (size_t(nnz) + 16) + block_major_floats<CB, G>(in, out, nnz, true);
+  const size_t classes = size_t(bwd_tile_classes<T, TC>(n));
+  return size_t(threads) * (size_t(out) * T + size_t(in) * T + 32) + classes * (size_t(nnz) + 16) +
+         (classes - 1) * (size_t(out) + 16) + block_major_floats<CB, G>(in, out, nnz, true);
 }
 
 // One run of m slots of W^T's row j in one column block, against one batch tile:
@@ -126,6 +131,8 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   parallel_for(a.threads, zero_tasks, [&](int64_t z, int) {
     for (int64_t k = cap * z / zero_tasks; k < cap * (z + 1) / zero_tasks; ++k) a.dw[k] = 0.0f;
   });
+  if (a.db)
+    for (int64_t i = 0; i < out; ++i) a.db[i] = 0.0f;
   if (a.n == 0) return;
   int64_t nnz = 0;
   for (int64_t j = 0; j < in; ++j) nnz += wt.row_nnz[j];
@@ -136,8 +143,16 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   const int64_t classes = bwd_tile_classes<T, TC>(a.n);
   float* sums[2] = {a.scratch + size_t(a.threads) * worker_stride, nullptr};
   if (classes == 2) sums[1] = sums[0] + nnz + 16;
-  const BlockMajor<CB, G> bm = block_major_for_call<CB, G>(a.prepared, sums[0] + classes * (nnz + 16), wt, nnz, true,
-                                                           a.threads, a.prepared ? a.perm : nullptr);
+  // Bias gradient sums, one buffer per class: the first class sums into db itself.
+  float* db_sums[2] = {a.db, nullptr};
+  float* after_sums = sums[0] + classes * (nnz + 16);
+  if (a.db && classes == 2) {
+    db_sums[1] = after_sums;
+    for (int64_t i = 0; i < out; ++i) db_sums[1][i] = 0.0f;
+  }
+  if (classes == 2) after_sums += out + 16;
+  const BlockMajor<CB, G> bm =
+      block_major_for_call<CB, G>(a.prepared, after_sums, wt, nnz, true, a.threads, a.prepared ? a.perm : nullptr);
 
   // Tasks pack their own tiles' panels (which then stay in their L2): no barrier per tile,
   // so a thread descheduled on a shared machine stalls one hand-off instead of every tile.
@@ -150,13 +165,16 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   parallel_for(a.threads, classes * splits, [&](int64_t task, int worker) {
     const int64_t cls = task / splits, s = task % splits;
     const int64_t g_lo = split_group(s), g_hi = split_group(s + 1);
-    if (g_lo == g_hi) return;
+    // This task's share of dY's columns for the bias gradient.
+    const int64_t c_lo = out * s / splits, c_hi = out * (s + 1) / splits;
     float* P = a.scratch + size_t(worker) * worker_stride;
     float* px = P + size_t(out) * T + 16;  // indexed by absolute column of W
     alignas(64) float buf[G][T];
     for (int64_t t = cls; t < ntiles; t += classes) {
       const int64_t b0 = t * T;
       const int nbatch = int(min64(T, a.n - b0));
+      if (a.db) add_column_sums<V>(a.dy + b0 * a.lddy, a.lddy, nbatch, c_lo, c_hi, db_sums[cls]);
+      if (g_lo == g_hi) continue;
       pack_tile_cols<T>(a.dy, a.lddy, a.n, t, 0, out, P);
       pack_tile_cols<T>(a.x, a.ldx, a.n, t, g_lo * G, min64(in, g_hi * G), px);
       const bool first = (t == cls);
@@ -203,6 +221,8 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   parallel_for(a.threads, a.w_rows, [&](int64_t i, int) {
     for (int64_t k = a.w_row_start[i] + a.w_row_nnz[i]; k < a.w_row_start[i + 1]; ++k) a.dw[k] = 0.0f;
   });
+  if (db_sums[1])
+    for (int64_t i = 0; i < out; ++i) a.db[i] += db_sums[1][i];
 }
 
 // The form instantiated from this header (see csrc/variants.def).
