@@ -19,6 +19,10 @@
 // shape (dY's width against W's slots per tile): the tuner races both.
 // The classes depend on the batch size only and every output sums its terms
 // in a fixed order, so results do not depend on the thread count.
+// With NT, dX goes out as the block_major_stream forward writes Y (its ISA's
+// fwd_lines_* pieces, included first by the translation unit): whole 64-byte
+// lines, streamed where dX's rows are line-aligned, so a dX larger than L2 is
+// not read for ownership line by line.
 // With a bias gradient asked for (BwdArgs::db), the tasks also sum dY's
 // columns from each tile they pack, each its own share of columns, one buffer
 // per class: that saves the separate pass over dY that dY.sum(0) is.
@@ -117,7 +121,7 @@ inline void bwd_fused_run(typename V::reg* acc, const typename V::reg* xj, const
   }
 }
 
-template <class V, int T, int CB, int G, int S, bool TC, typename Idx>
+template <class V, int T, int CB, int G, int S, bool TC, bool NT, typename Idx>
 void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
@@ -160,8 +164,12 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   // and read back.)
   const int64_t splits = min64(bm.ngroups, ceil_div(int64_t(a.threads), classes));
   auto split_group = [&](int64_t s) { return block_major_split_group(bm, splits, s); };
-  // The store helper of the forward kernels writes buf[r][q] to dx[b0 + q][i0 + r].
+  // The store helpers of the forward kernels write buf[r][q] to dx[b0 + q][i0 + r].
   FwdArgs<Idx> st{wt, a.n, nullptr, 0, nullptr, a.dx, a.lddx, nullptr, 0, nullptr, a.threads};
+  // NT: dX goes out in whole 64-byte lines (the block_major_stream forward's pieces), as
+  // streaming stores where dX's rows are line-aligned.
+  static_assert(!NT || G % 16 == 0, "line pieces cover 16 rows of W^T");
+  const bool stream = NT && (reinterpret_cast<uintptr_t>(a.dx) & 63) == 0 && (a.lddx & 15) == 0;
   parallel_for(a.threads, classes * splits, [&](int64_t task, int worker) {
     const int64_t cls = task / splits, s = task % splits;
     const int64_t g_lo = split_group(s), g_hi = split_group(s + 1);
@@ -181,7 +189,8 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
       for (int64_t g = g_lo; g < g_hi; ++g) {
         const int64_t i0 = g * G;
         const int gn = int(min64(G, in - i0));
-        for (int r = 0; r < gn; ++r)
+        // (With NT, rows up to the next multiple of 16 are zeroed too: the last piece reads them.)
+        for (int r = 0; r < (NT ? (gn + 15) / 16 * 16 : gn); ++r)
           for (int q = 0; q < R; ++q) V::store(buf[r] + q * V::W, V::zero());
         const uint16_t* cnt = bm.counts_of(g);
         const float* v = bm.values + bm.group_start[g];
@@ -204,10 +213,18 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
             dst += m;
           }
         }
-        for (int r0 = 0; r0 < gn; r0 += 8)
-          fwd_tiled_store<T>(st, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nbatch);
+        if constexpr (NT) {
+          constexpr int PQ = fwd_lines_piece_batch(V{});
+          for (int r0 = 0; r0 < gn; r0 += 16)
+            for (int q0 = 0; q0 < nbatch; q0 += PQ)
+              fwd_lines_piece<T>(V{}, st, buf, i0, gn, b0, nbatch, r0, q0, stream);
+        } else {
+          for (int r0 = 0; r0 < gn; r0 += 8)
+            fwd_tiled_store<T>(st, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nbatch);
+        }
       }
     }
+    if constexpr (NT) fwd_lines_fence(V{});  // streaming stores are weakly ordered
   });
   // dW sums (of both classes) to W's slots; then padding slots are 0 again, whatever the index said.
   parallel_for(a.threads, bm.ngroups, [&](int64_t g, int) {
@@ -229,13 +246,13 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
 namespace forms {
 namespace backward_fused {
 
-template <class V, int T, int CB, int G, int slots, int tile_classes>
+template <class V, int T, int CB, int G, int slots, int tile_classes, int NT>
 struct block_major : BlockMajorPrepared<CB, G> {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
-  static constexpr const char kParams[] = "T,CB,G,slots,tile_classes";
+  static constexpr const char kParams[] = "T,CB,G,slots,tile_classes,NT";
   template <typename Idx>
   static void run(const BwdArgs<Idx>& a) {
-    bwd_fused_blockmajor<V, T, CB, G, slots, tile_classes != 0>(a);
+    bwd_fused_blockmajor<V, T, CB, G, slots, tile_classes != 0, NT != 0>(a);
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return bwd_fused_scratch<T, CB, G, tile_classes != 0>(n, in, out, nnz, threads);
