@@ -24,6 +24,8 @@
 #include "kernels/vec/vec_avx512.h"
 #include "kernels/sddmm_dw/sddmm_dw_rowreg.h"
 #include "kernels/spmm_fwd/spmm_fwd_blockmajor.h"
+#include "kernels/spmm_fwd/fwd_lines_avx2.h"    // the NT variants' dX pieces, as the
+#include "kernels/spmm_fwd/fwd_lines_avx512.h"  // instantiating translation units include them
 #include "kernels/backward_fused/backward_fused_blockmajor.h"
 #include "micro_common.h"
 
@@ -141,62 +143,72 @@ int main(int argc, char** argv) {
       {"avx2 fused bm32_cb256 s4",
        [&] {
          gather();
-         forms::backward_fused::block_major<VecAvx2, 32, 256, 64, 4, 0>::run(ba);
+         forms::backward_fused::block_major<VecAvx2, 32, 256, 64, 4, 0, 0>::run(ba);
        }},
       {"avx2 fused bm32_cb256 s8",
        [&] {
          gather();
-         forms::backward_fused::block_major<VecAvx2, 32, 256, 64, 8, 0>::run(ba);
+         forms::backward_fused::block_major<VecAvx2, 32, 256, 64, 8, 0, 0>::run(ba);
        }},
       {"avx2 fused bm64_cb128 s4",
        [&] {
          gather();
-         forms::backward_fused::block_major<VecAvx2, 64, 128, 64, 4, 0>::run(ba);
+         forms::backward_fused::block_major<VecAvx2, 64, 128, 64, 4, 0, 0>::run(ba);
        }},
       {"fused bm64_cb256 s4",
        [&] {
          gather();
-         forms::backward_fused::block_major<V, 64, 256, 64, 4, 0>::run(ba);
+         forms::backward_fused::block_major<V, 64, 256, 64, 4, 0, 0>::run(ba);
        }},
       {"fused bm64_cb256 s16",
        [&] {
          gather();
-         forms::backward_fused::block_major<V, 64, 256, 64, 16, 0>::run(ba);
+         forms::backward_fused::block_major<V, 64, 256, 64, 16, 0, 0>::run(ba);
        }},
       {"fused bm64_cb512 s16",
        [&] {
          gather();
-         forms::backward_fused::block_major<V, 64, 512, 64, 16, 0>::run(ba);
+         forms::backward_fused::block_major<V, 64, 512, 64, 16, 0, 0>::run(ba);
        }},
       {"fused bm64_cb512 s16 tc",
        [&] {
          gather();
-         forms::backward_fused::block_major<V, 64, 512, 64, 16, 1>::run(ba);
+         forms::backward_fused::block_major<V, 64, 512, 64, 16, 1, 0>::run(ba);
+       }},
+      {"fused bm64_cb512 s16 nt",
+       [&] {
+         gather();
+         forms::backward_fused::block_major<V, 64, 512, 64, 16, 0, 1>::run(ba);
+       }},
+      {"fused bm64_cb512 s16 tc nt",
+       [&] {
+         gather();
+         forms::backward_fused::block_major<V, 64, 512, 64, 16, 1, 1>::run(ba);
        }},
       {"avx2 fused bm32_cb256 s4 tc",
        [&] {
          gather();
-         forms::backward_fused::block_major<VecAvx2, 32, 256, 64, 4, 1>::run(ba);
+         forms::backward_fused::block_major<VecAvx2, 32, 256, 64, 4, 1, 0>::run(ba);
        }},
       {"fused bm64_cb1024 s16",
        [&] {
          gather();
-         forms::backward_fused::block_major<V, 64, 1024, 64, 16, 0>::run(ba);
+         forms::backward_fused::block_major<V, 64, 1024, 64, 16, 0, 0>::run(ba);
        }},
       {"fused bm128_cb512 s4",
        [&] {
          gather();
-         forms::backward_fused::block_major<V, 128, 512, 64, 4, 0>::run(ba);
+         forms::backward_fused::block_major<V, 128, 512, 64, 4, 0, 0>::run(ba);
        }},
       {"fused bm128_cb128 s4",
        [&] {
          gather();
-         forms::backward_fused::block_major<V, 128, 128, 64, 4, 0>::run(ba);
+         forms::backward_fused::block_major<V, 128, 128, 64, 4, 0, 0>::run(ba);
        }},
       {"fused bm128_cb128 s16",
        [&] {
          gather();
-         forms::backward_fused::block_major<V, 128, 128, 64, 16, 0>::run(ba);
+         forms::backward_fused::block_major<V, 128, 128, 64, 16, 0, 0>::run(ba);
        }},
   };
   if (*only) {
@@ -209,7 +221,7 @@ int main(int argc, char** argv) {
   dw_rowreg();
   dx_bm128();
   gather();
-  forms::backward_fused::block_major<V, 64, 256, 64, 16, 0>::run(ba);
+  forms::backward_fused::block_major<V, 64, 256, 64, 16, 0, 0>::run(ba);
   double edw = 0, edx = 0;
   for (int64_t k = 0; k < nnz; ++k) edw = std::max(edw, double(std::fabs(dw[k] - dw2[k])));
   for (int64_t k = 0; k < n * in; ++k) edx = std::max(edx, double(std::fabs(dx[k] - dx2[k])));

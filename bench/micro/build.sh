@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Compiles every probe in bench/micro (x86-64 only; AVX-512 code compiles on any x86-64 host,
+# running it needs the CPU), so a kernel header change that breaks a probe fails CI:
+#
+#   bash bench/micro/build.sh [OUTDIR]     # binaries land in OUTDIR (default: a temporary dir)
+#
+# Each probe's header comment gives the command that builds and runs it on its own.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+if [ "$(uname -m)" != "x86_64" ]; then
+  echo "bench/micro: probes are x86-64 only; skipped on $(uname -m)"
+  exit 0
+fi
+out="${1:-$(mktemp -d)}"
+mkdir -p "$out"
+flags=(-O2 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -std=c++17 -Icsrc)
+for src in bench/micro/*.cpp; do
+  name="$(basename "$src" .cpp)"
+  ${CXX:-g++} "${flags[@]}" "$src" csrc/common/parallel.cpp -lpthread -o "$out/$name"
+  echo "bench/micro: built $name"
+done
