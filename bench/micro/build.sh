@@ -13,7 +13,7 @@ if [ "$(uname -m)" != "x86_64" ]; then
 fi
 out="${1:-$(mktemp -d)}"
 mkdir -p "$out"
-flags=(-O2 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -std=c++17 -Icsrc)
+flags=(-O3 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -std=c++17 -Icsrc)
 for src in bench/micro/*.cpp; do
   name="$(basename "$src" .cpp)"
   ${CXX:-g++} "${flags[@]}" "$src" csrc/common/parallel.cpp -lpthread -o "$out/$name"
