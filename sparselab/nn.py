@@ -662,7 +662,7 @@ class SparseLinear(nn.Module):
         d.kernels.sddmm_dw(kid, n, dy.data_ptr(), _ld(dy), x.data_ptr(), _ld(x), dw.data_ptr(), threads)
         return dw
 
-    def _run_backward_fused(self, d: "_Derived", dy: Tensor, x: Tensor, bias_grad: bool) -> Optional[tuple]:
+    def _run_backward_fused(self, d: "_Derived", dy: Tensor, x: Tensor, bias_grad: bool = False) -> Optional[tuple]:
         """(dX, dW, dB) from one fused kernel call where the backward plan names a fused variant
         (dB None unless ``bias_grad``), or None where the two planned ops run instead: the plan's
         separate pair, an empty W, or no transposed index kept (the memory preference)."""

@@ -253,7 +253,8 @@ def run_backward_fused(
     db = torch.empty(W.shape[0], dtype=W.values.dtype, device="cpu") if bias_grad else None
     if t.cols.numel() == 0:
         # No live entry: dX and dW are 0 (and the empty index has no storage to point at).
-        dX.zero_(), dW.zero_()
+        dX.zero_()
+        dW.zero_()
         return (dX, dW) if db is None else (dX, dW, torch.sum(dY, 0, out=db))
     tr = (
         t.cols.data_ptr(),

@@ -145,6 +145,26 @@ def test_bitwise_identical_across_thread_counts(v, n):
             )
 
 
+@pytest.mark.parametrize("n", [70, 600], ids=["n70", "n600"])
+@pytest.mark.parametrize("v", FUSED)
+def test_bias_grad_when_a_thread_has_no_row_groups(v, n):
+    """W^T's row groups are split between tasks by live slots; with nearly every slot in the last
+    group, some tasks get no group but still own a share of dY's columns for the bias gradient."""
+    dense = torch.zeros(40, 200)
+    dense[:, 192:] = torch.randn(40, 8, generator=torch.Generator().manual_seed(71))
+    dense[0, 3] = 1.0
+    W = PaddedCSR.from_dense(dense)
+    dY = strided_operand(n, 40, seed=72)
+    X = strided_operand(n, 200, seed=73)
+    Dd = dY.double()
+    results = [_run(v, W, dY, X, threads) for threads in (1, 2, 3, 4)]
+    for threads, (dX, _, db) in zip((1, 2, 3, 4), results):
+        assert_matches(db, Dd.sum(0), Dd.abs().sum(0), n, f"{v.name} db at {threads} threads")
+        ref, scale, K = reference("spmm_dx", W, dY=dY)
+        assert_matches(dX, ref, scale, K, f"{v.name} dX at {threads} threads")
+        assert torch.equal(db, results[0][2]), f"{v.name}: db differs between 1 and {threads} threads"
+
+
 @pytest.mark.parametrize("v", FUSED)
 def test_follows_value_and_topology_updates(v):
     """dX must use W's current values (an optimizer steps them in place) and,

@@ -64,7 +64,8 @@ def test_forward_backward_match_dense(dtype, shape, bias):
         torch.testing.assert_close(layer.bias.grad, lin.bias.grad, **TOL[dtype])
 
 
-@pytest.mark.parametrize("n", [300, 255], ids=["fused", "separate"])
+# 520: 9 batch tiles of 64, so the untuned fused variant (tile classes) sums in two classes
+@pytest.mark.parametrize("n", [300, 520, 255], ids=["fused", "fused_two_classes", "separate"])
 def test_backward_at_large_batch_matches_dense(n):
     """Where the backward plan says so (without tuning: from planner.FUSED_MIN_N = 256 batch
     rows, where this CPU has a fused variant) backward takes dX and dW from one fused kernel

@@ -252,7 +252,8 @@ class Problem:
         return dw
 
     def _backward_runner(self, variant: str):
-        """A backward as a layer runs it: one fused call, or the planned pair one after the other."""
+        """A backward as a layer with a bias runs it: one fused call that also sums the bias
+        gradient, or the planned pair one after the other and ``dY.sum(0)``. Returns (dX, dW)."""
         from sparselab import kernels, ops, planner
 
         W, X, dY, t = self.W, self.X, self.dY, self.key.threads
@@ -275,16 +276,17 @@ class Problem:
                 plan.sddmm_dw(vw.id, n, dY.data_ptr(), out_f, X.data_ptr(), in_f, out.data_ptr(), t)
                 return out
 
-            return lambda: (dx(), dw())
+            return lambda: (dx(), dw(), dY.sum(0))[:2]
         v = kernels.get("backward_fused", variant)
         if plan is None:
-            return lambda: ops.backward_fused(W, dY, X, variant=variant, threads=t)
+            return lambda: ops.backward_fused(W, dY, X, variant=variant, threads=t, bias_grad=True)[:2]
 
         def fused():
             dX = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
             dW = torch.empty(W.capacity, dtype=torch.float32, device="cpu")
+            db = torch.empty(out_f, dtype=torch.float32, device="cpu")
             plan.backward_fused(
-                v.id, n, dY.data_ptr(), out_f, X.data_ptr(), in_f, dX.data_ptr(), in_f, dW.data_ptr(), t
+                v.id, n, dY.data_ptr(), out_f, X.data_ptr(), in_f, dX.data_ptr(), in_f, dW.data_ptr(), t, db.data_ptr()
             )
             return dX, dW
 

@@ -54,8 +54,9 @@ SECOND_POINT_RESERVE = 0.35
 # screen on the check part of a large layer; finalists of the second point by form. 4: the
 # backward is tuned (fused variant or the separate pair); also keeps format-2 files apart from
 # older builds, which would set them aside as corrupt. 5: a screened key with a second point
-# races at most FIRST_RACE_MAX candidates first.
-METHOD_VERSION = 5
+# races at most FIRST_RACE_MAX candidates first. 6: the backward is timed as a layer with a bias
+# runs it (a fused call sums the bias gradient; the pair adds dY.sum(0)).
+METHOD_VERSION = 6
 # Candidates at most in the first race of a screened key that gets a second point.
 FIRST_RACE_MAX = 10
 log = logging.getLogger(__name__)

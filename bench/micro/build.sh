@@ -11,8 +11,13 @@ if [ "$(uname -m)" != "x86_64" ]; then
   echo "bench/micro: probes are x86-64 only; skipped on $(uname -m)"
   exit 0
 fi
-out="${1:-$(mktemp -d)}"
-mkdir -p "$out"
+if [ $# -ge 1 ]; then
+  out="$1"
+  mkdir -p "$out"
+else
+  out="$(mktemp -d)"
+  trap 'rm -rf "$out"' EXIT
+fi
 flags=(-O3 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -std=c++17 -Icsrc)
 for src in bench/micro/*.cpp; do
   name="$(basename "$src" .cpp)"
