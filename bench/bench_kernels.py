@@ -29,10 +29,14 @@ picks the small grid, ``--grid moderate`` the one bench/make_report.sh runs; def
   the key, runs before timing). ``extra_info['tuned_variant']`` is
   ``sparselab.planner.choose(op, out, in, n, density)``. Compare it with the fastest fixed
   variant of the same case (``python bench/summarize.py RESULTS.json``).
+- ``backward_fused`` cases (a layer's backward, ``ops.backward_fused(W, dY, X)``): every fused
+  variant, the separate pair (``variant="separate"``: the planned ``spmm_dx`` and ``sddmm_dw``,
+  a row like a variant's), ``dense_torch`` (``dY @ Wd`` and ``dY.T @ X``) and dispatch.
 
 extra_info of every row: op, variant, isa, out, in, n, sparsity (nominal), density (actual),
-nnz, gflops = 2*nnz*N/1e9 (GFLOP of ONE call on live weights, for the dense baselines too, so
-GFLOP/s compare "on live weights"), dense_gflops = 2*out*in*N/1e9, bytes_moved (estimate of one
+nnz, gflops = 2*nnz*N/1e9 per product (GFLOP of ONE call on live weights, for the dense
+baselines too, so GFLOP/s compare "on live weights"; the backward computes two products),
+dense_gflops = 2*out*in*N/1e9 per product, bytes_moved (estimate of one
 call: weight values + indices + row arrays as the implementation reads them, activations in and
 out once), baseline (None for SparseLab rows), threads, headline.
 
@@ -61,6 +65,8 @@ F32 = 4
 def _impls(op: str) -> list[tuple[str, str]]:
     """(kind, name) of everything timed for an op: registry variants, baselines, dispatch."""
     out = [("variant", v.name) for v in kernels.variants(op) if not v.is_dense]
+    if op == grid.BACKWARD:  # the pair races the fused variants in the tuner; dense: two GEMMs
+        return out + [("variant", planner.SEPARATE), ("baseline", "dense_torch"), ("dispatch", "dispatch")]
     out += [("baseline", b) for b in BASELINES]
     return out + [("dispatch", "dispatch")]
 
@@ -150,6 +156,8 @@ def _acts(n: int, inp: int, out: int) -> Acts:
 
 
 def _sparse_call(op: str, name: str | None, W: PaddedCSR, X: torch.Tensor, dY: torch.Tensor):
+    if op == grid.BACKWARD:
+        return lambda: ops.backward_fused(W, dY, X, variant=name)
     if op == "spmm_fwd":
         return lambda: ops.spmm_fwd(W, X, variant=name)
     if op == "spmm_dx":
@@ -163,7 +171,12 @@ def _baseline_call(op: str, name: str, w: Weight, a: Acts, rows: int | None = No
     X, dY = (a.X, a.dY) if rows is None else (a.X[:rows], a.dY[:rows])
     if name == "dense_torch":
         Wd = w.dense
-        return {"spmm_fwd": lambda: X @ Wd.t(), "spmm_dx": lambda: dY @ Wd, "sddmm_dw": lambda: dY.t() @ X}[op]
+        return {
+            "spmm_fwd": lambda: X @ Wd.t(),
+            "spmm_dx": lambda: dY @ Wd,
+            "sddmm_dw": lambda: dY.t() @ X,
+            grid.BACKWARD: lambda: (dY @ Wd, dY.t() @ X),
+        }[op]
     if name == "dense_mkldnn":
         lin = torch._C._nn.mkldnn_linear
         if op == "spmm_fwd":
@@ -184,6 +197,8 @@ def _baseline_call(op: str, name: str, w: Weight, a: Acts, rows: int | None = No
 
 
 def _act_bytes(op: str, out: int, inp: int, n: int) -> int:
+    if op == grid.BACKWARD:
+        return F32 * n * (out + 2 * inp)  # dY and X in, dX out
     return F32 * n * (out + inp)  # fwd: X in, Y out; dx: dY in, dX out; dw: dY and X in
 
 
@@ -194,7 +209,10 @@ def sparse_bytes(op: str, v: kernels.VariantInfo, W: PaddedCSR, n: int) -> int:
     full = W.memory_bytes(include_cache=False)  # values + cols + row_start + row_nnz
     if v.is_dense:  # dense pseudo-variant: densify (read W, write out*in) then a dense GEMM
         return full + 2 * F32 * out * inp + dense_bytes(op, out, inp, n)
-    if op == "spmm_dx" and v.dx_layout == "transposed":
+    if op == grid.BACKWARD:
+        # W's values through the transposed index (dX), W's row arrays (dW's slots), dW written
+        weight = values + W.transposed().memory_bytes() + (full - values) + W.capacity * F32
+    elif op == "spmm_dx" and v.dx_layout == "transposed":
         weight = values + W.transposed().memory_bytes()  # values gathered through the transposed index
     elif op == "sddmm_dw":
         weight = full - values + W.capacity * F32  # the index is read, dW (values-shaped) is written
@@ -204,7 +222,8 @@ def sparse_bytes(op: str, v: kernels.VariantInfo, W: PaddedCSR, n: int) -> int:
 
 
 def dense_bytes(op: str, out: int, inp: int, n: int) -> int:
-    return F32 * out * inp + _act_bytes(op, out, inp, n)
+    weight = F32 * out * inp * (3 if op == grid.BACKWARD else 1)  # the backward also writes dW
+    return weight + _act_bytes(op, out, inp, n)
 
 
 def csr_bytes(op: str, W: PaddedCSR, n: int) -> int:
@@ -268,7 +287,7 @@ def test_kernel(benchmark, item, request):
         "sparsity": case.sparsity,
         "density": W.density,
         "nnz": W.nnz,
-        "gflops": 2.0 * W.nnz * n / 1e9,
+        "gflops": 2.0 * W.nnz * n * case.products / 1e9,
         "dense_gflops": case.dense_gflops,
         "threads": torch.get_num_threads(),
         "headline": case.headline,
@@ -276,7 +295,17 @@ def test_kernel(benchmark, item, request):
     }
     benchmark.group = f"{op} {case.out}x{case.inp} N={n} sparsity={case.sparsity:g}"
 
-    if kind == "variant":
+    if kind == "variant" and name == planner.SEPARATE:  # the backward's pair of planned ops
+        fn = _sparse_call(op, name, W, a.X, a.dY)
+        pair = [kernels.get(o, planner.choose(o, case.out, case.inp, n, W.density)) for o in ("spmm_dx", "sddmm_dw")]
+        info.update(
+            variant=name,
+            isa="+".join(sorted({v.isa for v in pair})),
+            form="separate",
+            params={v.op: v.name for v in pair},
+            bytes_moved=sum(sparse_bytes(v.op, v, W, n) for v in pair),
+        )
+    elif kind == "variant":
         v = kernels.get(op, name)
         if not v.available:
             pytest.skip(f"{op}/{name} unavailable: {v.reason}")
@@ -302,13 +331,14 @@ def test_kernel(benchmark, item, request):
         fn = _sparse_call(op, None, W, a.X, a.dY)
         fn()  # may tune this key (not timed)
         chosen = planner.choose(op, case.out, case.inp, n, W.density)
-        v = kernels.get(op, chosen)
-        info.update(
-            variant="dispatch",
-            isa=v.isa,
-            tuned_variant=chosen,
-            baseline="dispatch",
-            bytes_moved=sparse_bytes(op, v, W, n),
-        )
+        if chosen == planner.SEPARATE:  # the backward runs the pair: its ops' choices
+            pair = [
+                kernels.get(o, planner.choose(o, case.out, case.inp, n, W.density)) for o in ("spmm_dx", "sddmm_dw")
+            ]
+            isa, moved = "+".join(sorted({v.isa for v in pair})), sum(sparse_bytes(v.op, v, W, n) for v in pair)
+        else:
+            v = kernels.get(op, chosen)
+            isa, moved = v.isa, sparse_bytes(op, v, W, n)
+        info.update(variant="dispatch", isa=isa, tuned_variant=chosen, baseline="dispatch", bytes_moved=moved)
     benchmark.extra_info.update(info)
     _run(benchmark, fn, quick)

@@ -20,6 +20,11 @@ The issue-2 headline (``-k headline``): weights 2560x640, 640x2560 and 4096x4096
 sparsity 0.9, every op; and the N=1 forward at 4096x4096 and 2560x640. Their test ids carry
 ``headline``. Every case is measured once even if several sweeps contain it.
 
+Every grid also has ``backward_fused`` cases (a layer's whole backward: dX and dW in one call,
+as SparseLinear runs it): the headline shapes at N=2048, plus in ``quick`` the 2560x640 weight
+at N=64, in ``moderate`` and ``full`` that weight over N and 4096x4096 over sparsity at N=2048
+(``full`` also every shape at N=256). Its GFLOP count is both products, 4 * nnz * N.
+
     python bench/grid.py [--grid quick|moderate|full]     # print the case list and counts
 """
 
@@ -30,6 +35,8 @@ import math
 from dataclasses import dataclass
 
 OPS = ("spmm_fwd", "spmm_dx", "sddmm_dw")
+BACKWARD = "backward_fused"  # dX and dW of one layer in one call: a fused variant, or the pair
+ALL_OPS = OPS + (BACKWARD,)
 
 # (out_features, in_features): W is out x in, Y = X @ W^T.
 SHAPES = {
@@ -90,17 +97,22 @@ class Case:
         return self.out * max(0, min(self.inp, round((1.0 - self.sparsity) * self.inp)))
 
     @property
+    def products(self) -> int:
+        """Matrix products one call computes: 2 for the backward (dX and dW), else 1."""
+        return 2 if self.op == BACKWARD else 1
+
+    @property
     def gflops(self) -> float:
-        """GFLOP of one call on live weights (2 * nnz * N)."""
-        return 2.0 * self.nnz * self.n / 1e9
+        """GFLOP of one call on live weights (2 * nnz * N per product)."""
+        return 2.0 * self.nnz * self.n * self.products / 1e9
 
     @property
     def dense_gflops(self) -> float:
-        return 2.0 * self.out * self.inp * self.n / 1e9
+        return 2.0 * self.out * self.inp * self.n * self.products / 1e9
 
 
 def _headline_cases() -> set[Case]:
-    cases = {Case(o, i, HEADLINE_SPARSITY, HEADLINE_N, op) for o, i in HEADLINE_SHAPES for op in OPS}
+    cases = {Case(o, i, HEADLINE_SPARSITY, HEADLINE_N, op) for o, i in HEADLINE_SHAPES for op in ALL_OPS}
     cases |= {Case(o, i, HEADLINE_SPARSITY, 1, "spmm_fwd") for o, i in HEADLINE_N1_SHAPES}
     return cases
 
@@ -118,12 +130,21 @@ def full_cases() -> list[Case]:
     for op in OPS:
         cases |= {Case(*LARGEST, s, n, op) for s in SPARSITIES for n in (1, 64)}
         cases |= {Case(*LARGEST, s, HEADLINE_N, op) for s in SPARSITIES_SWEEP}
+    cases |= _backward_sweeps()
+    cases |= {Case(out, inp, HEADLINE_SPARSITY, SWEEP_N, BACKWARD) for out, inp in SHAPES.values()}
     return sorted(cases, key=_order)
+
+
+def _backward_sweeps() -> set[Case]:
+    """The backward over N on the 2560x640 weight and over sparsity on the largest at N=2048."""
+    cases = {Case(2560, 640, HEADLINE_SPARSITY, n, BACKWARD) for n in BATCHES}
+    return cases | {Case(*LARGEST, s, HEADLINE_N, BACKWARD) for s in SPARSITIES_SWEEP}
 
 
 def quick_cases() -> list[Case]:
     cases = {c for c in _headline_cases() if (c.out, c.inp) == (2560, 640)}
     cases |= {Case(2560, 640, s, n, op) for s in (0.5, 0.9, 0.99) for n in (1, 64) for op in OPS}
+    cases.add(Case(2560, 640, HEADLINE_SPARSITY, 64, BACKWARD))
     return sorted(cases, key=_order)
 
 
@@ -133,7 +154,7 @@ def moderate_cases() -> list[Case]:
     for out, inp in ((2560, 640), (640, 2560), (1024, 1024)):
         cases |= {Case(out, inp, s, SWEEP_N, op) for s in SPARSITIES_SWEEP for op in OPS}
     cases |= {Case(2560, 640, HEADLINE_SPARSITY, n, op) for n in BATCHES for op in OPS}
-    return sorted(cases, key=_order)
+    return sorted(cases | _backward_sweeps(), key=_order)
 
 
 GRIDS = {"quick": quick_cases, "moderate": moderate_cases, "full": full_cases}
@@ -141,7 +162,7 @@ GRIDS = {"quick": quick_cases, "moderate": moderate_cases, "full": full_cases}
 
 def _order(c: Case):
     # Cases sharing a weight (and then a batch) run back to back so their data is built once.
-    return (c.out * c.inp, c.out, c.sparsity, c.n, OPS.index(c.op))
+    return (c.out * c.inp, c.out, c.sparsity, c.n, ALL_OPS.index(c.op))
 
 
 def cases(name: str) -> list[Case]:

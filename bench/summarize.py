@@ -110,7 +110,7 @@ def headline(df: pd.DataFrame) -> str:
         "Best SparseLab variant vs dense torch and oneDNN (`mkldnn_linear`, operands converted "
         "outside the timed region) doing the same job, timed in the same run. "
         "Time ratios: sparse/dense, < 1 means sparse is faster. GFLOP/s on live weights "
-        "(2·nnz·N per call) for both; torch also at its own dense flop count.\n",
+        "(2·nnz·N per product: the backward has two) for both; torch also at its own dense flop count.\n",
     ]
     if table:
         parts.append(markdown_table(head, table) + "\n")

@@ -289,3 +289,33 @@ def test_pr_min_statistic_sees_through_lost_scheduler_slices(tmp_path):
     assert by_min["verdict"] == "slower" and by_min["ratio"] == pytest.approx(1.1)
     [by_median], _ = pr.compare_sides(base, head, 0.05, stat="median")
     assert by_median["ci_high"] - by_median["ci_low"] > by_min["ci_high"] - by_min["ci_low"]
+
+
+# ------------------------------------------------------------------ kernel suite grid
+
+
+def test_kernel_suite_times_the_layer_backward_on_every_grid(monkeypatch):
+    """Every grid has a backward_fused case wherever it has a headline forward at N=2048 (two
+    products per call), and such a case times every fused variant, the separate pair, dense
+    torch and dispatch."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    import bench_kernels
+    import grid
+
+    from sparselab import kernels, planner
+
+    for name in grid.GRIDS:
+        cases = grid.cases(name)
+        shapes = {(c.out, c.inp) for c in cases if c.headline and c.op == "spmm_fwd" and c.n == grid.HEADLINE_N}
+        assert shapes, name
+        for out, inp in shapes:
+            key = (out, inp, grid.HEADLINE_SPARSITY, grid.HEADLINE_N)
+            back = [c for c in cases if (c.out, c.inp, c.sparsity, c.n) == key and c.op == grid.BACKWARD]
+            fwd = [c for c in cases if (c.out, c.inp, c.sparsity, c.n) == key and c.op == "spmm_fwd"]
+            assert len(back) == len(fwd) == 1, (name, out, inp)
+            assert back[0].headline and back[0].gflops == 2 * fwd[0].gflops
+    impls = bench_kernels._impls(grid.BACKWARD)
+    assert [n for k, n in impls if k == "variant"] == [v.name for v in kernels.variants(grid.BACKWARD)] + [
+        planner.SEPARATE
+    ]
+    assert ("baseline", "dense_torch") in impls and impls[-1] == ("dispatch", "dispatch")
