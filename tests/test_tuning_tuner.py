@@ -3,6 +3,7 @@
 The race is driven by a fake clock (each fake candidate advances it by its own cost), so choices
 are exact and no test asserts anything about real timings."""
 
+import math
 import random
 import types
 
@@ -1071,10 +1072,11 @@ class FakeScalingPartedProblem(FakeScalingProblem):
         return None if torch.isfinite(out).all() else "non-finite output"
 
 
-def _tune_many_tiles(monkeypatch, first_race_max):
+def _tune_many_tiles(monkeypatch, first_race_max, first_round_share=math.inf):
     # Twelve tiled kernels just ahead at the timed N=128 and one block-major kernel (a per-call
     # cost, cheap rows) that is 1.6x faster at the key's N=2048: the 4096 x 4096 case.
     monkeypatch.setattr(tuner, "FIRST_RACE_MAX", first_race_max)
+    monkeypatch.setattr(tuner, "FIRST_ROUND_SHARE", first_round_share)
     tiles = [info(f"avx2_tile{8 * (k + 1)}", "avx2", "tiled", {"tile": 8 * (k + 1)}) for k in range(12)]
     variants = [info("scalar", "scalar", "plain")] + tiles + [info("avx2_bm", "avx2", "block_major")]
     lines = {"scalar": (0.0, 2e-3), "avx2_bm": (10e-3, 1.0e-4)}
@@ -1099,3 +1101,16 @@ def test_a_screened_key_races_few_enough_first_to_reach_its_second_point(monkeyp
     assert len(e["medians"]) <= 10 and "avx2_bm" in e["medians"]  # each form's fastest races
     assert "second_point_skipped" not in e and e["n_second"] > 128
     assert e["first_choice"].startswith("avx2_tile") and e["variant"] == "avx2_bm"
+
+
+def test_a_screened_key_races_only_the_first_round_it_can_afford(monkeypatch):
+    """Without a count cap, the first race takes candidates while their estimated first round
+    (the check part's time scaled to the layer) fits its share of the time left: each form's
+    fastest first, so the block-major kernel races, and the second point is reached."""
+    e = _tune_many_tiles(monkeypatch, first_race_max=10**6, first_round_share=tuner.FIRST_ROUND_SHARE)
+    assert tuner.FIRST_RACE_MIN <= len(e["medians"]) < 13 and "avx2_bm" in e["medians"]
+    assert "second_point_skipped" not in e and e["n_second"] > 128
+    assert e["variant"] == "avx2_bm"
+    # Whatever the estimates, at least FIRST_RACE_MIN candidates race.
+    keep = tuner._affordable({"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}, lambda n: n, lambda n: n, left=0.0)
+    assert keep == {"a", "b", "c"}

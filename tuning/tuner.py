@@ -55,10 +55,19 @@ SECOND_POINT_RESERVE = 0.35
 # backward is tuned (fused variant or the separate pair); also keeps format-2 files apart from
 # older builds, which would set them aside as corrupt. 5: a screened key with a second point
 # races at most FIRST_RACE_MAX candidates first. 6: the backward is timed as a layer with a bias
-# runs it (a fused call sums the bias gradient; the pair adds dY.sum(0)).
+# runs it (a fused call sums the bias gradient; the pair adds dY.sum(0)); the first race of a
+# screened key takes only the candidates whose first round it can afford.
 METHOD_VERSION = 6
 # Candidates at most in the first race of a screened key that gets a second point.
 FIRST_RACE_MAX = 10
+# Such a first race takes candidates (each form's fastest first) while their estimated first
+# round (a warm-up and a timed call on the whole layer: the check part's time scaled by rows)
+# fits this share of the time left to it, and at least FIRST_RACE_MIN: the first round is not
+# bounded by the deadline. A 4096 x 4096 backward at 20% density raced 10 candidates of ~22 ms at
+# N=128, used 0.65 s, skipped its second point and chose the separate pair, 1.37x slower than
+# the best fused kernel at N=2048.
+FIRST_ROUND_SHARE = 0.6
+FIRST_RACE_MIN = 3
 log = logging.getLogger(__name__)
 
 # Threads: the tuner never changes torch's thread count (torch.set_num_threads is process-wide
@@ -200,6 +209,27 @@ def _backward_tie_to_prior(key, shape, winner: str, runner_up, times: dict) -> t
     return prior, winner, True
 
 
+def _affordable(estimates: dict[str, float], rank, family, left: float) -> set[str]:
+    """The candidates whose first round of a race (a warm-up and a timed call, ``estimates``
+    seconds each) fits FIRST_ROUND_SHARE of ``left`` seconds, taken each form's fastest first,
+    then the fastest others; at least FIRST_RACE_MIN."""
+    by_time = sorted(estimates, key=lambda n: (estimates[n], rank(n)))
+    leaders, forms = [], set()
+    for name in by_time:
+        if family(name) not in forms:
+            forms.add(family(name))
+            leaders.append(name)
+    order = leaders + [n for n in by_time if n not in leaders]
+    keep, spent = set(), 0.0
+    for name in order:
+        cost = 2.0 * estimates[name]
+        if len(keep) >= FIRST_RACE_MIN and spent + cost > FIRST_ROUND_SHARE * left:
+            break
+        keep.add(name)
+        spent += cost
+    return keep
+
+
 def tune(
     key,
     *,
@@ -274,6 +304,15 @@ def tune(
         racers = [r for r in racers if r.name in keep]
     first_budget = budget_s * (second_point.BUDGET_FRACTION if n2 is not None else 1.0)
     first_deadline = deadline_at - (SECOND_POINT_RESERVE * deadline_total if n2 is not None else 0.0)
+    if n2 is not None and screened is not None and len(racers) > FIRST_RACE_MIN:
+        scale = problem.W.out_features / max(part.W.out_features, 1)
+        keep = _affordable(
+            {r.name: screened.times[r.name] * scale for r in racers},
+            {r.name: r.rank for r in racers}.__getitem__,
+            lambda name: getattr(infos[name], "form", name),
+            first_deadline - clock(),
+        )
+        racers = [r for r in racers if r.name in keep]
     # After a screen, a warm-up on the whole layer is no colder than the run on the part was (code,
     # X and the transposed index are warm), so it cuts at the screen's ratio rather than the
     # race's generous first one: at 4096x4096, N=32 the plain and unrolled loops and dense_torch
