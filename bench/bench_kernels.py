@@ -222,7 +222,7 @@ def sparse_bytes(op: str, v: kernels.VariantInfo, W: PaddedCSR, n: int) -> int:
 
 
 def dense_bytes(op: str, out: int, inp: int, n: int) -> int:
-    weight = F32 * out * inp * (3 if op == grid.BACKWARD else 1)  # the backward also writes dW
+    weight = F32 * out * inp * (2 if op == grid.BACKWARD else 1)  # the backward also writes dW
     return weight + _act_bytes(op, out, inp, n)
 
 

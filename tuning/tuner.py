@@ -55,9 +55,9 @@ SECOND_POINT_RESERVE = 0.35
 # backward is tuned (fused variant or the separate pair); also keeps format-2 files apart from
 # older builds, which would set them aside as corrupt. 5: a screened key with a second point
 # races at most FIRST_RACE_MAX candidates first. 6: the backward is timed as a layer with a bias
-# runs it (a fused call sums the bias gradient; the pair adds dY.sum(0)); the first race of a
-# screened key takes only the candidates whose first round it can afford.
-METHOD_VERSION = 6
+# runs it (a fused call sums the bias gradient; the pair adds dY.sum(0)). 7: the first race of a
+# screened key takes only the candidates whose first round it can afford (FIRST_ROUND_SHARE).
+METHOD_VERSION = 7
 # Candidates at most in the first race of a screened key that gets a second point.
 FIRST_RACE_MAX = 10
 # Such a first race takes candidates (each form's fastest first) while their estimated first
@@ -191,16 +191,21 @@ def _second_race(
     }
 
 
+def _backward_prior_of(key, shape) -> str:
+    """The planner's untuned backward for this key (or the call that missed): a tie goes to it."""
+    from sparselab import planner
+
+    _, _, n, density = shape or (key.out_features, key.in_features, key.n, key.density)
+    return planner.backward_prior(n, density)  # the speed preference's: entries do not depend on it
+
+
 def _backward_tie_to_prior(key, shape, winner: str, runner_up, times: dict) -> tuple:
     """(winner, runner_up, changed): a backward tie (within TIE_BAND of the winner's time, the
     predicted one where a second point chose) goes to the planner's prior. The separate pair is
     the race's reference and so its simplest candidate, but neither form is simpler to run: at
     4096 x 4096 the two were within 3% at N=1024, and the pair won that tie while a fused kernel
     was faster side by side."""
-    from sparselab import planner
-
-    _, _, n, density = shape or (key.out_features, key.in_features, key.n, key.density)
-    prior = planner.backward_prior(n, density)  # the speed preference's: entries do not depend on it
+    prior = _backward_prior_of(key, shape)
     if prior == winner or prior not in times or winner not in times:
         return winner, runner_up, False
     # Against the fastest time, not the winner's: the winner may itself hold a tie by rank.
@@ -209,10 +214,11 @@ def _backward_tie_to_prior(key, shape, winner: str, runner_up, times: dict) -> t
     return prior, winner, True
 
 
-def _affordable(estimates: dict[str, float], rank, family, left: float) -> set[str]:
+def _affordable(estimates: dict[str, float], rank, family, left: float, always: str | None = None) -> set[str]:
     """The candidates whose first round of a race (a warm-up and a timed call, ``estimates``
     seconds each) fits FIRST_ROUND_SHARE of ``left`` seconds, taken each form's fastest first,
-    then the fastest others; at least FIRST_RACE_MIN."""
+    then the fastest others (one that does not fit is passed over for cheaper ones after it); at
+    least FIRST_RACE_MIN, and ``always`` (a candidate a later step needs a time for) if it is one."""
     by_time = sorted(estimates, key=lambda n: (estimates[n], rank(n)))
     leaders, forms = [], set()
     for name in by_time:
@@ -220,11 +226,13 @@ def _affordable(estimates: dict[str, float], rank, family, left: float) -> set[s
             forms.add(family(name))
             leaders.append(name)
     order = leaders + [n for n in by_time if n not in leaders]
+    if always in estimates:
+        order = [always] + [n for n in order if n != always]
     keep, spent = set(), 0.0
     for name in order:
         cost = 2.0 * estimates[name]
         if len(keep) >= FIRST_RACE_MIN and spent + cost > FIRST_ROUND_SHARE * left:
-            break
+            continue
         keep.add(name)
         spent += cost
     return keep
@@ -311,6 +319,7 @@ def tune(
             {r.name: r.rank for r in racers}.__getitem__,
             lambda name: getattr(infos[name], "form", name),
             first_deadline - clock(),
+            always=_backward_prior_of(key, shape) if key.op == "backward_fused" else None,
         )
         racers = [r for r in racers if r.name in keep]
     # After a screen, a warm-up on the whole layer is no colder than the run on the part was (code,
