@@ -281,3 +281,42 @@ def test_the_tuner_applies_the_tie_rule_and_records_it():
     costs[prior] = 1.06e-3  # 6% behind: the pair wins outright
     e = tuner.tune(key, problem=problem(), **kw)
     assert e["variant"] == planner.SEPARATE and not e.get("tie_kept_prior")
+
+
+@needs_fused
+def test_a_backward_second_point_times_the_pair_and_a_fused_kernel_however_far_apart():
+    """The pair, cheap per call, leads at the timed N=128 by 1.6x; the fused kernels (a large
+    fixed cost, cheaper rows) win at the key's N=2048. Both forms get the second point."""
+    from sparselab.tuning import tuner
+    from test_tuning_tuner import FakeClock, FakeScalingProblem
+
+    key = make_key(planner.BACKWARD, 4096, 4096, 2048, 0.1, 2)
+    fused = FUSED[:2]  # few enough that the first race leaves time for the second point
+    lines = {v.name: (20e-3, 1.2e-4) for v in fused}
+    lines[planner.SEPARATE] = (0.0, 1.7e-4)
+    clock = FakeClock()
+    e = tuner.tune(
+        key,
+        problem=FakeScalingProblem(clock, lines, 128),
+        variants=[planner.SEPARATE_PAIR] + fused,
+        reference=planner.SEPARATE,
+        clock=clock,
+        shape=(4096, 4096, 2048, 0.1),
+    )
+    assert e["first_choice"] == planner.SEPARATE and e["n_second"] > 128
+    assert planner.SEPARATE in e["predicted_s"] and e["variant"] in {v.name for v in fused}
+
+
+@needs_fused
+def test_a_backward_timed_at_its_first_n_alone_keeps_the_prior_within_a_wider_band():
+    from sparselab.tuning import tuner
+    from sparselab.tuning.tuner import _backward_tie_to_prior
+
+    key = make_key(planner.BACKWARD, 4096, 4096, 2048, 0.5, 2)
+    fused, pair = FUSED[0].name, planner.SEPARATE
+    shape = (4096, 4096, 2048, 0.5)
+    times = {pair: 64e-3, fused: 70e-3}  # the pair 9% ahead at N=128
+    assert _backward_tie_to_prior(key, shape, pair, fused, times) == (pair, fused, False)
+    assert _backward_tie_to_prior(key, shape, pair, fused, times, tuner.SKIPPED_TIE_BAND) == (fused, pair, True)
+    times[fused] = 80e-3  # 25% behind: the pair wins even so
+    assert _backward_tie_to_prior(key, shape, pair, fused, times, tuner.SKIPPED_TIE_BAND)[0] == pair

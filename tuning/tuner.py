@@ -56,7 +56,9 @@ SECOND_POINT_RESERVE = 0.35
 # older builds, which would set them aside as corrupt. 5: a screened key with a second point
 # races at most FIRST_RACE_MAX candidates first. 6: the backward is timed as a layer with a bias
 # runs it (a fused call sums the bias gradient; the pair adds dY.sum(0)). 7: the first race of a
-# screened key takes only the candidates whose first round it can afford (FIRST_ROUND_SHARE).
+# screened key takes only the candidates whose first round it can afford (FIRST_ROUND_SHARE); a
+# backward's second point times the fastest fused kernel and the pair however far apart, and a
+# backward whose second point is skipped keeps the prior within SKIPPED_TIE_BAND.
 METHOD_VERSION = 7
 # Candidates at most in the first race of a screened key that gets a second point.
 FIRST_RACE_MAX = 10
@@ -68,6 +70,9 @@ FIRST_RACE_MAX = 10
 # the best fused kernel at N=2048.
 FIRST_ROUND_SHARE = 0.6
 FIRST_RACE_MIN = 3
+# A backward chosen at the timed N alone (its second point skipped) goes to the planner's prior
+# unless it beats it by more than this.
+SKIPPED_TIE_BAND = 0.15
 log = logging.getLogger(__name__)
 
 # Threads: the tuner never changes torch's thread count (torch.set_num_threads is process-wide
@@ -155,7 +160,14 @@ def _second_race(
     when the deadline left no usable second N; {} when there is nothing to decide (one finalist)
     or every finalist failed at the second N."""
     rank = {r.name: r.rank for r in racers}.__getitem__
-    names = second_point.finalists(first.medians, rank, family)
+    # A backward's finalists are the two forms' fastest, the fused kernel and the pair, however
+    # far apart: they differ most in fixed cost per call. At 4096 x 4096, 20% density the pair led
+    # a race at N=128 by 1.3-1.7x and was 1.18x slower than the fused kernel at the key's N=2048;
+    # a third finalist left too little time for the second N in one run of three.
+    if key.op == "backward_fused":
+        names = second_point.finalists(first.medians, rank, family, ratio=math.inf, max_count=2)
+    else:
+        names = second_point.finalists(first.medians, rank, family)
     if len(names) < 2:
         return {}
     left = deadline - clock()
@@ -199,8 +211,8 @@ def _backward_prior_of(key, shape) -> str:
     return planner.backward_prior(n, density)  # the speed preference's: entries do not depend on it
 
 
-def _backward_tie_to_prior(key, shape, winner: str, runner_up, times: dict) -> tuple:
-    """(winner, runner_up, changed): a backward tie (within TIE_BAND of the winner's time, the
+def _backward_tie_to_prior(key, shape, winner: str, runner_up, times: dict, band: float = TIE_BAND) -> tuple:
+    """(winner, runner_up, changed): a backward tie (within ``band`` of the winner's time, the
     predicted one where a second point chose) goes to the planner's prior. The separate pair is
     the race's reference and so its simplest candidate, but neither form is simpler to run: at
     4096 x 4096 the two were within 3% at N=1024, and the pair won that tie while a fused kernel
@@ -209,7 +221,7 @@ def _backward_tie_to_prior(key, shape, winner: str, runner_up, times: dict) -> t
     if prior == winner or prior not in times or winner not in times:
         return winner, runner_up, False
     # Against the fastest time, not the winner's: the winner may itself hold a tie by rank.
-    if times[prior] > min(times.values()) * (1.0 + TIE_BAND):
+    if times[prior] > min(times.values()) * (1.0 + band):
         return winner, runner_up, False
     return prior, winner, True
 
@@ -361,7 +373,11 @@ def tune(
         times = second.get("predicted_s") or med
         # A cut candidate's few early samples are not comparable with the finalists' medians.
         times = {name: t for name, t in times.items() if name not in result.cut}
-        winner, runner_up, kept = _backward_tie_to_prior(key, shape, winner, runner_up, times)
+        # Times from the first N alone, the key's N far above it, are a weak guide: the prior
+        # keeps a wider band. At 4096 x 4096, 50% density the pair led by 9-10% at N=128 (its
+        # second point never fitted the deadline) and was 1.66x slower at N=2048.
+        band = SKIPPED_TIE_BAND if "second_point_skipped" in second else TIE_BAND
+        winner, runner_up, kept = _backward_tie_to_prior(key, shape, winner, runner_up, times, band)
         if kept:
             second["tie_kept_prior"] = True
 
