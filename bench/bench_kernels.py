@@ -264,6 +264,19 @@ def _skip_if_too_slow(make_call, case: grid.Case, name: str, quick: bool) -> Non
         )
 
 
+def _planned_pair(case: grid.Case, W: PaddedCSR) -> list:
+    """The spmm_dx and sddmm_dw variants the backward's separate pair runs for this case."""
+    return [kernels.get(o, planner.choose(o, case.out, case.inp, case.n, W.density)) for o in ("spmm_dx", "sddmm_dw")]
+
+
+def _pair_info(pair: list, W: PaddedCSR, n: int) -> dict:
+    """extra_info of a row that runs the pair: its ISAs and the bytes both calls move."""
+    return {
+        "isa": "+".join(sorted({v.isa for v in pair})),
+        "bytes_moved": sum(sparse_bytes(v.op, v, W, n) for v in pair),
+    }
+
+
 def _run(benchmark, fn, quick: bool) -> None:
     t = _time_once(fn)  # warm-up (and first-use tuning for dispatch rows)
     if t < 0.05:
@@ -297,14 +310,8 @@ def test_kernel(benchmark, item, request):
 
     if kind == "variant" and name == planner.SEPARATE:  # the backward's pair of planned ops
         fn = _sparse_call(op, name, W, a.X, a.dY)
-        pair = [kernels.get(o, planner.choose(o, case.out, case.inp, n, W.density)) for o in ("spmm_dx", "sddmm_dw")]
-        info.update(
-            variant=name,
-            isa="+".join(sorted({v.isa for v in pair})),
-            form="separate",
-            params={v.op: v.name for v in pair},
-            bytes_moved=sum(sparse_bytes(v.op, v, W, n) for v in pair),
-        )
+        pair = _planned_pair(case, W)
+        info.update(variant=name, form="separate", params={v.op: v.name for v in pair}, **_pair_info(pair, W, n))
     elif kind == "variant":
         v = kernels.get(op, name)
         if not v.available:
@@ -332,13 +339,10 @@ def test_kernel(benchmark, item, request):
         fn()  # may tune this key (not timed)
         chosen = planner.choose(op, case.out, case.inp, n, W.density)
         if chosen == planner.SEPARATE:  # the backward runs the pair: its ops' choices
-            pair = [
-                kernels.get(o, planner.choose(o, case.out, case.inp, n, W.density)) for o in ("spmm_dx", "sddmm_dw")
-            ]
-            isa, moved = "+".join(sorted({v.isa for v in pair})), sum(sparse_bytes(v.op, v, W, n) for v in pair)
+            ran = _pair_info(_planned_pair(case, W), W, n)
         else:
             v = kernels.get(op, chosen)
-            isa, moved = v.isa, sparse_bytes(op, v, W, n)
-        info.update(variant="dispatch", isa=isa, tuned_variant=chosen, baseline="dispatch", bytes_moved=moved)
+            ran = {"isa": v.isa, "bytes_moved": sparse_bytes(op, v, W, n)}
+        info.update(variant="dispatch", tuned_variant=chosen, baseline="dispatch", **ran)
     benchmark.extra_info.update(info)
     _run(benchmark, fn, quick)

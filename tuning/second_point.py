@@ -63,6 +63,18 @@ def fit_n(n1: int, n2: int, finalist_s: float, seconds: float, runs: int = 2) ->
     return n if n >= MIN_TARGET_RATIO * n1 and n > n1 else None
 
 
+def leaders_first(times: dict[str, float], rank: Callable[[str], tuple], family: Callable[[str], str]) -> list[str]:
+    """Every candidate of ``times``: the fastest of each ``family`` (kernel form) first, then the
+    rest, each part fastest first."""
+    by_time = sorted(times, key=lambda n: (times[n], rank(n)))
+    leaders, seen = [], set()
+    for n in by_time:
+        if family(n) not in seen:
+            seen.add(family(n))
+            leaders.append(n)
+    return leaders + [n for n in by_time if n not in leaders]
+
+
 def finalists(
     medians: dict[str, float],
     rank: Callable[[str], tuple],
@@ -77,13 +89,8 @@ def finalists(
     4096x4096 forward at N=128 were all tiled, and the block-major kernel that is 1.29x faster at
     N=2048 never got its second point."""
     best = min(medians.values())
-    close = sorted((n for n, t in medians.items() if t <= ratio * best), key=lambda n: (medians[n], rank(n)))
-    leaders, seen = [], set()
-    for n in close:
-        if family(n) not in seen:
-            seen.add(family(n))
-            leaders.append(n)
-    chosen = (leaders + [n for n in close if n not in leaders])[:max_count]
+    close = {n: t for n, t in medians.items() if t <= ratio * best}
+    chosen = leaders_first(close, rank, family)[:max_count]
     return sorted(chosen, key=lambda n: (medians[n], rank(n)))
 
 

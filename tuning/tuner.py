@@ -65,9 +65,7 @@ FIRST_RACE_MAX = 10
 # Such a first race takes candidates (each form's fastest first) while their estimated first
 # round (a warm-up and a timed call on the whole layer: the check part's time scaled by rows)
 # fits this share of the time left to it, and at least FIRST_RACE_MIN: the first round is not
-# bounded by the deadline. A 4096 x 4096 backward at 20% density raced 10 candidates of ~22 ms at
-# N=128, used 0.65 s, skipped its second point and chose the separate pair, 1.37x slower than
-# the best fused kernel at N=2048.
+# bounded by the deadline, and on a large layer it could leave no time for the second point.
 FIRST_ROUND_SHARE = 0.6
 FIRST_RACE_MIN = 3
 # A backward chosen at the timed N alone (its second point skipped) goes to the planner's prior
@@ -161,9 +159,9 @@ def _second_race(
     or every finalist failed at the second N."""
     rank = {r.name: r.rank for r in racers}.__getitem__
     # A backward's finalists are the two forms' fastest, the fused kernel and the pair, however
-    # far apart: they differ most in fixed cost per call. At 4096 x 4096, 20% density the pair led
-    # a race at N=128 by 1.3-1.7x and was 1.18x slower than the fused kernel at the key's N=2048;
-    # a third finalist left too little time for the second N in one run of three.
+    # far apart: they differ most in fixed cost per call, so the one far behind at a small N can
+    # win at the key's N (the pair against the fused kernels at 4096 x 4096). Two, not three:
+    # the second N must fit what is left of the deadline.
     if key.op == "backward_fused":
         names = second_point.finalists(first.medians, rank, family, ratio=math.inf, max_count=2)
     else:
@@ -231,13 +229,7 @@ def _affordable(estimates: dict[str, float], rank, family, left: float, always: 
     seconds each) fits FIRST_ROUND_SHARE of ``left`` seconds, taken each form's fastest first,
     then the fastest others (one that does not fit is passed over for cheaper ones after it); at
     least FIRST_RACE_MIN, and ``always`` (a candidate a later step needs a time for) if it is one."""
-    by_time = sorted(estimates, key=lambda n: (estimates[n], rank(n)))
-    leaders, forms = [], set()
-    for name in by_time:
-        if family(name) not in forms:
-            forms.add(family(name))
-            leaders.append(name)
-    order = leaders + [n for n in by_time if n not in leaders]
+    order = second_point.leaders_first(estimates, rank, family)
     if always in estimates:
         order = [always] + [n for n in order if n != always]
     keep, spent = set(), 0.0
@@ -373,9 +365,9 @@ def tune(
         times = second.get("predicted_s") or med
         # A cut candidate's few early samples are not comparable with the finalists' medians.
         times = {name: t for name, t in times.items() if name not in result.cut}
-        # Times from the first N alone, the key's N far above it, are a weak guide: the prior
-        # keeps a wider band. At 4096 x 4096, 50% density the pair led by 9-10% at N=128 (its
-        # second point never fitted the deadline) and was 1.66x slower at N=2048.
+        # Times from the first N alone, the key's N far above it, are a weak guide to the key's
+        # N (the pair leads the fused kernels at N=128 and loses at N=2048 on large layers): the
+        # prior keeps a wider band.
         band = SKIPPED_TIE_BAND if "second_point_skipped" in second else TIE_BAND
         winner, runner_up, kept = _backward_tie_to_prior(key, shape, winner, runner_up, times, band)
         if kept:

@@ -10,6 +10,7 @@ namespace {
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+constexpr int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 }  // namespace
 }  // namespace SPARSELAB_ISA_NS

@@ -162,11 +162,9 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   // so a thread descheduled on a shared machine stalls one hand-off instead of every tile.
   // (A shared dY panel of all tiles, packed up front, would be a memory-sized copy written
   // and read back.)
-  const int64_t splits = min64(bm.ngroups, ceil_div(int64_t(a.threads), classes));
+  // At least one task per class, even with no group (X has no column): it sums db.
+  const int64_t splits = max64(1, min64(bm.ngroups, ceil_div(int64_t(a.threads), classes)));
   auto split_group = [&](int64_t s) { return block_major_split_group(bm, splits, s); };
-  if (a.db && splits == 0)  // no column of X (in = 0): no task runs, so sum dY here
-    for (int64_t t = 0; t < ntiles; ++t)
-      add_column_sums<V>(a.dy + t * T * a.lddy, a.lddy, int(min64(T, a.n - t * T)), 0, out, a.db);
   // The store helpers of the forward kernels write buf[r][q] to dx[b0 + q][i0 + r].
   FwdArgs<Idx> st{wt, a.n, nullptr, 0, nullptr, a.dx, a.lddx, nullptr, 0, nullptr, a.threads};
   // NT: dX goes out in whole 64-byte lines (the block_major_stream forward's pieces), as
