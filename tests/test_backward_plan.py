@@ -320,3 +320,59 @@ def test_a_backward_timed_at_its_first_n_alone_keeps_the_prior_within_a_wider_ba
     assert _backward_tie_to_prior(key, shape, pair, fused, times, tuner.SKIPPED_TIE_BAND) == (fused, pair, True)
     times[fused] = 80e-3  # 25% behind: the pair wins even so
     assert _backward_tie_to_prior(key, shape, pair, fused, times, tuner.SKIPPED_TIE_BAND)[0] == pair
+
+
+def _fused_of(nt: int, tc: int):
+    return next(v for v in FUSED if v.params.get("NT") == nt and v.params.get("tile_classes") == tc)
+
+
+@needs_fused
+def test_a_backward_second_point_also_times_fused_flavors_the_first_n_ranks_wrongly():
+    """Streamed dX (NT) costs a little per call and saves per row: 2.6% behind the plain fused
+    kernel at the timed N=512, 10% ahead at the key's N=2048. Only the plain kernel and the pair
+    got the second point before; the NT flavor now does too, and wins."""
+    from sparselab.tuning import tuner
+    from test_tuning_tuner import FakeClock, FakeScalingProblem
+
+    key = make_key(planner.BACKWARD, 2560, 640, 2048, 0.1, 2)
+    plain, nt = _fused_of(0, 0).name, _fused_of(1, 0).name
+    lines = {v.name: (0.2e-3, 6e-6) for v in FUSED}
+    lines.update({plain: (0.2e-3, 4.6e-6), nt: (0.6e-3, 3.95e-6), planner.SEPARATE: (0.0, 6e-6)})
+    clock = FakeClock()
+    e = tuner.tune(
+        key,
+        problem=FakeScalingProblem(clock, lines, 512),
+        variants=[planner.SEPARATE_PAIR] + FUSED,
+        reference=planner.SEPARATE,
+        clock=clock,
+        shape=(2560, 640, 2048, 0.1),
+    )
+    assert e["first_choice"] == plain and e["n_second"] == 2048
+    assert {plain, nt, planner.SEPARATE} <= set(e["second_medians"]) and len(e["second_medians"]) <= 4
+    assert e["variant"] == nt
+
+
+def test_backward_finalists_add_flavors_only_where_the_deadline_keeps_the_second_n():
+    from sparselab.tuning import second_point, tuner
+
+    medians = {"pair": 1.0, "f_plain": 1.0, "f_plain2": 1.001, "f_nt": 1.01, "f_tc": 1.02, "f_far": 2.0}
+    family = {"pair": "separate"}.get
+    fam = lambda n: family(n) or "block_major"  # noqa: E731
+    flavor = lambda n: n.split("_")[1].rstrip("2")  # noqa: E731
+    rank = lambda n: (0,) if n == "pair" else (1, n)  # noqa: E731
+
+    def finalists(left, cut=()):
+        return tuner._backward_finalists(medians, rank, fam, flavor, "pair", 128, 512, left, cut)
+
+    # Time for all: each flavor's fastest joins (f_plain2 is a second plain, f_far beyond the
+    # finalist ratio), up to the cap.
+    got = finalists(1000.0)
+    assert set(got) == {"pair", "f_plain", "f_nt", "f_tc"} and len(got) <= tuner.MAX_BACKWARD_FINALISTS
+    # A cut candidate is never an extra.
+    assert "f_nt" not in finalists(1000.0, cut=("f_nt",))
+    # Time for the two required ones at the full second N only: no extra shrinks it.
+    two = 2 * (1.0 + 1.0) * 512 / 128
+    assert second_point.fit_n(128, 512, 2.0, two) == 512
+    assert sorted(finalists(two)) == ["f_plain", "pair"]
+    # No usable second N even for two: the required two, and the tuner skips the point.
+    assert sorted(finalists(0.1)) == ["f_plain", "pair"]

@@ -58,8 +58,9 @@ SECOND_POINT_RESERVE = 0.35
 # runs it (a fused call sums the bias gradient; the pair adds dY.sum(0)). 7: the first race of a
 # screened key takes only the candidates whose first round it can afford (FIRST_ROUND_SHARE); a
 # backward's second point times the fastest fused kernel and the pair however far apart, and a
-# backward whose second point is skipped keeps the prior within SKIPPED_TIE_BAND.
-METHOD_VERSION = 7
+# backward whose second point is skipped keeps the prior within SKIPPED_TIE_BAND. 8: a backward's
+# second point also times other fused flavors the deadline affords (_backward_finalists).
+METHOD_VERSION = 8
 # Candidates at most in the first race of a screened key that gets a second point.
 FIRST_RACE_MAX = 10
 # Such a first race takes candidates (each form's fastest first) while their estimated first
@@ -71,6 +72,8 @@ FIRST_RACE_MIN = 3
 # A backward chosen at the timed N alone (its second point skipped) goes to the planner's prior
 # unless it beats it by more than this.
 SKIPPED_TIE_BAND = 0.15
+# A backward's second point: at most this many finalists (the pair and fused kernels).
+MAX_BACKWARD_FINALISTS = 4
 log = logging.getLogger(__name__)
 
 # Threads: the tuner never changes torch's thread count (torch.set_num_threads is process-wide
@@ -149,8 +152,57 @@ def _load() -> float | None:
         return None
 
 
+def _flavor(info) -> tuple:
+    """A fused backward kernel's flavor: ISA, streamed dX (NT) and dW split by tile class."""
+    params = getattr(info, "params", None) or {}
+    return (getattr(info, "isa", ""), params.get("NT", 0), params.get("tile_classes", 0))
+
+
+def _backward_finalists(medians: dict, rank, family, flavor, pair, n1: int, n2: int, left: float, cut=()) -> list[str]:
+    """A backward's second-point finalists. Always the two forms' fastest, the fused kernel and the
+    pair, however far apart: they differ most in fixed cost per call, so the one far behind at a
+    small N can win at the key's N (the pair against the fused kernels at 4096 x 4096). Then more
+    fused kernels within FINALIST_RATIO of the fastest, each ``flavor``'s fastest first (how dX is
+    written and dW split: per-row costs the first N hides), up to MAX_BACKWARD_FINALISTS, each
+    only if the second N it leaves is the one the required two get: time is short on large keys.
+    ``cut``: candidates the first race cut, never extras."""
+    names = second_point.finalists(medians, rank, family, ratio=math.inf, max_count=2)
+    fused = [n for n in names if n != pair]
+    if len(names) < 2 or len(fused) != 1:
+        return names
+    close = {
+        n: t
+        for n, t in medians.items()
+        if n not in names
+        and n not in cut
+        and family(n) == family(fused[0])
+        and t <= second_point.FINALIST_RATIO * medians[fused[0]]
+    }
+    n_required = second_point.fit_n(n1, n2, sum(medians[n] for n in names), left)
+    if n_required is None:
+        return names
+    # Ordered with the fused finalist among them, so its own flavor's others come last.
+    order = second_point.leaders_first({**close, fused[0]: medians[fused[0]]}, rank, flavor)
+    for extra in (n for n in order if n != fused[0]):
+        if len(names) >= MAX_BACKWARD_FINALISTS:
+            break
+        if second_point.fit_n(n1, n2, sum(medians[n] for n in names) + medians[extra], left) == n_required:
+            names.append(extra)
+    return sorted(names, key=lambda n: (medians[n], rank(n)))
+
+
 def _second_race(
-    key, problem, racers, first, n2: int, target: int, budget_s: float, deadline: float, clock, family=str
+    key,
+    problem,
+    racers,
+    first,
+    n2: int,
+    target: int,
+    budget_s: float,
+    deadline: float,
+    clock,
+    family=str,
+    flavor=str,
 ) -> dict:
     """Race the first race's finalists at batch ``n2`` (smaller if the time left to ``deadline``
     does not afford it); choose by the time predicted at ``target`` (second_point.py). Returns the
@@ -158,17 +210,14 @@ def _second_race(
     when the deadline left no usable second N; {} when there is nothing to decide (one finalist)
     or every finalist failed at the second N."""
     rank = {r.name: r.rank for r in racers}.__getitem__
-    # A backward's finalists are the two forms' fastest, the fused kernel and the pair, however
-    # far apart: they differ most in fixed cost per call, so the one far behind at a small N can
-    # win at the key's N (the pair against the fused kernels at 4096 x 4096). Two, not three:
-    # the second N must fit what is left of the deadline.
+    left = deadline - clock()
     if key.op == "backward_fused":
-        names = second_point.finalists(first.medians, rank, family, ratio=math.inf, max_count=2)
+        pair = next((r.name for r in racers if r.kind == "reference"), None)
+        names = _backward_finalists(first.medians, rank, family, flavor, pair, problem.n, n2, left, first.cut)
     else:
         names = second_point.finalists(first.medians, rank, family)
     if len(names) < 2:
         return {}
-    left = deadline - clock()
     fitted = second_point.fit_n(problem.n, n2, sum(first.medians[n] for n in names), left)
     if fitted is None:
         return {"second_point_skipped": f"deadline: {max(left, 0.0):.3f} s left for {len(names)} finalists at N={n2}"}
@@ -357,6 +406,7 @@ def tune(
             deadline_at,
             clock,
             family=lambda name: getattr(infos[name], "form", name),
+            flavor=lambda name: _flavor(infos[name]),
         )
         phases["second_point"] = time.perf_counter() - started - sum(phases.values())
         if "winner" in second:
