@@ -346,6 +346,7 @@ def test_a_backward_second_point_also_times_fused_flavors_the_first_n_ranks_wron
         reference=planner.SEPARATE,
         clock=clock,
         shape=(2560, 640, 2048, 0.1),
+        deadline=tuner.DEADLINE_S,
     )
     assert e["first_choice"] == plain and e["n_second"] == 2048
     assert {plain, nt, planner.SEPARATE} <= set(e["second_medians"]) and len(e["second_medians"]) <= 4
@@ -361,15 +362,17 @@ def test_backward_finalists_add_flavors_only_where_the_deadline_keeps_the_second
     flavor = lambda n: n.split("_")[1].rstrip("2")  # noqa: E731
     rank = lambda n: (0,) if n == "pair" else (1, n)  # noqa: E731
 
-    def finalists(left, cut=()):
-        return tuner._backward_finalists(medians, rank, fam, flavor, "pair", 128, 512, left, cut)
+    def finalists(left, cut=(), prior=None):
+        return tuner._backward_finalists(medians, rank, fam, flavor, "pair", prior, 128, 512, left, cut)
 
-    # Time for all: each flavor's fastest joins (f_plain2 is a second plain, f_far beyond the
-    # finalist ratio), up to the cap.
+    # Time for all: each flavor's fastest joins before a second plain one (f_plain2), up to the cap.
     got = finalists(1000.0)
-    assert set(got) == {"pair", "f_plain", "f_nt", "f_tc"} and len(got) <= tuner.MAX_BACKWARD_FINALISTS
-    # A cut candidate is never an extra.
+    assert set(got) == {"pair", "f_plain", "f_nt", "f_tc"} and tuner.MAX_BACKWARD_FINALISTS == 4
+    # The planner's prior joins first, ahead of faster flavors.
+    assert set(finalists(1000.0, prior="f_plain2")) == {"pair", "f_plain", "f_plain2", "f_nt"}
+    # A cut candidate is never an extra; nor is one beyond FINALIST_RATIO, with slots to spare.
     assert "f_nt" not in finalists(1000.0, cut=("f_nt",))
+    assert finalists(1000.0, cut=("f_nt", "f_tc")) == ["pair", "f_plain", "f_plain2"]
     # Time for the two required ones at the full second N only: no extra shrinks it.
     two = 2 * (1.0 + 1.0) * 512 / 128
     assert second_point.fit_n(128, 512, 2.0, two) == 512

@@ -158,32 +158,37 @@ def _flavor(info) -> tuple:
     return (getattr(info, "isa", ""), params.get("NT", 0), params.get("tile_classes", 0))
 
 
-def _backward_finalists(medians: dict, rank, family, flavor, pair, n1: int, n2: int, left: float, cut=()) -> list[str]:
+def _backward_finalists(
+    medians: dict, rank, family, flavor, pair, prior, n1: int, n2: int, left: float, cut=()
+) -> list[str]:
     """A backward's second-point finalists. Always the two forms' fastest, the fused kernel and the
     pair, however far apart: they differ most in fixed cost per call, so the one far behind at a
     small N can win at the key's N (the pair against the fused kernels at 4096 x 4096). Then more
-    fused kernels within FINALIST_RATIO of the fastest, each ``flavor``'s fastest first (how dX is
-    written and dW split: per-row costs the first N hides), up to MAX_BACKWARD_FINALISTS, each
-    only if the second N it leaves is the one the required two get: time is short on large keys.
-    ``cut``: candidates the first race cut, never extras."""
+    fused kernels within FINALIST_RATIO of the fastest that the first race did not cut (``cut``):
+    the planner's ``prior`` first (the tie rule needs its time at the key's N), then each
+    ``flavor``'s fastest (how dX is written and dW split: per-row costs the first N hides), then
+    the rest, up to MAX_BACKWARD_FINALISTS, each only if the second N it leaves is the one the
+    required two get: time is short on large keys."""
     names = second_point.finalists(medians, rank, family, ratio=math.inf, max_count=2)
-    fused = [n for n in names if n != pair]
-    if len(names) < 2 or len(fused) != 1:
+    if len(names) < 2 or pair not in names:
         return names
+    fused = next(n for n in names if n != pair)
     close = {
         n: t
         for n, t in medians.items()
         if n not in names
         and n not in cut
-        and family(n) == family(fused[0])
-        and t <= second_point.FINALIST_RATIO * medians[fused[0]]
+        and family(n) == family(fused)
+        and t <= second_point.FINALIST_RATIO * medians[fused]
     }
     n_required = second_point.fit_n(n1, n2, sum(medians[n] for n in names), left)
     if n_required is None:
         return names
-    # Ordered with the fused finalist among them, so its own flavor's others come last.
-    order = second_point.leaders_first({**close, fused[0]: medians[fused[0]]}, rank, flavor)
-    for extra in (n for n in order if n != fused[0]):
+    # The fused finalist's flavor counts as taken: its others wait behind every other flavor's fastest.
+    order = [n for n in second_point.leaders_first({**close, fused: medians[fused]}, rank, flavor) if n != fused]
+    if prior in close:
+        order = [prior] + [n for n in order if n != prior]
+    for extra in order:
         if len(names) >= MAX_BACKWARD_FINALISTS:
             break
         if second_point.fit_n(n1, n2, sum(medians[n] for n in names) + medians[extra], left) == n_required:
@@ -203,17 +208,19 @@ def _second_race(
     clock,
     family=str,
     flavor=str,
+    pair: str | None = None,
+    prior: str | None = None,
 ) -> dict:
     """Race the first race's finalists at batch ``n2`` (smaller if the time left to ``deadline``
     does not afford it); choose by the time predicted at ``target`` (second_point.py). Returns the
     entry's second-point fields plus ``winner`` / ``runner_up``; only ``second_point_skipped``
     when the deadline left no usable second N; {} when there is nothing to decide (one finalist)
-    or every finalist failed at the second N."""
+    or every finalist failed at the second N. ``pair``, ``prior``: a backward key's separate pair
+    and the planner's untuned choice (see _backward_finalists)."""
     rank = {r.name: r.rank for r in racers}.__getitem__
     left = deadline - clock()
     if key.op == "backward_fused":
-        pair = next((r.name for r in racers if r.kind == "reference"), None)
-        names = _backward_finalists(first.medians, rank, family, flavor, pair, problem.n, n2, left, first.cut)
+        names = _backward_finalists(first.medians, rank, family, flavor, pair, prior, problem.n, n2, left, first.cut)
     else:
         names = second_point.finalists(first.medians, rank, family)
     if len(names) < 2:
@@ -407,6 +414,8 @@ def tune(
             clock,
             family=lambda name: getattr(infos[name], "form", name),
             flavor=lambda name: _flavor(infos[name]),
+            pair=reference if key.op == "backward_fused" else None,
+            prior=_backward_prior_of(key, shape) if key.op == "backward_fused" else None,
         )
         phases["second_point"] = time.perf_counter() - started - sum(phases.values())
         if "winner" in second:
