@@ -379,3 +379,54 @@ def test_backward_finalists_add_flavors_only_where_the_deadline_keeps_the_second
     assert sorted(finalists(two)) == ["f_plain", "pair"]
     # No usable second N even for two: the required two, and the tuner skips the point.
     assert sorted(finalists(0.1)) == ["f_plain", "pair"]
+
+
+@needs_fused
+def test_a_load_burst_on_the_first_n_does_not_turn_the_second_point_line():
+    """At the timed N=128 two of every three runs of the pair, from its second on, meet a burst of
+    load (twice the time): its median doubles there, which flattens its line and would predict it ahead at the
+    key's N=2048 (261 ms against the fused kernels' 266). The line runs through the fastest runs."""
+    from sparselab.tuning import tuner
+    from test_tuning_tuner import FakeClock, FakeScalingProblem
+
+    class Bursty(FakeScalingProblem):
+        calls = 0
+
+        def runner(self, name):
+            run = super().runner(name)
+            if name != planner.SEPARATE or self.n != 128:
+                return run
+
+            def bursty():
+                Bursty.calls += 1
+                t0 = self.clock.t
+                out = run()
+                if Bursty.calls % 3 != 1:
+                    self.clock.t += self.clock.t - t0
+                return out
+
+            return bursty
+
+        def at_n(self, n):
+            p = Bursty(self.clock, self.lines, n)
+            p.reference_output = self.reference_output
+            return p
+
+    key = make_key(planner.BACKWARD, 4096, 4096, 2048, 0.1, 2)
+    fused = FUSED[:2]
+    lines = {v.name: (20e-3, 1.2e-4) for v in fused}
+    lines[planner.SEPARATE] = (0.0, 1.7e-4)
+    clock = FakeClock()
+    e = tuner.tune(
+        key,
+        problem=Bursty(clock, lines, 128),
+        variants=[planner.SEPARATE_PAIR] + fused,
+        reference=planner.SEPARATE,
+        clock=clock,
+        shape=(4096, 4096, 2048, 0.1),
+        deadline=tuner.DEADLINE_S,
+    )
+    assert Bursty.calls >= 2 and e["medians"][planner.SEPARATE] > 1.5 * 128 * 1.7e-4
+    assert e["n_second"] > 128 and planner.SEPARATE in e["predicted_s"]
+    assert e["predicted_s"][planner.SEPARATE] == pytest.approx(2048 * 1.7e-4)
+    assert e["variant"] in {v.name for v in fused}

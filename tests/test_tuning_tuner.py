@@ -322,6 +322,18 @@ def test_a_burst_on_the_first_timed_run_does_not_cut_the_best_candidate():
     assert "bursty" not in res.cut and res.winner == "bursty"
 
 
+def test_a_race_reports_each_candidates_fastest_run():
+    # Two of three timed runs meet a burst (2x): the median doubles, the fastest run does not.
+    clock = FakeClock()
+    cands = [
+        fake(clock, "steady", (1,), 1.0e-3),
+        scripted(clock, "bursty", (2,), [1.0e-3] + [2.0e-3, 2.0e-3, 1.0e-3] * 9),
+    ]
+    res = race.race(cands, check_equals_one, clock=clock, budget_s=0.05, cut_ratios=(8.0, 3.0))
+    assert res.medians["bursty"] == pytest.approx(2.0e-3)
+    assert res.fastest == pytest.approx({"steady": 1.0e-3, "bursty": 1.0e-3})
+
+
 # ---------------------------------------------------------------- check part and screen (large layers)
 
 

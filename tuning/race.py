@@ -61,6 +61,9 @@ class RaceResult:
     rejected: dict[str, str] = field(default_factory=dict)  # name -> why
     cut: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    # Each valid candidate's fastest run, the warm-up included: noise only ever adds time, so with
+    # a few samples this is the steadier estimate of what a call costs (second_point.py's line).
+    fastest: dict[str, float] = field(default_factory=dict)
 
 
 class NoValidCandidate(RuntimeError):
@@ -190,4 +193,5 @@ def race(
         rejected=rejected,
         cut=cut,
         elapsed_s=clock() - start,
+        fastest={n: fastest(n) for n in samples},
     )

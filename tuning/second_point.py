@@ -11,7 +11,9 @@ reference machine (2 threads, 90% sparse, medians of 7 interleaved runs):
 
 So when the key's N is at least 1.5x the timed N, the race's finalists run a second, shorter race
 at a larger N, and each finalist's time at the key's N is read off the straight line through its
-two points (cost = a + b*N: fixed per-call work plus per-row work). The choice is the fastest
+two points (cost = a + b*N: fixed per-call work plus per-row work), each point its fastest run
+at that N (race.RaceResult.fastest: with a few samples per point, a burst of load on some of
+them moves a median enough to turn the line; noise only ever adds time). The choice is the fastest
 prediction, ties within ``TIE_BAND`` going to the simpler candidate as in the race.
 
 Under the tuner's deadline (tuner.DEADLINE_S) the second N shrinks to what the time left affords

@@ -59,8 +59,9 @@ SECOND_POINT_RESERVE = 0.35
 # screened key takes only the candidates whose first round it can afford (FIRST_ROUND_SHARE); a
 # backward's second point times the fastest fused kernel and the pair however far apart, and a
 # backward whose second point is skipped keeps the prior within SKIPPED_TIE_BAND. 8: a backward's
-# second point also times other fused flavors the deadline affords (_backward_finalists).
-METHOD_VERSION = 8
+# second point also times other fused flavors the deadline affords (_backward_finalists). 9: the
+# second point's line runs through each finalist's fastest run at each N, not its median.
+METHOD_VERSION = 9
 # Candidates at most in the first race of a screened key that gets a second point.
 FIRST_RACE_MAX = 10
 # Such a first race takes candidates (each form's fastest first) while their estimated first
@@ -243,7 +244,10 @@ def _second_race(
     except NoValidCandidate:
         return {}
     kept = [n for n in r2.medians if n not in r2.cut]
-    predicted = {n: second_point.predict(first.medians[n], r2.medians[n], problem.n, n2, target) for n in kept}
+    # The line runs through each finalist's fastest run at each N: a burst of load on a few of a
+    # large key's samples moved a median enough to turn the line (the pair's first point at twice
+    # its time flattened its slope, and it was chosen at 1.3x the fused kernel's time).
+    predicted = {n: second_point.predict(first.fastest[n], r2.fastest[n], problem.n, n2, target) for n in kept}
     winner = second_point.choose(predicted, rank)
     others = sorted((n for n in predicted if n != winner), key=predicted.get)
     return {
