@@ -283,28 +283,41 @@ def test_the_tuner_applies_the_tie_rule_and_records_it():
     assert e["variant"] == planner.SEPARATE and not e.get("tie_kept_prior")
 
 
-@needs_fused
-def test_a_backward_second_point_times_the_pair_and_a_fused_kernel_however_far_apart():
-    """The pair, cheap per call, leads at the timed N=128 by 1.6x; the fused kernels (a large
-    fixed cost, cheaper rows) win at the key's N=2048. Both forms get the second point."""
+def _tune_on_lines(problem_type, shape, lines, timed_n, fused):
+    """Tune the backward key of ``shape`` = (out, in, n, density) on fake cost lines ({name:
+    (fixed s, s per row)}), first timed at ``timed_n``, racing the pair and ``fused``."""
     from sparselab.tuning import tuner
-    from test_tuning_tuner import FakeClock, FakeScalingProblem
+    from test_tuning_tuner import FakeClock
 
-    key = make_key(planner.BACKWARD, 4096, 4096, 2048, 0.1, 2)
-    fused = FUSED[:2]  # few enough that the first race leaves time for the second point
-    lines = {v.name: (20e-3, 1.2e-4) for v in fused}
-    lines[planner.SEPARATE] = (0.0, 1.7e-4)
     clock = FakeClock()
-    e = tuner.tune(
-        key,
-        problem=FakeScalingProblem(clock, lines, 128),
+    return tuner.tune(
+        make_key(planner.BACKWARD, *shape, 2),
+        problem=problem_type(clock, lines, timed_n),
         variants=[planner.SEPARATE_PAIR] + fused,
         reference=planner.SEPARATE,
         clock=clock,
-        shape=(4096, 4096, 2048, 0.1),
+        shape=shape,
+        deadline=tuner.DEADLINE_S,
     )
+
+
+def _tune_large_backward(problem_type):
+    """A 4096x4096 key at N=2048, timed first at N=128: the pair, cheap per call, leads there by
+    1.6x; two fused kernels (a large fixed cost, cheaper rows) win at the key's N. Returns (entry,
+    the fused names)."""
+    fused = FUSED[:2]  # few enough that the first race leaves time for the second point
+    lines = {v.name: (20e-3, 1.2e-4) for v in fused}
+    lines[planner.SEPARATE] = (0.0, 1.7e-4)
+    return _tune_on_lines(problem_type, (4096, 4096, 2048, 0.1), lines, 128, fused), {v.name for v in fused}
+
+
+@needs_fused
+def test_a_backward_second_point_times_the_pair_and_a_fused_kernel_however_far_apart():
+    from test_tuning_tuner import FakeScalingProblem
+
+    e, fused = _tune_large_backward(FakeScalingProblem)
     assert e["first_choice"] == planner.SEPARATE and e["n_second"] > 128
-    assert planner.SEPARATE in e["predicted_s"] and e["variant"] in {v.name for v in fused}
+    assert planner.SEPARATE in e["predicted_s"] and e["variant"] in fused
 
 
 @needs_fused
@@ -331,23 +344,12 @@ def test_a_backward_second_point_also_times_fused_flavors_the_first_n_ranks_wron
     """Streamed dX (NT) costs a little per call and saves per row: 2.6% behind the plain fused
     kernel at the timed N=512, 10% ahead at the key's N=2048. Only the plain kernel and the pair
     got the second point before; the NT flavor now does too, and wins."""
-    from sparselab.tuning import tuner
-    from test_tuning_tuner import FakeClock, FakeScalingProblem
+    from test_tuning_tuner import FakeScalingProblem
 
-    key = make_key(planner.BACKWARD, 2560, 640, 2048, 0.1, 2)
     plain, nt = _fused_of(0, 0).name, _fused_of(1, 0).name
     lines = {v.name: (0.2e-3, 6e-6) for v in FUSED}
     lines.update({plain: (0.2e-3, 4.6e-6), nt: (0.6e-3, 3.95e-6), planner.SEPARATE: (0.0, 6e-6)})
-    clock = FakeClock()
-    e = tuner.tune(
-        key,
-        problem=FakeScalingProblem(clock, lines, 512),
-        variants=[planner.SEPARATE_PAIR] + FUSED,
-        reference=planner.SEPARATE,
-        clock=clock,
-        shape=(2560, 640, 2048, 0.1),
-        deadline=tuner.DEADLINE_S,
-    )
+    e = _tune_on_lines(FakeScalingProblem, (2560, 640, 2048, 0.1), lines, 512, FUSED)
     assert e["first_choice"] == plain and e["n_second"] == 2048
     assert {plain, nt, planner.SEPARATE} <= set(e["second_medians"]) and len(e["second_medians"]) <= 4
     assert e["variant"] == nt
@@ -384,10 +386,10 @@ def test_backward_finalists_add_flavors_only_where_the_deadline_keeps_the_second
 @needs_fused
 def test_a_load_burst_on_the_first_n_does_not_turn_the_second_point_line():
     """At the timed N=128 two of every three runs of the pair, from its second on, meet a burst of
-    load (twice the time): its median doubles there, which flattens its line and would predict it ahead at the
-    key's N=2048 (261 ms against the fused kernels' 266). The line runs through the fastest runs."""
-    from sparselab.tuning import tuner
-    from test_tuning_tuner import FakeClock, FakeScalingProblem
+    load (twice the time): its median doubles there, which flattens its line and would predict it
+    ahead at the key's N=2048 (207 ms against the fused kernels' 266). The line runs through the
+    fastest runs."""
+    from test_tuning_tuner import FakeScalingProblem
 
     class Bursty(FakeScalingProblem):
         calls = 0
@@ -412,21 +414,8 @@ def test_a_load_burst_on_the_first_n_does_not_turn_the_second_point_line():
             p.reference_output = self.reference_output
             return p
 
-    key = make_key(planner.BACKWARD, 4096, 4096, 2048, 0.1, 2)
-    fused = FUSED[:2]
-    lines = {v.name: (20e-3, 1.2e-4) for v in fused}
-    lines[planner.SEPARATE] = (0.0, 1.7e-4)
-    clock = FakeClock()
-    e = tuner.tune(
-        key,
-        problem=Bursty(clock, lines, 128),
-        variants=[planner.SEPARATE_PAIR] + fused,
-        reference=planner.SEPARATE,
-        clock=clock,
-        shape=(4096, 4096, 2048, 0.1),
-        deadline=tuner.DEADLINE_S,
-    )
+    e, fused = _tune_large_backward(Bursty)
     assert Bursty.calls >= 2 and e["medians"][planner.SEPARATE] > 1.5 * 128 * 1.7e-4
     assert e["n_second"] > 128 and planner.SEPARATE in e["predicted_s"]
     assert e["predicted_s"][planner.SEPARATE] == pytest.approx(2048 * 1.7e-4)
-    assert e["variant"] in {v.name for v in fused}
+    assert e["variant"] in fused
