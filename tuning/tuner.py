@@ -245,8 +245,8 @@ def _second_race(
         return {}
     kept = [n for n in r2.medians if n not in r2.cut]
     # The line runs through each finalist's fastest run at each N: a burst of load on a few of a
-    # large key's samples moved a median enough to turn the line (the pair's first point at twice
-    # its time flattened its slope, and it was chosen at 1.3x the fused kernel's time).
+    # large key's samples can move a median enough to turn the line (a pair's inflated first point
+    # flattened its slope, and it was chosen over a faster fused kernel).
     predicted = {n: second_point.predict(first.fastest[n], r2.fastest[n], problem.n, n2, target) for n in kept}
     winner = second_point.choose(predicted, rank)
     others = sorted((n for n in predicted if n != winner), key=predicted.get)
