@@ -388,7 +388,7 @@ def test_a_load_burst_on_the_first_n_does_not_turn_the_second_point_line():
     """At the timed N=128 two of every three runs of the pair, from its second on, meet a burst of
     load (twice the time): its median doubles there, which flattens its line and would predict it
     ahead at the key's N=2048 (207 ms against the fused kernels' 266). The line runs through the
-    fastest runs."""
+    fastest runs (here the pair's warm-up: a large key gets one or two timed runs at N=128)."""
     from test_tuning_tuner import FakeScalingProblem
 
     class Bursty(FakeScalingProblem):
@@ -418,4 +418,5 @@ def test_a_load_burst_on_the_first_n_does_not_turn_the_second_point_line():
     assert Bursty.calls >= 2 and e["medians"][planner.SEPARATE] > 1.5 * 128 * 1.7e-4
     assert e["n_second"] > 128 and planner.SEPARATE in e["predicted_s"]
     assert e["predicted_s"][planner.SEPARATE] == pytest.approx(2048 * 1.7e-4)
+    assert e["first_fastest_s"][planner.SEPARATE] == pytest.approx(128 * 1.7e-4)
     assert e["variant"] in fused

@@ -40,7 +40,7 @@ LOCK_TIMEOUT_S = 30.0
 log = logging.getLogger(__name__)
 # Optional numeric fields of an entry that the table and dispatch do arithmetic on.
 _NUMBERS = ("median_s", "runner_up_s", "dense_s", "reference_s", "n_timed")
-_NAME_TO_TIME = ("medians", "predicted_s", "second_medians")
+_NAME_TO_TIME = ("medians", "predicted_s", "second_medians", "first_fastest_s", "second_fastest_s")
 
 
 class ForeignFingerprintError(ValueError):

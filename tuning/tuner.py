@@ -60,7 +60,8 @@ SECOND_POINT_RESERVE = 0.35
 # backward's second point times the fastest fused kernel and the pair however far apart, and a
 # backward whose second point is skipped keeps the prior within SKIPPED_TIE_BAND. 8: a backward's
 # second point also times other fused flavors the deadline affords (_backward_finalists). 9: the
-# second point's line runs through each finalist's fastest run at each N, not its median.
+# second point's line runs through each finalist's fastest run at each N, not its median, and
+# the second race has no close-finish duel.
 METHOD_VERSION = 9
 # Candidates at most in the first race of a screened key that gets a second point.
 FIRST_RACE_MAX = 10
@@ -233,13 +234,15 @@ def _second_race(
     p2 = problem.at_n(n2)
     racers2 = [Candidate(r.name, r.rank, p2.runner(r.name), r.kind) for r in racers if r.name in names]
     try:
-        # Outputs were checked at the first N; here only the times count.
+        # Outputs were checked at the first N; here only the times count. No close-finish duel:
+        # the predictions decide, and a duel's extra runs would lower only two finalists' fastest.
         r2 = race(
             racers2,
             lambda name, out: None,
             budget_s=budget_s * second_point.BUDGET_FRACTION,
             deadline=deadline,
             clock=clock,
+            duel_reps=0,
         )
     except NoValidCandidate:
         return {}
@@ -257,6 +260,9 @@ def _second_race(
         "target_n": target,
         "second_medians": dict(sorted(r2.medians.items(), key=lambda kv: kv[1])),
         "predicted_s": dict(sorted(predicted.items(), key=lambda kv: kv[1])),
+        # The two points of each line.
+        "first_fastest_s": {n: first.fastest[n] for n in kept},
+        "second_fastest_s": {n: r2.fastest[n] for n in kept},
         "first_choice": first.winner,
     }
 
