@@ -336,6 +336,12 @@ def tune(
         problem = Problem(key, shape=shape)
 
     infos = {v.name: v for v in variants}
+
+    def form(name: str) -> str:
+        return getattr(infos[name], "form", name)
+
+    # A backward's separate pair and the planner's untuned choice (its tie rule and second point).
+    pair, prior = (reference, _backward_prior_of(key, shape)) if key.op == "backward_fused" else (None, None)
     if reference not in infos:
         raise RuntimeError(f"reference variant {reference!r} of {key.op} is not available")
     racers = []
@@ -374,7 +380,7 @@ def tune(
             second_point.finalists(
                 {r.name: screened.times[r.name] for r in racers},
                 rank.__getitem__,
-                lambda name: getattr(infos[name], "form", name),
+                form,
                 ratio=float("inf"),
                 max_count=FIRST_RACE_MAX,
             )
@@ -387,9 +393,9 @@ def tune(
         keep = _affordable(
             {r.name: screened.times[r.name] * scale for r in racers},
             {r.name: r.rank for r in racers}.__getitem__,
-            lambda name: getattr(infos[name], "form", name),
+            form,
             first_deadline - clock(),
-            always=_backward_prior_of(key, shape) if key.op == "backward_fused" else None,
+            always=prior,
         )
         racers = [r for r in racers if r.name in keep]
     # After a screen, a warm-up on the whole layer is no colder than the run on the part was (code,
@@ -422,10 +428,10 @@ def tune(
             budget_s,
             deadline_at,
             clock,
-            family=lambda name: getattr(infos[name], "form", name),
+            family=form,
             flavor=lambda name: _flavor(infos[name]),
-            pair=reference if key.op == "backward_fused" else None,
-            prior=_backward_prior_of(key, shape) if key.op == "backward_fused" else None,
+            pair=pair,
+            prior=prior,
         )
         phases["second_point"] = time.perf_counter() - started - sum(phases.values())
         if "winner" in second:
