@@ -60,14 +60,14 @@ _MEDIUM_N = {
     "spmm_dx": ("avx512_tile64", "avx2_tile32", "neon_unrolled", "scalar"),
     "sddmm_dw": ("avx512_tile64", "avx2_tile32", "neon_unrolled", "scalar"),
 }
-_TILE16_N = {  # one-register batch tiles: the small-batch case of the tiled form
-    "spmm_fwd": ("avx512_tile16", "avx2_tile16", "neon_tile16", "scalar"),
-    "spmm_dx": ("avx512_tile16", "avx2_tile16", "neon_tile16", "scalar"),
+_TILE16_N = {  # one- or two-register batch tiles; weights a vector at a time (as fast in AVX2 as in AVX-512)
+    "spmm_fwd": ("avx2_tile16_wvec", "avx512_tile16", "avx2_tile16", "neon_tile16", "scalar"),
+    "spmm_dx": ("avx2_tile16_wvec", "avx512_tile16", "avx2_tile16", "neon_tile16", "scalar"),
     "sddmm_dw": ("avx512_tile64", "avx2_tile32", "neon_tile32", "scalar"),
 }
 _SMALL_N = {  # an 8-row batch tile already beats row dots from 2 rows on the x86 CPUs measured
-    "spmm_fwd": ("avx2_tile8", "neon_unrolled", "scalar"),
-    "spmm_dx": ("avx2_tile8", "neon_unrolled", "scalar"),
+    "spmm_fwd": ("avx2_tile8_wvec", "avx2_tile8", "neon_unrolled", "scalar"),
+    "spmm_dx": ("avx2_tile8_wvec", "avx2_tile8", "neon_unrolled", "scalar"),
     "sddmm_dw": ("scalar",),  # at tiny N the strided dot of the reference is hard to beat
 }
 _ONE_N = {  # one batch row: row dots, x built from lane loads (the gather instruction was slower on Zen 4)

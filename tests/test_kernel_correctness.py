@@ -227,20 +227,21 @@ def test_unread_activation_columns_may_hold_inf_and_nan(v, index_dtype, threads)
 # Dense pseudo-variants are left out: they ignore ``threads=`` (torch's BLAS
 # runs with torch's own thread count), so the comparison would prove nothing.
 @pytest.mark.parametrize("v", SPARSE)
-def test_bitwise_identical_across_thread_counts(v):
+@pytest.mark.parametrize("n, threads", [(67, 2), (5, 2), (5, 3)], ids=["n67-t2", "n5-t2", "n5-t3"])
+def test_bitwise_identical_across_thread_counts(v, n, threads):
     """A wide layer with many rows: with threads=2 the rows really split into
     different chunks than with threads=1 (and the work is shared), yet each
-    output element must be computed the same way."""
+    output element must be computed the same way. N = 5 is one batch tile of
+    every tiled kernel: each thread then packs its own copy of the panel."""
     W = build_weight(2048, 256, 0.5, seed=31, pattern="ragged", empty_rows=True, padding=3, garbage=NAN)
-    n = 67
     X = strided_operand(n, 256, seed=32, ld_extra=4, col_offset=1)
     dY = strided_operand(n, 2048, seed=33)
     bias = torch.randn(2048, generator=torch.Generator().manual_seed(34))
     one = run_op(v, W, X=X, dY=dY, bias=bias, threads=1)
-    two = run_op(v, W, X=X, dY=dY, bias=bias, threads=2)
+    two = run_op(v, W, X=X, dY=dY, bias=bias, threads=threads)
     assert not torch.isnan(one).any()
     assert torch.equal(one.view(torch.int32), two.view(torch.int32)), (
-        f"{v.op}/{v.name}: threads=1 and threads=2 differ in "
+        f"{v.op}/{v.name}: threads=1 and threads={threads} differ in "
         f"{int((one.view(torch.int32) != two.view(torch.int32)).sum())} elements"
     )
 

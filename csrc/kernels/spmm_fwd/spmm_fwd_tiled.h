@@ -14,9 +14,15 @@ namespace sparselab {
 namespace SPARSELAB_ISA_NS {
 namespace {
 
+// A batch of one tile (N <= T) on 2..kMaxPanelCopies threads: one panel per worker
+// (fwd_tiled_tasks).
+constexpr int kMaxPanelCopies = 64;
+
 template <int T>
 size_t fwd_tiled_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
-  return panel_floats<T>(n, in);
+  const size_t panel = panel_floats<T>(n, in);
+  const bool copies = n <= T && threads > 1 && threads <= kMaxPanelCopies;
+  return copies ? size_t(threads) * ((panel + 15) / 16 * 16) : panel;
 }
 
 // Writes buf[r][q] (r < g rows of W starting at i0, q < nb batch rows) to
@@ -33,24 +39,47 @@ void fwd_tiled_store(const FwdArgs<Idx>& a, const float (*buf)[T], int64_t i0, i
   }
 }
 
+// Runs rows(P, i_lo, i_hi, b0, nb) for rows [i_lo, i_hi) of W on batch rows [b0, b0 + nb),
+// whose panel is P, over every batch tile and row chunk.
+// A batch of one tile on several threads: each worker packs its own copy of the panel (on
+// its first task) and takes the rows in a few contiguous parts. A panel that one core packs
+// and the other reads, and output lines that two cores write (every chunk boundary), cost
+// more than packing it again at this size: at N = 8 and 64 two threads were no faster than
+// one. Four parts per thread still let a thread the host delays be covered by the others.
+template <int T, typename Idx, class Rows>
+void fwd_tiled_tasks(const FwdArgs<Idx>& a, Rows&& rows) {
+  const int64_t in = a.w.ncols;
+  if (a.n > 0 && a.n <= T && a.threads > 1 && a.threads <= kMaxPanelCopies) {
+    const int64_t stride = (int64_t(panel_floats<T>(a.n, in)) + 15) / 16 * 16;
+    const int64_t parts = min64(a.nchunks, 4 * int64_t(a.threads));
+    bool packed[kMaxPanelCopies] = {};  // each worker writes only its own flag
+    parallel_for(a.threads, parts, [&](int64_t p, int worker) {
+      float* P = a.scratch + worker * stride;
+      if (!packed[worker]) {
+        pack_tile_cols<T>(a.x, a.ldx, a.n, 0, 0, in, P);
+        packed[worker] = true;
+      }
+      rows(P, a.row_chunks[p * a.nchunks / parts], a.row_chunks[(p + 1) * a.nchunks / parts], 0, int(a.n));
+    });
+    return;
+  }
+  pack_panels<T>(a.x, a.ldx, a.n, in, a.scratch, a.threads);
+  // Tile-major task order: consecutive tasks reuse the same panel from cache.
+  parallel_for(a.threads, ceil_div(a.n, T) * a.nchunks, [&](int64_t task, int) {
+    const int64_t t = task / a.nchunks, c = task % a.nchunks;
+    rows(a.scratch + t * in * T, a.row_chunks[c], a.row_chunks[c + 1], t * T, int(min64(T, a.n - t * T)));
+  });
+}
+
 template <class V, int T, int S, typename Idx>
 void fwd_tiled(const FwdArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
   static_assert(T % V::W == 0 && T % 8 == 0, "tile must be a whole number of vectors");
-  const int64_t in = a.w.ncols;
-  float* panels = a.scratch;
-  pack_panels<T>(a.x, a.ldx, a.n, in, panels, a.threads);
-  const int64_t ntiles = ceil_div(a.n, T);
-  // Tile-major task order: consecutive tasks reuse the same panel from cache.
-  parallel_for(a.threads, ntiles * a.nchunks, [&](int64_t task, int) {
-    const int64_t t = task / a.nchunks, c = task % a.nchunks;
-    const float* P = panels + t * in * T;
-    const int64_t b0 = t * T;
-    const int nb = int(min64(T, a.n - b0));
+  fwd_tiled_tasks<T>(a, [&](const float* P, int64_t i_lo, int64_t i_hi, int64_t b0, int nb) {
     alignas(64) float buf[8][T];
-    for (int64_t i0 = a.row_chunks[c]; i0 < a.row_chunks[c + 1]; i0 += 8) {
-      const int g = int(min64(8, a.row_chunks[c + 1] - i0));
+    for (int64_t i0 = i_lo; i0 < i_hi; i0 += 8) {
+      const int g = int(min64(8, i_hi - i0));
       for (int r = 0; r < g; ++r) {
         const int64_t i = i0 + r;
         const float* v = a.w.values + a.w.row_start[i];

@@ -71,9 +71,7 @@ struct blocked {
   static void run(const FwdArgs<Idx>& a) {
     fwd_tiled_blocked<V, T, CB>(a);
   }
-  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
-    return fwd_tiled_scratch<T>(n, in, out, nnz, threads);
-  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) { return panel_floats<T>(n, in); }
 };
 
 }  // namespace spmm_fwd

@@ -23,6 +23,12 @@ struct VecAvx2 {
   static reg fmadd(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
   static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
+  // Lane L of v in every lane: the 128-bit half that holds it, then an in-lane shuffle (no
+  // index register, which the 16 ymm registers could not spare in a tile loop).
+  template <int L>
+  static reg bcast_lane(reg v) {
+    return _mm256_permute_ps(_mm256_permute2f128_ps(v, v, L < 4 ? 0x00 : 0x11), (L % 4) * 0x55);
+  }
 
   // x[idx[0..8)] for int32 or int16 column indices.
   static reg gather(const float* x, const int32_t* idx) {
