@@ -944,7 +944,7 @@ def test_heuristic_default_is_available_and_batch_aware(op):
     assert all(v.available for v in picks.values())
     if kernels.get(op, "avx2_bm64_cb128").available:
         assert picks[64].form.startswith("block_major") and picks[4096].form.startswith("block_major")
-        assert picks[16].form in ("tiled", "tiled_wvec")
+        assert picks[16].form == "tiled"
     scatter = kernels.get("spmm_dx", planner.default_variant("spmm_dx", 4096, scatter_dx=True))
     assert scatter.available and scatter.dx_layout == "scatter"
 
@@ -958,7 +958,7 @@ def test_heuristic_small_batches(op):
     assert planner.default_variant(op, 1) == x86_lanes[0]
     for n in (2, 7):
         assert planner.default_variant(op, n) == "avx2_tile8_wvec"
-    assert kernels.get(op, planner.default_variant(op, 8)).form in ("tiled", "tiled_wvec")
+    assert kernels.get(op, planner.default_variant(op, 8)).form == "tiled"
 
 
 def test_close_finish_duel_corrects_an_unlucky_short_race():

@@ -8,7 +8,6 @@
 #include "spmm_fwd/spmm_fwd_rowdot_lanes.h"
 #include "spmm_fwd/spmm_fwd_rows_inflight.h"
 #include "spmm_fwd/spmm_fwd_tiled.h"
-#include "spmm_fwd/spmm_fwd_tiled_wvec.h"
 #include "spmm_fwd/spmm_fwd_tiled_blocked.h"
 #include "spmm_fwd/spmm_fwd_blockmajor.h"
 #include "spmm_fwd/fwd_lines_avx512.h"

@@ -2,13 +2,16 @@
 // panels of T rows (panels.h); then for each row of W the T outputs stay in
 // T/W vector registers while every nonzero costs one index load, one
 // broadcast and T/W FMAs on a panel row. S accumulator sets take alternate
-// nonzeros so short tiles still have enough independent FMA chains.
+// nonzeros so short tiles still have enough independent FMA chains. With
+// WVEC, a row's nonzeros go a vector width at a time, weights and indices
+// loaded together (fwd_weight_runs.h); its last nnz % V::W go one by one.
 // Results are written back row-major through 8x8 transposes.
 #pragma once
 #include "../isa_namespace.h"
 #include "../../common/parallel.h"
 #include "../kernel_api.h"
 #include "../panels.h"
+#include "fwd_weight_runs.h"
 
 namespace sparselab {
 namespace SPARSELAB_ISA_NS {
@@ -71,11 +74,13 @@ void fwd_tiled_tasks(const FwdArgs<Idx>& a, Rows&& rows) {
   });
 }
 
-template <class V, int T, int S, typename Idx>
+template <class V, int T, int S, bool WVEC, typename Idx>
 void fwd_tiled(const FwdArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
   static_assert(T % V::W == 0 && T % 8 == 0, "tile must be a whole number of vectors");
+  static_assert(!WVEC || V::W % S == 0, "accumulator sets take the lanes of a run in turn");
+  static_assert(!WVEC || V::W * sizeof(Idx) % 8 == 0, "a run's indices are whole 64-bit words");
   fwd_tiled_tasks<T>(a, [&](const float* P, int64_t i_lo, int64_t i_hi, int64_t b0, int nb) {
     alignas(64) float buf[8][T];
     for (int64_t i0 = i_lo; i0 < i_hi; i0 += 8) {
@@ -89,11 +94,16 @@ void fwd_tiled(const FwdArgs<Idx>& a) {
         for (int s = 0; s < S; ++s)
           for (int q = 0; q < R; ++q) acc[s][q] = V::zero();
         int32_t k = 0;
-        for (; k + S <= nnz; k += S) {
-          for (int s = 0; s < S; ++s) {
-            const reg wv = V::bcast(v + k + s);
-            const float* p = P + int64_t(col[k + s]) * T;
-            for (int q = 0; q < R; ++q) acc[s][q] = V::fmadd(wv, V::load(p + q * V::W), acc[s][q]);
+        if constexpr (WVEC) {
+          for (; k + V::W <= nnz; k += V::W)
+            weight_run<V, T, S, Idx>(std::make_integer_sequence<int, V::W>{}, v + k, col + k, P, acc);
+        } else {
+          for (; k + S <= nnz; k += S) {
+            for (int s = 0; s < S; ++s) {
+              const reg wv = V::bcast(v + k + s);
+              const float* p = P + int64_t(col[k + s]) * T;
+              for (int q = 0; q < R; ++q) acc[s][q] = V::fmadd(wv, V::load(p + q * V::W), acc[s][q]);
+            }
           }
         }
         for (; k < nnz; ++k) {
@@ -114,13 +124,13 @@ void fwd_tiled(const FwdArgs<Idx>& a) {
 namespace forms {
 namespace spmm_fwd {
 
-template <class V, int T, int acc_sets>
+template <class V, int T, int acc_sets, int wvec>
 struct tiled {
   static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
-  static constexpr const char kParams[] = "T,acc_sets";
+  static constexpr const char kParams[] = "T,acc_sets,wvec";
   template <typename Idx>
   static void run(const FwdArgs<Idx>& a) {
-    fwd_tiled<V, T, acc_sets>(a);
+    fwd_tiled<V, T, acc_sets, wvec != 0>(a);
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return fwd_tiled_scratch<T>(n, in, out, nnz, threads);
