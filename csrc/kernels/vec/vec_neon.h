@@ -49,6 +49,11 @@ struct VecNeon {
     vst1q_f32(out, vaddq_f32(vld1q_f32(out), sums4(a0, a1, a2, a3)));
   }
   static reg mul(reg a, reg b) { return vmulq_f32(a, b); }
+  // Lane L of v in every lane (the compiler folds it into FMLA by element).
+  template <int L>
+  static reg bcast_lane(reg v) {
+    return vdupq_laneq_f32(v, L);
+  }
   // Lane m of the result = sum of the lanes of a[m].
   static reg lane_sums(const reg (&a)[4]) { return sums4(a[0], a[1], a[2], a[3]); }
   // The first n (0..4) floats at p; lanes >= n read nothing and are 0 (NEON has no masked load).
