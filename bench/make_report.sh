@@ -26,6 +26,12 @@ cleanup() {
 }
 trap cleanup EXIT
 export SPARSELAB_CACHE_DIR="$work/cache"
+# glibc's settings for large tensors (README, "Large tensors and glibc's malloc"): with its
+# defaults, whether a call's output (21-32 MB at N = 2048) is mapped and faulted in afresh on every
+# call depends on what the long benchmark process freed before, and the faults cost as much as a
+# fast kernel (a 2560x640 forward took 11.3 ms in the suite, 6.4 ms run alone).
+export MALLOC_MMAP_THRESHOLD_="${MALLOC_MMAP_THRESHOLD_:-4294967296}"
+export MALLOC_TRIM_THRESHOLD_="${MALLOC_TRIM_THRESHOLD_:-4294967296}"
 if [ -n "${SPARSELAB_BENCH_THREADS:-}" ]; then export OMP_NUM_THREADS="$SPARSELAB_BENCH_THREADS"; fi
 
 # Load average every 20 s while the benchmarks run (a shared machine distorts absolute times).
@@ -65,6 +71,8 @@ cat >>"$report_readme" <<EOF
 
 - Produced by \`bash bench/make_report.sh $out_root $grid\` on $(date -u +%Y-%m-%d) in ${elapsed} s
   (pytest: ${summary_line}); torch threads: ${threads} of ${cores} logical cores.
+- glibc malloc: \`MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_} MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_}\`
+  (large outputs are reused, not faulted in on every call; see the README).
 - 1-minute load average while the benchmarks ran (sampled every 20 s): ${load:-not available}.
   A load above the thread count means other processes competed for the cores: absolute times
   and GFLOP/s are then pessimistic and noisy, and so are the probes (bandwidth, peak). Prefer the
