@@ -48,8 +48,8 @@ __all__ = [
 DENSE_DENSITY = 0.75
 
 # Most preferred first; names missing from this build or CPU are skipped. Block-major forms
-# from N = 64 (a whole tile), batch tiles below that (one-register tiles below 32, 8-row tiles
-# below 8), row-dot forms for one batch row.
+# from N = 64 (a whole tile), batch tiles below that (16-row tiles below 32, 8-row tiles below
+# 8), row-dot forms for one batch row.
 _LARGE_N = {
     "spmm_fwd": ("avx512_bmst64_cb256", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
     "spmm_dx": ("avx512_bmst64_cb256", "avx2_bm64_cb128", "neon_unrolled", "scalar"),

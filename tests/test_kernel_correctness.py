@@ -40,9 +40,9 @@ from sparselab import PaddedCSR, kernels, ops
 
 # Generated cases per variant, on top of the explicit @examples. About 1000
 # generated cases in all (~20-25 ms each on a 2-core machine, kernels,
-# builders and reference included), split over the variants this CPU runs:
-# 38 each with today's 26 runnable variants on AVX2, ~22 each with the ~44 of
-# an AVX-512 machine, never fewer than 20.
+# builders and reference included), split over the variants this CPU runs
+# (about 30 on an AVX2 machine, 50 on an AVX-512 one), never fewer than 20
+# or more than 40 each.
 N_RUNNABLE = len(kernels.variants(available_only=True))
 EXAMPLES_PER_VARIANT = max(20, min(40, 1000 // max(N_RUNNABLE, 1)))
 
@@ -227,13 +227,19 @@ def test_unread_activation_columns_may_hold_inf_and_nan(v, index_dtype, threads)
 # Dense pseudo-variants are left out: they ignore ``threads=`` (torch's BLAS
 # runs with torch's own thread count), so the comparison would prove nothing.
 @pytest.mark.parametrize("v", SPARSE)
-@pytest.mark.parametrize("n, threads", [(67, 2), (5, 2), (5, 3)], ids=["n67-t2", "n5-t2", "n5-t3"])
-def test_bitwise_identical_across_thread_counts(v, n, threads):
-    """A wide layer with many rows: with threads=2 the rows really split into
-    different chunks than with threads=1 (and the work is shared), yet each
+@pytest.mark.parametrize(
+    "n, threads, index_dtype",
+    [(67, 2, torch.int16), (5, 2, torch.int16), (5, 3, torch.int16), (5, 2, torch.int32)],
+    ids=["n67-t2", "n5-t2", "n5-t3", "n5-t2-int32"],
+)
+def test_bitwise_identical_across_thread_counts(v, n, threads, index_dtype):
+    """A wide layer with many rows: with 2 or 3 threads the rows really split
+    into different chunks than with one (and the work is shared), yet each
     output element must be computed the same way. N = 5 is one batch tile of
     every tiled kernel: each thread then packs its own copy of the panel."""
-    W = build_weight(2048, 256, 0.5, seed=31, pattern="ragged", empty_rows=True, padding=3, garbage=NAN)
+    W = build_weight(
+        2048, 256, 0.5, seed=31, pattern="ragged", empty_rows=True, padding=3, garbage=NAN, index_dtype=index_dtype
+    )
     X = strided_operand(n, 256, seed=32, ld_extra=4, col_offset=1)
     dY = strided_operand(n, 2048, seed=33)
     bias = torch.randn(2048, generator=torch.Generator().manual_seed(34))

@@ -1,7 +1,8 @@
-// spmm_fwd with register tiles over the batch. X is packed once into batch
-// panels of T rows (panels.h); then for each row of W the T outputs stay in
-// T/W vector registers while every nonzero costs one index load, one
-// broadcast and T/W FMAs on a panel row. S accumulator sets take alternate
+// spmm_fwd with register tiles over the batch. X is packed into batch
+// panels of T rows (panels.h; once, or once per worker for a one-tile batch);
+// then for each row of W the T outputs stay in T/W vector registers while
+// every nonzero costs one index load, one broadcast and T/W FMAs on a panel
+// row. S accumulator sets take alternate
 // nonzeros so short tiles still have enough independent FMA chains. With
 // WVEC, a row's nonzeros go a vector width at a time, weights and indices
 // loaded together (fwd_weight_runs.h); its last nnz % V::W go one by one.
@@ -17,15 +18,27 @@ namespace sparselab {
 namespace SPARSELAB_ISA_NS {
 namespace {
 
-// A batch of one tile (N <= T) on 2..kMaxPanelCopies threads: one panel per worker
-// (fwd_tiled_tasks).
+// A batch of one tile on several threads: one panel per worker (fwd_tiled_tasks)
+// where the copies fit in the scratch the driver keeps between calls
+// (SPARSELAB_SCRATCH_KEEP_MB's default, 4 MiB), so they are never allocated
+// afresh per call. The number of copies (`stride` floats each), or 0 for one
+// shared panel.
 constexpr int kMaxPanelCopies = 64;
+
+inline int64_t panel_copies(int64_t n, int64_t T, int64_t stride, int threads) {
+  constexpr int64_t kCopiesMaxFloats = int64_t(1) << 20;
+  const bool copies =
+      n > 0 && n <= T && threads > 1 && threads <= kMaxPanelCopies && threads * stride <= kCopiesMaxFloats;
+  return copies ? threads : 0;
+}
+
+inline int64_t panel_stride(int64_t panel) { return (panel + 15) / 16 * 16; }
 
 template <int T>
 size_t fwd_tiled_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
-  const size_t panel = panel_floats<T>(n, in);
-  const bool copies = n <= T && threads > 1 && threads <= kMaxPanelCopies;
-  return copies ? size_t(threads) * ((panel + 15) / 16 * 16) : panel;
+  const int64_t panel = int64_t(panel_floats<T>(n, in));
+  const int64_t copies = panel_copies(n, T, panel_stride(panel), threads);
+  return size_t(copies ? copies * panel_stride(panel) : panel);
 }
 
 // Writes buf[r][q] (r < g rows of W starting at i0, q < nb batch rows) to
@@ -44,18 +57,18 @@ void fwd_tiled_store(const FwdArgs<Idx>& a, const float (*buf)[T], int64_t i0, i
 
 // Runs rows(P, i_lo, i_hi, b0, nb) for rows [i_lo, i_hi) of W on batch rows [b0, b0 + nb),
 // whose panel is P, over every batch tile and row chunk.
-// A batch of one tile on several threads: each worker packs its own copy of the panel (on
-// its first task) and takes the rows in a few contiguous parts. A panel that one core packs
-// and the other reads, and output lines that two cores write (every chunk boundary), cost
-// more than packing it again at this size: at N = 8 and 64 two threads were no faster than
-// one. Four parts per thread still let a thread the host delays be covered by the others.
+// A batch of one tile on several threads (panel_copies): each worker packs its own copy of
+// the panel (on its first task) and takes the rows in a few contiguous parts. A panel that one
+// core packs and the other reads, and output lines that two cores write (every chunk
+// boundary), cost more than packing it again at this size: at N = 8 two threads were no faster
+// than one. Four parts per thread still let the others cover a thread the host delays.
 template <int T, typename Idx, class Rows>
 void fwd_tiled_tasks(const FwdArgs<Idx>& a, Rows&& rows) {
   const int64_t in = a.w.ncols;
-  if (a.n > 0 && a.n <= T && a.threads > 1 && a.threads <= kMaxPanelCopies) {
-    const int64_t stride = (int64_t(panel_floats<T>(a.n, in)) + 15) / 16 * 16;
+  const int64_t stride = panel_stride(int64_t(panel_floats<T>(a.n, in)));
+  if (panel_copies(a.n, T, stride, a.threads) > 0) {
     const int64_t parts = min64(a.nchunks, 4 * int64_t(a.threads));
-    bool packed[kMaxPanelCopies] = {};  // each worker writes only its own flag
+    bool packed[kMaxPanelCopies] = {};  // each worker (< threads) writes only its own flag
     parallel_for(a.threads, parts, [&](int64_t p, int worker) {
       float* P = a.scratch + worker * stride;
       if (!packed[worker]) {
@@ -95,8 +108,7 @@ void fwd_tiled(const FwdArgs<Idx>& a) {
           for (int q = 0; q < R; ++q) acc[s][q] = V::zero();
         int32_t k = 0;
         if constexpr (WVEC) {
-          for (; k + V::W <= nnz; k += V::W)
-            weight_run<V, T, S, Idx>(std::make_integer_sequence<int, V::W>{}, v + k, col + k, P, acc);
+          for (; k + V::W <= nnz; k += V::W) weight_run<V, T, S, Idx>(v + k, col + k, P, acc);
         } else {
           for (; k + S <= nnz; k += S) {
             for (int s = 0; s < S; ++s) {
@@ -106,10 +118,12 @@ void fwd_tiled(const FwdArgs<Idx>& a) {
             }
           }
         }
+        // The rest one by one (with WVEC up to V::W - 1 of them: into the S sets in turn).
         for (; k < nnz; ++k) {
+          const int s = WVEC ? k % S : 0;
           const reg wv = V::bcast(v + k);
           const float* p = P + int64_t(col[k]) * T;
-          for (int q = 0; q < R; ++q) acc[0][q] = V::fmadd(wv, V::load(p + q * V::W), acc[0][q]);
+          for (int q = 0; q < R; ++q) acc[s][q] = V::fmadd(wv, V::load(p + q * V::W), acc[s][q]);
         }
         for (int s = 1; s < S; ++s)
           for (int q = 0; q < R; ++q) acc[0][q] = V::add(acc[0][q], acc[s][q]);

@@ -22,7 +22,7 @@ struct VecAvx512 {
   static reg fmadd(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
   static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
   static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
-  // Lane L of v in every lane: one vpermps; its constant index stays in one of the 32 registers.
+  // Lane L of v in every lane: one vpermps (a run's 16 constant indices fit in the 32 registers).
   template <int L>
   static reg bcast_lane(reg v) {
     return _mm512_permutexvar_ps(_mm512_set1_epi32(L), v);
