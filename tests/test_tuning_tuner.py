@@ -542,6 +542,18 @@ def test_finalists_take_the_fastest_of_each_form_first():
     assert second_point.finalists({"a": 1.0, "b": 2.0}, rank, lambda n: "x") == ["a"]
 
 
+def test_a_forms_fastest_is_a_finalist_within_the_wider_leader_ratio():
+    # One tuning of a 4096x4096 forward: the tiled kernels were fastest at N=128 and the
+    # block-major stream kernel 1.53x behind; it is 1.5x faster at N=2048.
+    medians = {"tile16": 4.96, "tile32": 5.10, "tile32_wvec": 5.15, "bmst64": 7.57, "bm64": 9.15, "plain": 30.0}
+    form = lambda n: {"bmst64": "block_major_stream", "bm64": "block_major", "plain": "plain"}.get(n, "tiled")  # noqa: E731
+    rank = lambda n: (0, n)  # noqa: E731
+    assert second_point.finalists(medians, rank, form) == ["tile16", "bmst64", "bm64"]
+    # Beyond the leader ratio a form's fastest is left out, and the others keep the narrower one.
+    assert second_point.finalists({**medians, "bm64": 10.0}, rank, form) == ["tile16", "tile32", "bmst64"]
+    assert second_point.finalists(medians, rank, form, max_count=2) == ["tile16", "bmst64"]
+
+
 def test_prediction_is_the_line_through_both_points_and_never_falls():
     assert second_point.predict(2.0, 5.0, 100, 400, 1000) == pytest.approx(11.0)
     assert second_point.predict(5.0, 4.0, 100, 400, 1000) == pytest.approx(4.0)  # noise: flat

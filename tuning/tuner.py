@@ -61,8 +61,9 @@ SECOND_POINT_RESERVE = 0.35
 # backward whose second point is skipped keeps the prior within SKIPPED_TIE_BAND. 8: a backward's
 # second point also times other fused flavors the deadline affords (_backward_finalists). 9: the
 # second point's line runs through each finalist's fastest run at each N, not its median, and
-# the second race has no close-finish duel.
-METHOD_VERSION = 9
+# the second race has no close-finish duel. 10: the fastest of each form is a second-point
+# finalist within second_point.LEADER_RATIO (2x), not 1.5x.
+METHOD_VERSION = 10
 # Candidates at most in the first race of a screened key that gets a second point.
 FIRST_RACE_MAX = 10
 # Such a first race takes candidates (each form's fastest first) while their estimated first
