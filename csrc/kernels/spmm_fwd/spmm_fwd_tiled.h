@@ -2,11 +2,11 @@
 // panels of T rows (panels.h; once, or once per worker for a one-tile batch);
 // then for each row of W the T outputs stay in T/W vector registers while
 // every nonzero costs one index load, one broadcast and T/W FMAs on a panel
-// row. S accumulator sets take alternate
-// nonzeros so short tiles still have enough independent FMA chains. With
-// WVEC, a row's nonzeros go a vector width at a time, weights and indices
-// loaded together (fwd_weight_runs.h); its last nnz % V::W go one by one.
-// Results are written back row-major through 8x8 transposes.
+// row. S accumulator sets take alternate nonzeros so short tiles still have
+// enough independent FMA chains. With WVEC, a row's nonzeros go a vector
+// width at a time, weights and indices loaded together (fwd_weight_runs.h);
+// its last nnz % V::W go one by one. Results are written back row-major
+// through 8x8 transposes.
 #pragma once
 #include "../isa_namespace.h"
 #include "../../common/parallel.h"
