@@ -554,6 +554,24 @@ def test_a_forms_fastest_is_a_finalist_within_the_wider_leader_ratio():
     assert second_point.finalists(medians, rank, form, max_count=2) == ["tile16", "bmst64"]
 
 
+def test_a_single_ops_prior_joins_the_finalists_when_close_and_affordable():
+    # 4096x4096 dW: the first race's form leaders were avx2_bm64_cb256 and a rowreg kernel;
+    # the planner's avx512_bm64_cb128, 5-17% faster at N=2048, ran 4% behind at N=128.
+    ms = {"avx2_bm64_cb256": 4.86, "rowreg128": 4.81, "tile128": 5.55, "avx512_bm64_cb128": 5.05, "plain": 8.1}
+    medians = {n: t * 1e-3 for n, t in ms.items()}  # seconds per call at N=128
+    names = ["rowreg128", "avx2_bm64_cb256", "tile128"]
+    got = tuner._with_prior(names, medians, "avx512_bm64_cb128", 128, 512, left=10.0)
+    assert got == ["rowreg128", "avx2_bm64_cb256", "avx512_bm64_cb128", "tile128"]
+    # Not when it is already a finalist, was cut, is beyond FINALIST_RATIO, or would shrink the second N.
+    assert tuner._with_prior(got, medians, "avx512_bm64_cb128", 128, 512, left=10.0) == got
+    assert tuner._with_prior(names, medians, "avx512_bm64_cb128", 128, 512, 10.0, cut=("avx512_bm64_cb128",)) == names
+    assert (
+        tuner._with_prior(names, {**medians, "avx512_bm64_cb128": 7.3e-3}, "avx512_bm64_cb128", 128, 512, 10.0) == names
+    )
+    affordable_for_three = 2 * sum(medians[n] for n in names) * 512 / 128 * 1.01
+    assert tuner._with_prior(names, medians, "avx512_bm64_cb128", 128, 512, affordable_for_three) == names
+
+
 def test_prediction_is_the_line_through_both_points_and_never_falls():
     assert second_point.predict(2.0, 5.0, 100, 400, 1000) == pytest.approx(11.0)
     assert second_point.predict(5.0, 4.0, 100, 400, 1000) == pytest.approx(4.0)  # noise: flat

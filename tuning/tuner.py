@@ -62,8 +62,9 @@ SECOND_POINT_RESERVE = 0.35
 # second point also times other fused flavors the deadline affords (_backward_finalists). 9: the
 # second point's line runs through each finalist's fastest run at each N, not its median, and
 # the second race has no close-finish duel. 10: the fastest of each form is a second-point
-# finalist within second_point.LEADER_RATIO (2x), not 1.5x.
-METHOD_VERSION = 10
+# finalist within second_point.LEADER_RATIO (2x), not 1.5x. 11: a single op's first race always
+# takes the planner's untuned choice, and its second point times it too where close (_with_prior).
+METHOD_VERSION = 11
 # Candidates at most in the first race of a screened key that gets a second point.
 FIRST_RACE_MAX = 10
 # Such a first race takes candidates (each form's fastest first) while their estimated first
@@ -225,7 +226,9 @@ def _second_race(
     if key.op == "backward_fused":
         names = _backward_finalists(first.medians, rank, family, flavor, pair, prior, problem.n, n2, left, first.cut)
     else:
-        names = second_point.finalists(first.medians, rank, family)
+        names = _with_prior(
+            second_point.finalists(first.medians, rank, family), first.medians, prior, problem.n, n2, left, first.cut
+        )
     if len(names) < 2:
         return {}
     fitted = second_point.fit_n(problem.n, n2, sum(first.medians[n] for n in names), left)
@@ -266,6 +269,34 @@ def _second_race(
         "second_fastest_s": {n: r2.fastest[n] for n in kept},
         "first_choice": first.winner,
     }
+
+
+def _with_prior(names: list[str], medians: dict, prior, n1: int, n2: int, left: float, cut=()) -> list[str]:
+    """A single op's second-point finalists ``names`` plus the planner's untuned choice when the
+    first race timed it within FINALIST_RATIO of the best, did not cut it, and the second N stays
+    the same with it. Finalists are one per kernel form first, and kernels of one form with other
+    tiles rank differently at the first N than at the key's: at 4096x4096 dW the first race put
+    avx2_bm64_cb256 or a rowreg kernel ahead of avx512_bm64_cb128, which was 5-17% faster at
+    N=2048, and it never got its second point."""
+    if prior in names or prior not in medians or prior in cut or len(names) < 1:
+        return names
+    if medians[prior] > second_point.FINALIST_RATIO * min(medians.values()):
+        return names
+    n_required = second_point.fit_n(n1, n2, sum(medians[n] for n in names), left)
+    if (
+        n_required is None
+        or second_point.fit_n(n1, n2, sum(medians[n] for n in names) + medians[prior], left) != n_required
+    ):
+        return names
+    return sorted(names + [prior], key=medians.get)
+
+
+def _op_prior_of(key, shape) -> str | None:
+    """The planner's untuned choice of a single op for this key (or the call that missed)."""
+    from sparselab import planner
+
+    n = (shape or (None, None, key.n))[2]
+    return planner.default_variant(key.op, n)
 
 
 def _backward_prior_of(key, shape) -> str:
@@ -341,8 +372,12 @@ def tune(
     def form(name: str) -> str:
         return getattr(infos[name], "form", name)
 
-    # A backward's separate pair and the planner's untuned choice (its tie rule and second point).
-    pair, prior = (reference, _backward_prior_of(key, shape)) if key.op == "backward_fused" else (None, None)
+    # The planner's untuned choice (a backward's tie rule, every key's first race and second
+    # point), and a backward's separate pair.
+    if key.op == "backward_fused":
+        pair, prior = reference, _backward_prior_of(key, shape)
+    else:
+        pair, prior = None, _op_prior_of(key, shape)
     if reference not in infos:
         raise RuntimeError(f"reference variant {reference!r} of {key.op} is not available")
     racers = []
@@ -386,6 +421,7 @@ def tune(
                 max_count=FIRST_RACE_MAX,
             )
         )
+        keep.add(prior)  # the second point may need its time (_with_prior, the backward's tie rule)
         racers = [r for r in racers if r.name in keep]
     first_budget = budget_s * (second_point.BUDGET_FRACTION if n2 is not None else 1.0)
     first_deadline = deadline_at - (SECOND_POINT_RESERVE * deadline_total if n2 is not None else 0.0)
