@@ -1147,6 +1147,36 @@ def test_a_screened_key_races_few_enough_first_to_reach_its_second_point(monkeyp
     assert e["first_choice"].startswith("avx2_tile") and e["variant"] == "avx2_bm"
 
 
+def test_a_single_ops_planner_default_gets_a_second_point_and_wins_there(monkeypatch):
+    """Two block-major kernels: "avx2_bm_b" leads its form at the timed N=128, "avx2_bm_a" (the
+    planner's default) is 1.26x faster at the key's N=2048. One finalist per form left the
+    default without a second point (4096x4096 dW); it now joins the finalists and wins."""
+    tiles = [info(f"avx2_tile{8 * (k + 1)}", "avx2", "tiled", {"tile": 8 * (k + 1)}) for k in range(6)]
+    bms = [
+        info("avx2_bm_a", "avx2", "block_major", {"tile": 64}),
+        info("avx2_bm_b", "avx2", "block_major", {"tile": 32}),
+    ]
+    variants = [info("scalar", "scalar", "plain")] + tiles + bms
+    lines = {"scalar": (0.0, 2e-4), "avx2_bm_a": (1.0e-3, 1.0e-5), "avx2_bm_b": (0.5e-3, 1.3e-5)}
+    lines.update({v.name: (0.0, 1.72e-5 + 1e-7 * k) for k, v in enumerate(tiles)})
+
+    def tune_with(prior):
+        monkeypatch.setattr(tuner, "_op_prior_of", lambda key, shape: prior)
+        clock = FakeClock()
+        return tuner.tune(
+            make_key("sddmm_dw", 4096, 4096, 2048, 0.1, 2),
+            variants=variants,
+            problem=FakeScalingPartedProblem(clock, lines, 128),
+            reference="scalar",
+            clock=clock,
+        )
+
+    e = tune_with("avx2_bm_a")
+    assert "avx2_bm_a" in e["second_medians"] and e["variant"] == "avx2_bm_a"
+    e = tune_with(None)  # without a default: the form's leader at N=128 only
+    assert "avx2_bm_a" not in e.get("second_medians", {}) and e["variant"] == "avx2_bm_b"
+
+
 def test_a_screened_key_races_only_the_first_round_it_can_afford(monkeypatch):
     """Without a count cap, the first race takes candidates while their estimated first round
     (the check part's time scaled to the layer) fits its share of the time left: each form's

@@ -62,8 +62,9 @@ SECOND_POINT_RESERVE = 0.35
 # second point also times other fused flavors the deadline affords (_backward_finalists). 9: the
 # second point's line runs through each finalist's fastest run at each N, not its median, and
 # the second race has no close-finish duel. 10: the fastest of each form is a second-point
-# finalist within second_point.LEADER_RATIO (2x), not 1.5x. 11: a single op's first race always
-# takes the planner's untuned choice, and its second point times it too where close (_with_prior).
+# finalist within second_point.LEADER_RATIO (2x), not 1.5x. 11: a screened key's first race
+# always takes the planner's default (a single op's or the backward's prior), a single op's
+# second point times it too where close (_with_prior).
 METHOD_VERSION = 11
 # Candidates at most in the first race of a screened key that gets a second point.
 FIRST_RACE_MAX = 10
@@ -219,8 +220,8 @@ def _second_race(
     does not afford it); choose by the time predicted at ``target`` (second_point.py). Returns the
     entry's second-point fields plus ``winner`` / ``runner_up``; only ``second_point_skipped``
     when the deadline left no usable second N; {} when there is nothing to decide (one finalist)
-    or every finalist failed at the second N. ``pair``, ``prior``: a backward key's separate pair
-    and the planner's untuned choice (see _backward_finalists)."""
+    or every finalist failed at the second N. ``pair``: a backward key's separate pair; ``prior``:
+    the planner's default (see _backward_finalists and _with_prior)."""
     rank = {r.name: r.rank for r in racers}.__getitem__
     left = deadline - clock()
     if key.op == "backward_fused":
@@ -278,7 +279,7 @@ def _with_prior(names: list[str], medians: dict, prior, n1: int, n2: int, left: 
     tiles rank differently at the first N than at the key's: at 4096x4096 dW the first race put
     avx2_bm64_cb256 or a rowreg kernel ahead of avx512_bm64_cb128, which was 5-17% faster at
     N=2048, and it never got its second point."""
-    if prior in names or prior not in medians or prior in cut or len(names) < 1:
+    if prior in names or prior not in medians or prior in cut:
         return names
     if medians[prior] > second_point.FINALIST_RATIO * min(medians.values()):
         return names
@@ -291,8 +292,9 @@ def _with_prior(names: list[str], medians: dict, prior, n1: int, n2: int, left: 
     return sorted(names + [prior], key=medians.get)
 
 
-def _op_prior_of(key, shape) -> str | None:
-    """The planner's untuned choice of a single op for this key (or the call that missed)."""
+def _op_prior_of(key, shape) -> str:
+    """The planner's default sparse variant of a single op for this key (or the call that
+    missed), under the speed preference: entries do not depend on the preference."""
     from sparselab import planner
 
     n = (shape or (None, None, key.n))[2]
