@@ -28,8 +28,8 @@ trap cleanup EXIT
 export SPARSELAB_CACHE_DIR="$work/cache"
 # glibc's settings for large tensors (README, "Large tensors and glibc's malloc"): with its
 # defaults, whether a call's output (21-32 MB at N = 2048) is mapped and faulted in afresh on every
-# call depends on what the long benchmark process freed before, and the faults cost as much as a
-# fast kernel (a 2560x640 forward took 11.3 ms in the suite, 6.4 ms run alone).
+# call depends on what the long benchmark process freed before, and faulting in an output costs
+# about as much as a fast kernel computing it: the suite would time glibc, not the kernels.
 export MALLOC_MMAP_THRESHOLD_="${MALLOC_MMAP_THRESHOLD_:-4294967296}"
 export MALLOC_TRIM_THRESHOLD_="${MALLOC_TRIM_THRESHOLD_:-4294967296}"
 if [ -n "${SPARSELAB_BENCH_THREADS:-}" ]; then export OMP_NUM_THREADS="$SPARSELAB_BENCH_THREADS"; fi

@@ -31,9 +31,9 @@ from .race import TIE_BAND
 # Finalists: every valid candidate within this factor of the best time at the first N (a
 # per-call overhead that loses 1.3x at N=128 can win 1.3x at N=2048), at most MAX_FINALISTS.
 FINALIST_RATIO = 1.5
-# ... and the fastest of each kernel form within this one: at 4096x4096 the block-major forward
-# (a per-call copy of W's values) was 1.53x the tiled kernels at N=128 in one tuning and 1.5x
-# faster than them at N=2048, and three tiled finalists chose a kernel 1.5x slower.
+# ... and the fastest of each kernel form within this one: a form with a per-call cost (the
+# block-major copy of W's values) can trail by more than FINALIST_RATIO at the first N and still
+# be the fastest at the key's N, which only its second point shows.
 LEADER_RATIO = 2.0
 MAX_FINALISTS = 3
 # The key's N must be at least this multiple of the timed N for a second point (problem.py times

@@ -186,8 +186,7 @@ def _backward_finalists(
         and family(n) == family(fused)
         and t <= second_point.FINALIST_RATIO * medians[fused]
     }
-    n_required = second_point.fit_n(n1, n2, sum(medians[n] for n in names), left)
-    if n_required is None:
+    if second_point.fit_n(n1, n2, sum(medians[n] for n in names), left) is None:
         return names
     # The fused finalist's flavor counts as taken: its others wait behind every other flavor's fastest.
     order = [n for n in second_point.leaders_first({**close, fused: medians[fused]}, rank, flavor) if n != fused]
@@ -196,7 +195,7 @@ def _backward_finalists(
     for extra in order:
         if len(names) >= MAX_BACKWARD_FINALISTS:
             break
-        if second_point.fit_n(n1, n2, sum(medians[n] for n in names) + medians[extra], left) == n_required:
+        if _keeps_second_n(names, extra, medians, n1, n2, left):
             names.append(extra)
     return sorted(names, key=lambda n: (medians[n], rank(n)))
 
@@ -272,22 +271,25 @@ def _second_race(
     }
 
 
+def _keeps_second_n(names: list[str], extra: str, medians: dict, n1: int, n2: int, left: float) -> bool:
+    """Whether finalist ``extra`` joins ``names`` without shrinking the second N the deadline
+    affords them (time is short on large keys: a smaller second N measures the slope worse)."""
+    n_required = second_point.fit_n(n1, n2, sum(medians[n] for n in names), left)
+    with_extra = second_point.fit_n(n1, n2, sum(medians[n] for n in names) + medians[extra], left)
+    return n_required is not None and with_extra == n_required
+
+
 def _with_prior(names: list[str], medians: dict, prior, n1: int, n2: int, left: float, cut=()) -> list[str]:
-    """A single op's second-point finalists ``names`` plus the planner's untuned choice when the
-    first race timed it within FINALIST_RATIO of the best, did not cut it, and the second N stays
-    the same with it. Finalists are one per kernel form first, and kernels of one form with other
-    tiles rank differently at the first N than at the key's: at 4096x4096 dW the first race put
-    avx2_bm64_cb256 or a rowreg kernel ahead of avx512_bm64_cb128, which was 5-17% faster at
-    N=2048, and it never got its second point."""
+    """A single op's second-point finalists ``names`` plus the planner's default when the first
+    race timed it within FINALIST_RATIO of the best, did not cut it, and the second N stays the
+    same with it. Finalists are one per kernel form first, and kernels of one form with other
+    tiles rank differently at the first N than at the key's, so the default (the tile measured
+    best at large N) could lose its second point to a sibling that only led at the first N."""
     if prior in names or prior not in medians or prior in cut:
         return names
     if medians[prior] > second_point.FINALIST_RATIO * min(medians.values()):
         return names
-    n_required = second_point.fit_n(n1, n2, sum(medians[n] for n in names), left)
-    if (
-        n_required is None
-        or second_point.fit_n(n1, n2, sum(medians[n] for n in names) + medians[prior], left) != n_required
-    ):
+    if not _keeps_second_n(names, prior, medians, n1, n2, left):
         return names
     return sorted(names + [prior], key=medians.get)
 
@@ -374,7 +376,7 @@ def tune(
     def form(name: str) -> str:
         return getattr(infos[name], "form", name)
 
-    # The planner's untuned choice (a backward's tie rule, every key's first race and second
+    # The planner's default (a backward's tie rule, a screened key's first race, the second
     # point), and a backward's separate pair.
     if key.op == "backward_fused":
         pair, prior = reference, _backward_prior_of(key, shape)

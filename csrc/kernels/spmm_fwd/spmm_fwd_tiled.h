@@ -60,8 +60,8 @@ void fwd_tiled_store(const FwdArgs<Idx>& a, const float (*buf)[T], int64_t i0, i
 // A batch of one tile on several threads (panel_copies): each worker packs its own copy of
 // the panel (on its first task) and takes the rows in a few contiguous parts. A panel that one
 // core packs and the other reads, and output lines that two cores write (every chunk
-// boundary), cost more than packing it again at this size: at N = 8 two threads were no faster
-// than one. Four parts per thread still let the others cover a thread the host delays.
+// boundary), cost more than packing it again at this size, enough to cancel a second thread.
+// Four parts per thread still let the others cover a thread the host delays.
 template <int T, typename Idx, class Rows>
 void fwd_tiled_tasks(const FwdArgs<Idx>& a, Rows&& rows) {
   const int64_t in = a.w.ncols;
