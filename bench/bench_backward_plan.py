@@ -23,12 +23,12 @@ import time
 os.environ.setdefault("SPARSELAB_CACHE_DIR", tempfile.mkdtemp(prefix="sparselab-bench-"))
 
 import torch  # noqa: E402
-from sparselab.tuning import mode as tuning_mode  # noqa: E402
 from sparselab.tuning.candidates import available_variants  # noqa: E402
-from sparselab.tuning.keys import make_key  # noqa: E402
 from sparselab.tuning.problem import Problem  # noqa: E402
 
-from sparselab import planner  # noqa: E402
+from sparselab.dispatch import planner, rules  # noqa: E402
+from sparselab.dispatch.keys import make_key  # noqa: E402
+from sparselab.settings import mode as tuning_mode  # noqa: E402
 
 OLD_MIN_N = 256  # the fixed rule SparseLinear followed before the backward was planned
 
@@ -46,7 +46,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     clock = time.process_time if a.clock == "cpu" else time.perf_counter
     density = 1.0 - a.sparsity
-    old_fused = planner.default_fused()
+    old_fused = rules.default_fused()
     print(f"{a.threads} threads, {a.clock} clock, medians of {a.rounds} rounds, {100 * a.sparsity:g}% sparse")
     print(f"{'shape':>10} {'N':>5}  {'tuned choice':24} {'old rule':24} {'tuned ms':>9} {'old ms':>9} {'old/tuned':>9}")
     for shape in a.shapes.split(","):

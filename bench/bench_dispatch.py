@@ -45,18 +45,19 @@ import tempfile
 import time
 
 import torch
-from sparselab.tuning import modes, resolve
+from sparselab.tuning import hook
 from sparselab.tuning.problem import random_weight
 
-from sparselab import kernels, ops, planner
+from sparselab import kernels, ops, settings
+from sparselab.dispatch import planner, wisdom
 
 # ------------------------------------------------------------------ overhead benchmarks
 
 
 def _fresh_cache_env():
     os.environ.setdefault("SPARSELAB_CACHE_DIR", tempfile.mkdtemp(prefix="sparselab-bench-"))
-    resolve.reset()
-    modes.set_mode("on")
+    hook.reset()
+    settings.set_mode("on")
 
 
 def test_dispatch_hit(benchmark):
@@ -72,7 +73,7 @@ def test_dispatch_bucket_hit(benchmark):
     planner.choose("spmm_fwd", 64, 96, 8, 0.25)
     threads = torch.get_num_threads()
     densities = itertools.cycle([0.25 + i * 1e-6 for i in range(1000)])  # same bucket, new floats
-    benchmark(lambda: planner._from_wisdom("spmm_fwd", 64, 96, 8, next(densities), threads))
+    benchmark(lambda: planner.consult("spmm_fwd", 64, 96, 8, next(densities), threads))
 
 
 def _tiny_problem():
@@ -133,8 +134,9 @@ def _layer_runs(op, out_f, in_f, n, density, names, seed: int) -> dict:
     runners: sparse kernels through a kernel plan that keeps W's block-major index), on data of
     ``seed``. The tuner chooses for that path; one-off ``sparselab.ops`` calls would charge the
     block-major forms an index build per call that no layer pays."""
-    from sparselab.tuning.keys import make_key
     from sparselab.tuning.problem import Problem
+
+    from sparselab.dispatch.keys import make_key
 
     key = make_key(op, out_f, in_f, n, density, torch.get_num_threads())
     problem = Problem(key, seed=seed, shape=(out_f, in_f, n, density), n=n)
@@ -190,8 +192,8 @@ def quality(count: int, json_path: str | None, stat_name: str = "median") -> int
     from sparselab.tuning import race
 
     os.environ["SPARSELAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="sparselab-quality-")
-    resolve.reset()
-    modes.set_mode("on")
+    hook.reset()
+    settings.set_mode("on")
     # --stat min: decide by the fastest run in the tuner and here alike (noise on a busy machine
     # only adds time, so the minimum is the steadier estimate of a kernel's own speed there).
     stat = {"median": statistics.median, "min": min}[stat_name]
@@ -199,7 +201,7 @@ def quality(count: int, json_path: str | None, stat_name: str = "median") -> int
     print(f"statistic: {stat_name}; load average at start: {os.getloadavg()[0]:.1f}")
     # Open the cache (and describe the CPU: py-cpuinfo takes ~1 s in a fresh cache dir) before
     # the first key, so its "tuned in" time is the tuning alone.
-    resolve.get_cache().entries()
+    wisdom.get_cache().entries()
     rows = []
     for i, (op, out_f, in_f, n, density) in enumerate(quality_grid(count)):
         t0 = time.perf_counter()

@@ -27,7 +27,7 @@ picks the small grid, ``--grid moderate`` the one bench/make_report.sh runs; def
     ``torch.sparse.sampled_addmm(Wcsr, dY.T, X, beta=0)``, CSR tensors built once;
 - ``dispatch``: the op with ``variant=None`` (autotuned dispatch; the first call, which may tune
   the key, runs before timing). ``extra_info['tuned_variant']`` is
-  ``sparselab.planner.choose(op, out, in, n, density)``. Compare it with the fastest fixed
+  ``sparselab.dispatch.planner.choose(op, out, in, n, density)``. Compare it with the fastest fixed
   variant of the same case (``python bench/summarize.py RESULTS.json``).
 - ``backward_fused`` cases (a layer's backward, ``ops.backward_fused(W, dY, X)``): every fused
   variant, the separate pair (``variant="separate"``: the planned ``spmm_dx`` and ``sddmm_dw``,
@@ -55,7 +55,8 @@ import grid
 import pytest
 import torch
 
-from sparselab import PaddedCSR, kernels, ops, planner
+from sparselab import PaddedCSR, kernels, ops
+from sparselab.dispatch import planner
 
 BASELINES = ("dense_torch", "dense_mkldnn", "torch_sparse_csr")
 MKLDNN_NOTE = "all operands converted to mkldnn outside the timed region (oneDNN best case)"

@@ -33,7 +33,9 @@ from torch import nn
 from torch.nn import functional as F
 
 import sparselab
-from sparselab import _C, SparseLinear, memory_report, planner, tuning
+from sparselab import _C, SparseLinear, memory_report
+from sparselab import settings as tuning
+from sparselab.dispatch import planner
 
 SPARSITY = 0.9
 ROUNDS = int(os.environ.get("SPARSELAB_BENCH_ROUNDS", "5"))

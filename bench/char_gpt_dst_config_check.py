@@ -18,9 +18,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import sparselab.tuning as tuning  # noqa: E402
 import test_char_gpt_dst_config as ref  # noqa: E402  (also puts examples/char_gpt on sys.path)
 from model import get_config  # noqa: E402
+
+import sparselab.settings as tuning  # noqa: E402
 
 
 def run(attach, name: str, config: str, steps: int):

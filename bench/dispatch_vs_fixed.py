@@ -18,7 +18,8 @@ import time
 
 import torch
 
-from sparselab import PaddedCSR, ops, planner
+from sparselab import PaddedCSR, ops
+from sparselab.dispatch import planner
 
 
 def main() -> None:

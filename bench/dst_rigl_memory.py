@@ -52,10 +52,10 @@ def measure(
     library's own packing buffers (kept for the life of the process, shared by every dense
     matmul) exist before the measurement starts, as they do in any model with a dense layer."""
     import torch
-    from sparselab.tuning import mode
     from torch import nn
 
     import sparselab
+    from sparselab.settings import mode
 
     torch.manual_seed(seed)
     with mode("off"):
@@ -123,10 +123,10 @@ def measure(
 def phases(out_f: int, in_f: int, batch: int, sparsity: float, seed: int) -> list[dict]:
     """The default-configuration update run phase by phase (same work as ``algo.step()``)."""
     import torch
-    from sparselab.tuning import mode
     from torch import nn
 
     import sparselab
+    from sparselab.settings import mode
 
     torch.manual_seed(seed)
     rows = []

@@ -25,7 +25,8 @@ import torch
 from torch import nn
 
 import sparselab
-from sparselab import PaddedCSR, kernels, ops, planner
+from sparselab import PaddedCSR, kernels, ops
+from sparselab.dispatch import planner
 
 SHAPES = ((2560, 640), (640, 2560), (4096, 4096))
 

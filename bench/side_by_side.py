@@ -19,7 +19,8 @@ import time
 
 import torch
 
-from sparselab import PaddedCSR, kernels, ops, planner
+from sparselab import PaddedCSR, kernels, ops
+from sparselab.dispatch import planner
 
 
 def _calls(op: str, W: PaddedCSR, n: int, names: list[str], threads: int):

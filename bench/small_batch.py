@@ -56,7 +56,7 @@ def main(argv=None) -> int:
                     times["sparse"].append(per_call_s(lambda: sparse(x), calls))
                     times["dense"].append(per_call_s(lambda: dense(x), calls))
             med = {k: statistics.median(v) for k, v in times.items()}
-            kernel = sparselab.planner.plan("spmm_fwd", out_f, in_f, n, sparse.density, args.threads)
+            kernel = sparselab.dispatch.planner.plan("spmm_fwd", out_f, in_f, n, sparse.density, args.threads)
             print(
                 f"| {out_f}x{in_f} | {n} | {1e6 * med['sparse']:.0f} us | {1e6 * med['dense']:.0f} us | "
                 f"{med['dense'] / med['sparse']:.1f}x | {kernel.name} |"

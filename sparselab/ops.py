@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import torch
 
-from . import _C, kernels, planner
-from .format import PaddedCSR
-from .validation import check_dense_operand
+from .dispatch import planner, registry
+from .dispatch.registry import SEPARATE
+from .dispatch.runners import run_backward_fused, run_sddmm_dw, run_spmm_dx, run_spmm_fwd
+from .storage import PaddedCSR
+from .storage.checks import check_dense_operand
+
+__all__ = ["spmm_fwd", "spmm_dx", "sddmm_dw", "backward_fused"]
 
 
 def _check_weight(W) -> None:
@@ -38,11 +42,7 @@ def _check_variant_arg(op: str, variant) -> None:
     if variant is not None:
         if not isinstance(variant, str):
             raise TypeError(f"variant must be a str or None, got {type(variant).__name__}")
-        kernels.get(op, variant)
-
-
-def _ld(t: torch.Tensor) -> int:
-    return max(t.stride(0), t.shape[1]) if t.shape[0] > 0 else t.shape[1]
+        registry.get(op, variant)
 
 
 def _threads(threads: int | None) -> int:
@@ -53,11 +53,11 @@ def _threads(threads: int | None) -> int:
     return threads
 
 
-def _resolve(op: str, W: PaddedCSR, n: int, variant: str | None, threads: int) -> kernels.VariantInfo:
+def _resolve(op: str, W: PaddedCSR, n: int, variant: str | None, threads: int) -> registry.VariantInfo:
     """The planned variant, or the named one (already checked by _check_variant_arg) if available here."""
     if variant is None:
         return planner.plan(op, W.shape[0], W.shape[1], n, W.density, threads).variant
-    return kernels.require_available(op, variant)
+    return registry.require_available(op, variant)
 
 
 def spmm_fwd(
@@ -139,162 +139,17 @@ def backward_fused(
     dtype = W.values.dtype
     check_dense_operand("dY", dY, None, out_f, dtype)
     check_dense_operand("X", X, dY.shape[0], in_f, dtype)
-    _check_variant_arg("backward_fused", None if variant == planner.SEPARATE else variant)
+    _check_variant_arg("backward_fused", None if variant == SEPARATE else variant)
     nthreads = _threads(threads)
     n = dY.shape[0]
     v = None
-    if n > 0 and dtype != torch.float64 and variant != planner.SEPARATE:
+    if n > 0 and dtype != torch.float64 and variant != SEPARATE:
         if variant is not None:
-            v = kernels.require_available("backward_fused", variant)
+            v = registry.require_available("backward_fused", variant)
         else:
-            p = planner.plan(planner.BACKWARD, out_f, in_f, n, W.density, nthreads)
+            p = planner.plan(registry.BACKWARD, out_f, in_f, n, W.density, nthreads)
             v = p.variant if p.fused else None
     if v is None:
         pair = spmm_dx(W, dY, threads=nthreads), sddmm_dw(W, dY, X, threads=nthreads)
         return pair + (dY.sum(0),) if bias_grad else pair
     return run_backward_fused(v, W, W.raw_args(), W.transposed(), dY, X, nthreads, bias_grad)
-
-
-def default_backward_fused() -> kernels.VariantInfo | None:
-    """The fused variant the planner's untuned backward runs (from ``planner.FUSED_MIN_N`` rows),
-    or None if this CPU runs none."""
-    return planner.default_fused()
-
-
-def _kernel_plan(w_args: tuple, t, *, keep_prepared: bool):
-    """Internal: a ``_C.LayerPlan`` over W (``w_args``: its checked raw_args()) and ``t``, W's transposed index (a
-    TransposedIndex; None or empty: the plan has none). The caller keeps both alive for the plan's
-    life: the plan holds raw addresses into them."""
-    has_t = t is not None and t.cols.numel() > 0
-    return _C.LayerPlan(
-        *w_args,
-        t.cols.data_ptr() if has_t else 0,
-        16 if has_t and t.cols.dtype == torch.int16 else 32,
-        t.row_start.data_ptr() if has_t else 0,
-        t.row_nnz.data_ptr() if has_t else 0,
-        t.perm.data_ptr() if has_t else 0,
-        keep_prepared=keep_prepared,
-    )
-
-
-# ---- runners: checked arguments in, raw pointers to the extension ----
-# ``v`` is the planned variant (None: float64 or an empty batch), ``w_args`` W's raw_args().
-# The public ops above and SparseLinear's planned calls both end here.
-
-
-def run_spmm_fwd(
-    v, W: PaddedCSR, w_args: tuple, X: torch.Tensor, bias: torch.Tensor | None, nthreads: int
-) -> torch.Tensor:
-    n, out_f = X.shape[0], w_args[5]
-    if v is not None and v.is_dense:
-        return _dense_fwd(v.name, W, X, bias)
-    Y = torch.empty(n, out_f, dtype=X.dtype, device="cpu")  # X has W's dtype (checked by the caller)
-    if n == 0:
-        return Y
-    bias_ptr = bias.data_ptr() if bias is not None else 0
-    if v is None:
-        _C.spmm_fwd_f64(*w_args, n, X.data_ptr(), _ld(X), bias_ptr, Y.data_ptr(), out_f, nthreads)
-    else:
-        _C.spmm_fwd(v.id, *w_args, n, X.data_ptr(), _ld(X), bias_ptr, Y.data_ptr(), out_f, nthreads)
-    return Y
-
-
-def run_spmm_dx(v, W: PaddedCSR, w_args: tuple, t, dY: torch.Tensor, nthreads: int) -> torch.Tensor:
-    """``t``: W's transposed index (a TransposedIndex) when ``v`` reads it."""
-    n, in_f = dY.shape[0], W.shape[1]
-    if v is not None and v.is_dense:
-        return dY @ W.to_dense()
-    dX = torch.empty(n, in_f, dtype=W.values.dtype, device="cpu")
-    if n == 0:
-        return dX
-    if v is None:
-        _C.spmm_dx_f64(*w_args, n, dY.data_ptr(), _ld(dY), dX.data_ptr(), in_f, nthreads)
-        return dX
-    if v.dx_layout == "transposed":
-        if t.cols.numel() == 0:
-            # No live entry: dX is 0. (The empty index tensors have no storage,
-            # so their null addresses would be refused by _C as "no index".)
-            return dX.zero_()
-        tr = (
-            t.cols.data_ptr(),
-            16 if t.cols.dtype == torch.int16 else 32,
-            t.row_start.data_ptr(),
-            t.row_nnz.data_ptr(),
-            t.perm.data_ptr(),
-        )
-    else:
-        tr = (0, 32, 0, 0, 0)
-    _C.spmm_dx(v.id, *w_args, *tr, n, dY.data_ptr(), _ld(dY), dX.data_ptr(), in_f, nthreads)
-    return dX
-
-
-def run_sddmm_dw(v, W: PaddedCSR, w_args: tuple, dY: torch.Tensor, X: torch.Tensor, nthreads: int) -> torch.Tensor:
-    n = dY.shape[0]
-    if v is not None and v.is_dense:
-        return _dense_dw(W, dY, X)
-    dW = torch.empty(W.capacity, dtype=W.values.dtype, device="cpu")
-    if n == 0:
-        return dW.zero_()
-    if v is None:
-        _C.sddmm_dw_f64(*w_args, n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dW.data_ptr(), nthreads)
-    else:
-        _C.sddmm_dw(v.id, *w_args, n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dW.data_ptr(), nthreads)
-    return dW
-
-
-def run_backward_fused(
-    v, W: PaddedCSR, w_args: tuple, t, dY: torch.Tensor, X: torch.Tensor, nthreads: int, bias_grad: bool = False
-) -> tuple[torch.Tensor, ...]:
-    """``v`` a backward_fused variant, ``t`` W's transposed index, N > 0: ``(dX, dW)``, and
-    ``dY.sum(0)`` third with ``bias_grad``."""
-    n, in_f = dY.shape[0], W.shape[1]
-    dX = torch.empty(n, in_f, dtype=W.values.dtype, device="cpu")
-    dW = torch.empty(W.capacity, dtype=W.values.dtype, device="cpu")
-    db = torch.empty(W.shape[0], dtype=W.values.dtype, device="cpu") if bias_grad else None
-    if t.cols.numel() == 0:
-        # No live entry: dX and dW are 0 (and the empty index has no storage to point at).
-        dX.zero_()
-        dW.zero_()
-        return (dX, dW) if db is None else (dX, dW, torch.sum(dY, 0, out=db))
-    tr = (
-        t.cols.data_ptr(),
-        16 if t.cols.dtype == torch.int16 else 32,
-        t.row_start.data_ptr(),
-        t.row_nnz.data_ptr(),
-        t.perm.data_ptr(),
-    )
-    _C.backward_fused(
-        v.id,
-        *w_args,
-        *tr,
-        n,
-        dY.data_ptr(),
-        _ld(dY),
-        X.data_ptr(),
-        _ld(X),
-        dX.data_ptr(),
-        in_f,
-        dW.data_ptr(),
-        nthreads,
-        0 if db is None else db.data_ptr(),
-    )
-    return (dX, dW) if db is None else (dX, dW, db)
-
-
-# ---- dense torch candidates: the same job through torch's BLAS ----
-
-
-def _dense_fwd(name: str, W: PaddedCSR, X: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    dense = W.to_dense()
-    if name == "dense_mkldnn":
-        b = bias.to_mkldnn() if bias is not None else None
-        return torch._C._nn.mkldnn_linear(X.contiguous().to_mkldnn(), dense.to_mkldnn(), b).to_dense()
-    return torch.nn.functional.linear(X, dense, bias)
-
-
-def _dense_dw(W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-    full = dY.t() @ X
-    live = W.live_mask()
-    dW = torch.zeros(W.capacity, dtype=full.dtype)
-    dW[live] = full[W.slot_rows()[live], W.cols[live].to(torch.int64)]
-    return dW

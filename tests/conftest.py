@@ -24,6 +24,7 @@ os.environ.setdefault("SPARSELAB_CACHE_DIR", tempfile.mkdtemp(prefix="sparselab-
 os.environ.setdefault("SPARSELAB_TUNING", "off")
 
 from sparselab import PaddedCSR, kernels, ops  # noqa: E402
+from sparselab.dispatch import runners  # noqa: E402
 
 EPS32 = torch.finfo(torch.float32).eps
 NAN = float("nan")
@@ -55,7 +56,7 @@ def one_torch_thread():
 def no_tuning_one_thread():
     """Opt-in, for tests of tiny layers (the DST suites): tuning off and one torch thread
     (torch's intra-op threads only add OpenMP overhead there)."""
-    from sparselab.tuning import mode as tuning_mode
+    from sparselab.settings import mode as tuning_mode
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -205,7 +206,7 @@ def assert_matches(got: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor, K:
 
 
 class _PoisonTorch:
-    """Stands in for ``torch`` inside ``sparselab.ops``: ``empty`` returns
+    """Stands in for ``torch`` inside ``sparselab.dispatch.runners``: ``empty`` returns
     NaN-filled tensors, so an output element a kernel forgets to write shows
     up as NaN instead of whatever the allocator happened to return."""
 
@@ -225,7 +226,7 @@ class _PoisonTorch:
 @contextlib.contextmanager
 def poisoned_outputs():
     proxy = _PoisonTorch()
-    with mock.patch.object(ops, "torch", proxy):
+    with mock.patch.object(runners, "torch", proxy):
         yield proxy
 
 
@@ -243,7 +244,7 @@ def run_op(
             out = ops.sddmm_dw(W, dY, X, variant=v.name, threads=threads)
     if poison and not v.is_dense:
         # The poisoning must really have happened, or it proves nothing.
-        assert proxy.poisoned >= 1, "sparselab.ops no longer allocates outputs with torch.empty"
+        assert proxy.poisoned >= 1, "sparselab.dispatch.runners no longer allocates outputs with torch.empty"
     return out
 
 

@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import sparselab
-from sparselab.distributed import topology_digest
+from sparselab.model.distributed import topology_digest
 
 STEPS, UPDATE_FREQ = 16, 4
 IN, HIDDEN, OUT = 24, 64, 8

@@ -21,7 +21,8 @@ from conftest import (
 )
 from hypothesis import HealthCheck, example, given, settings
 
-from sparselab import PaddedCSR, kernels, ops, planner
+from sparselab import PaddedCSR, kernels, ops
+from sparselab.dispatch import planner, rules
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -197,7 +198,7 @@ def test_follows_value_and_topology_updates(v):
 
 def test_default_and_fallbacks_match_separate_ops():
     W = build_weight(50, 90, 0.8, seed=51, padding=1)
-    n = planner.FUSED_MIN_N + 1  # where the untuned plan (tests run with tuning off) is a fused kernel
+    n = rules.FUSED_MIN_N + 1  # where the untuned plan (tests run with tuning off) is a fused kernel
     dY = strided_operand(n, 50, seed=52)
     X = strided_operand(n, 90, seed=53)
     dX, dW = ops.backward_fused(W, dY, X)

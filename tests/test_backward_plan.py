@@ -10,12 +10,14 @@ import time
 
 import pytest
 import torch
-from sparselab.tuning import cache as cache_mod
-from sparselab.tuning import modes, preference, resolve
-from sparselab.tuning.cache import TuningCache
-from sparselab.tuning.keys import make_key
+from sparselab.tuning import hook
 
-from sparselab import PaddedCSR, SparseLinear, kernels, ops, planner
+from sparselab import PaddedCSR, SparseLinear, kernels, ops, settings
+from sparselab.dispatch import planner, rules
+from sparselab.dispatch import wisdom as cache_mod
+from sparselab.dispatch import wisdom as wisdom_mod
+from sparselab.dispatch.keys import make_key
+from sparselab.dispatch.wisdom import TuningCache
 
 FUSED = [v for v in kernels.variants("backward_fused", available_only=True)]
 needs_fused = pytest.mark.skipif(not FUSED, reason="this CPU runs no backward_fused variant")
@@ -28,15 +30,15 @@ DENSITY = 1.0 - SPARSITY
 def wisdom(tmp_path, monkeypatch):
     """Tuning on, one thread, an empty cache of our own; yields the cache."""
     cache = TuningCache(tmp_path / "cache", fingerprint=FP)
-    monkeypatch.setattr(resolve, "get_cache", lambda: cache)
+    monkeypatch.setattr(wisdom_mod, "get_cache", lambda: cache)
     monkeypatch.setenv("SPARSELAB_TUNING_DEADLINE_S", "0.3")  # tiny layers: keep tuning short
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    resolve.reset()
-    modes.set_mode("on")
+    hook.reset()
+    settings.set_mode("on")
     yield cache
-    modes.set_mode("off")
-    resolve.reset()
+    settings.set_mode("off")
+    hook.reset()
     torch.set_num_threads(threads)
 
 
@@ -74,16 +76,16 @@ def _put(cache, op: str, n: int, variant: str) -> None:
 
 
 def test_prior_is_the_fixed_rule():
-    with modes.mode("off"):
-        small = planner.plan(planner.BACKWARD, 2560, 640, planner.FUSED_MIN_N - 1, 0.1, 1)
-        large = planner.plan(planner.BACKWARD, 2560, 640, planner.FUSED_MIN_N, 0.1, 1)
+    with settings.mode("off"):
+        small = planner.plan(planner.BACKWARD, 2560, 640, rules.FUSED_MIN_N - 1, 0.1, 1)
+        large = planner.plan(planner.BACKWARD, 2560, 640, rules.FUSED_MIN_N, 0.1, 1)
         dense = planner.plan(planner.BACKWARD, 2560, 640, 4096, 0.9, 1)
-        with preference.prefer("memory"):
+        with settings.prefer("memory"):
             memory = planner.plan(planner.BACKWARD, 2560, 640, 4096, 0.1, 1)
     assert small.variant is planner.SEPARATE_PAIR and not small.fused
     assert dense.variant is planner.SEPARATE_PAIR and memory.variant is planner.SEPARATE_PAIR
     if FUSED:
-        assert large.fused and large.variant == FUSED[0] == ops.default_backward_fused()
+        assert large.fused and large.variant == FUSED[0] == rules.default_fused()
     else:
         assert large.variant is planner.SEPARATE_PAIR
 
@@ -93,7 +95,7 @@ def test_layer_runs_the_fused_variant_the_cache_names_and_the_pair_where_it_says
     chosen = FUSED[-1]  # not the prior's pick where the CPU has several
     for op in ("spmm_fwd", "spmm_dx", "sddmm_dw"):
         for n in (64, 300):
-            _put(wisdom, op, n, planner.default_variant(op, n))
+            _put(wisdom, op, n, rules.default_variant(op, n))
     _put(wisdom, planner.BACKWARD, 64, chosen.name)  # the prior would run the pair at 64
     _put(wisdom, planner.BACKWARD, 300, planner.SEPARATE)  # and a fused kernel at 300
     calls, layer, x, g = _layer_backward(64)
@@ -150,7 +152,7 @@ def test_first_use_tunes_the_backward_and_the_layer_follows_the_recorded_choice(
 
 def test_the_memory_preference_runs_the_pair_without_timing_a_backward(wisdom):
     # The preference allows only the pair, so first use times the two ops and no backward key.
-    with preference.prefer("memory"):
+    with settings.prefer("memory"):
         calls, _, _, _ = _layer_backward(300)
     ops_tuned = {k.split("|")[0] for k in wisdom.entries()}
     assert planner.BACKWARD not in ops_tuned and {"spmm_dx", "sddmm_dw"} <= ops_tuned
@@ -173,13 +175,13 @@ def test_ops_backward_fused_follows_the_plan(monkeypatch):
     real = ops.run_backward_fused
     monkeypatch.setattr(ops, "run_backward_fused", lambda v, *a: ran.append(v.name) or real(v, *a))
     try:
-        with modes.mode("off"):
+        with settings.mode("off"):
             pair = ops.backward_fused(W, dY, X)  # the prior at N=8: the pair
             assert ran == []
             named = ops.backward_fused(W, dY, X, variant=planner.SEPARATE)  # the pair by name
             assert ran == [] and all(torch.equal(a, b) for a, b in zip(pair, named))
             if FUSED:
-                monkeypatch.setattr(planner, "FUSED_MIN_N", 8)
+                monkeypatch.setattr(rules, "FUSED_MIN_N", 8)
                 planner.invalidate()
                 ops.backward_fused(W, dY, X)
                 assert ran == [FUSED[0].name]
@@ -254,7 +256,7 @@ def test_a_backward_tie_goes_to_the_prior():
     times = {other: 1.0, pair: 1.025, fused: 1.055}
     assert _backward_tie_to_prior(key, large, pair, other, times) == (pair, other, False)
     # The prior is the default (speed) preference's, whatever the preference while tuning.
-    with preference.prefer("memory"):
+    with settings.prefer("memory"):
         assert _backward_tie_to_prior(key, large, pair, None, {pair: 1.0, fused: 1.02}) == (fused, pair, True)
 
 
@@ -264,7 +266,7 @@ def test_the_tuner_applies_the_tie_rule_and_records_it():
     from test_tuning_tuner import FakeClock, FakeProblem
 
     key = make_key(planner.BACKWARD, 2560, 640, 1024, 0.1, 1)
-    prior = planner.default_fused().name
+    prior = rules.default_fused().name
     variants = [planner.SEPARATE_PAIR] + FUSED
     costs = {v.name: 2e-3 for v in FUSED}
     costs.update({planner.SEPARATE: 1.0e-3, prior: 1.02e-3})  # the pair ahead by 2%: a tie
@@ -297,7 +299,7 @@ def _tune_on_lines(problem_type, shape, lines, timed_n, fused):
         reference=planner.SEPARATE,
         clock=clock,
         shape=shape,
-        deadline=tuner.DEADLINE_S,
+        deadline=settings.DEADLINE_S,
     )
 
 

@@ -302,7 +302,8 @@ def test_kernel_suite_times_the_layer_backward_on_every_grid(monkeypatch):
     import bench_kernels
     import grid
 
-    from sparselab import kernels, planner
+    from sparselab import kernels
+    from sparselab.dispatch import planner
 
     for name in grid.GRIDS:
         cases = grid.cases(name)

@@ -22,7 +22,7 @@ from model import get_config  # noqa: E402
 @pytest.fixture(autouse=True)
 def _no_tuning():
     # Heuristic dispatch: no timing runs, nothing written to the tuning cache.
-    import sparselab.tuning as tuning
+    import sparselab.settings as tuning
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 import sparselab
-from sparselab.distributed import ignore_sparse_buffers, sparse_buffer_names, topology_digest
+from sparselab.model.distributed import ignore_sparse_buffers, sparse_buffer_names, topology_digest
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 TIMEOUT_S = 120

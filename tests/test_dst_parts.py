@@ -5,9 +5,9 @@ import torch
 
 from sparselab import SparseLinear
 from sparselab.dst import distribution, schedules
-from sparselab.dst.select import keep_top_per_row, topk_indices, topk_per_row
-from sparselab.dst.snfs import allocate
-from sparselab.dst.topology import rewrite_layer
+from sparselab.dst.algorithms.snfs import allocate
+from sparselab.dst.rewrite import rewrite_layer
+from sparselab.dst.selection import keep_top_per_row, topk_indices, topk_per_row
 
 pytestmark = pytest.mark.usefixtures("no_tuning_one_thread")
 

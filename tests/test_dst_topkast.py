@@ -137,8 +137,8 @@ def test_checks_and_checkpoint_config():
 
 def test_incremental_forward_selection_is_exact(monkeypatch):
     """The band search around the previous threshold picks exactly what a full top-K does."""
-    import sparselab.dst.topkast as topkast_module
-    from sparselab.dst.select import topk_indices
+    import sparselab.dst.algorithms.topkast as topkast_module
+    from sparselab.dst.selection import topk_indices
 
     paths = {"band": 0, "full": 0}
 

@@ -19,7 +19,7 @@ import train as T  # noqa: E402
 @pytest.fixture(autouse=True)
 def _no_tuning():
     # Heuristic dispatch: no timing runs, nothing written to the tuning cache; deterministic choice.
-    import sparselab.tuning as tuning
+    import sparselab.settings as tuning
 
     prev_threads = torch.get_num_threads()
     with tuning.mode("off"):

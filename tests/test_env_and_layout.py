@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from sparselab import env
+from sparselab import settings as env
 
 
 def _python(code: str, **environ) -> subprocess.CompletedProcess:
@@ -58,7 +58,7 @@ def test_scratch_keep_mb_in_the_extension_and_the_warning(raw, expect_mb):
 def test_library_imports_neither_pandas_nor_matplotlib():
     code = (
         "import sys, sparselab, sparselab.tuning.cli, sparselab.tuning.table, sparselab.tuning.tuner, "
-        "sparselab.tuning.cache, sparselab.planner, sparselab.sparsify; "
+        "sparselab.dispatch.wisdom, sparselab.dispatch.planner, sparselab.model.sparsify; "
         "print(sorted(m for m in ('pandas', 'matplotlib') if m in sys.modules))"
     )
     done = _python(code)

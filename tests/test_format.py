@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sparselab import PaddedCSR
-from sparselab.format import INT16_MAX_COLUMNS, PADDING, index_dtype_for
+from sparselab.storage import INT16_MAX_COLUMNS, PADDING, index_dtype_for
 
 pytestmark = [
     pytest.mark.usefixtures("one_torch_thread"),

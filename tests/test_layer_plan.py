@@ -18,8 +18,9 @@ from conftest import NAN, build_weight, strided_operand, variant_params
 
 import sparselab
 from sparselab import _C, kernels, ops
-from sparselab.format import _bits
-from sparselab.ops import _ld
+from sparselab.dispatch import runners
+from sparselab.dispatch.runners import leading_dim as _ld
+from sparselab.storage import index_bits as _bits
 
 SPARSE = variant_params(include_dense=False)
 
@@ -34,7 +35,7 @@ CASES = [  # (out, in, n, sparsity, weight kwargs, threads)
 
 def layer_plan(W: sparselab.PaddedCSR, keep_prepared: bool = True):
     t = W.transposed()
-    return ops._kernel_plan(W.raw_args(), t, keep_prepared=keep_prepared), t
+    return runners.kernel_plan(W.raw_args(), t, keep_prepared=keep_prepared), t
 
 
 def planned(plan, v, W, X, dY, bias, threads):
@@ -98,7 +99,7 @@ def test_plan_backward_fused_matches_one_off_calls_bitwise(v):
         for step in range(3):
             if step == 2:
                 W.values.mul_(-0.5).add_(0.25)
-            want_dx, want_dw = ops.run_backward_fused(v, W, W.raw_args(), t, dY, X, threads)
+            want_dx, want_dw = runners.run_backward_fused(v, W, W.raw_args(), t, dY, X, threads)
             dx, dw = torch.full((n, in_f), float("nan")), torch.full((W.capacity,), float("nan"))
             plan.backward_fused(
                 v.id, n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dx.data_ptr(), in_f, dw.data_ptr(), threads
@@ -153,7 +154,7 @@ def test_layer_uses_its_plan_for_every_op_and_follows_value_updates():
     assert d.kernels is not None and d.kernels.has_transposed
     for op in kernels.OPS:
         v = next(v for v in kernels.variants(op, available_only=True) if v.prepares)
-        d.plans[(op, 70, threads)] = sparselab.planner.Plan(op, v, 70, threads)
+        d.plans[(op, 70, threads)] = sparselab.dispatch.planner.Plan(op, v, 70, threads)
     for step in range(2):
         x.grad = None
         layer.zero_grad()

@@ -7,11 +7,11 @@ import pickle
 
 import pytest
 import torch
-from sparselab.tuning import mode as tuning_mode
 from torch import nn
 
 import sparselab
 from sparselab import PaddedCSR, SparseLinear
+from sparselab.settings import mode as tuning_mode
 
 
 @pytest.fixture(autouse=True)
@@ -67,10 +67,10 @@ def test_forward_backward_match_dense(dtype, shape, bias):
 # 520: 9 batch tiles of 64, so the untuned fused variant (tile classes) sums in two classes
 @pytest.mark.parametrize("n", [300, 520, 255], ids=["fused", "fused_two_classes", "separate"])
 def test_backward_at_large_batch_matches_dense(n):
-    """Where the backward plan says so (without tuning: from planner.FUSED_MIN_N = 256 batch
+    """Where the backward plan says so (without tuning: from rules.FUSED_MIN_N = 256 batch
     rows, where this CPU has a fused variant) backward takes dX and dW from one fused kernel
     call; elsewhere, the two planned ops. Both match the dense twin."""
-    from sparselab import planner
+    from sparselab.dispatch import planner, rules
 
     layer = _layer(in_f=130, out_f=70, sparsity=0.8, padding=2)
     lin = _dense_twin(layer)
@@ -89,7 +89,7 @@ def test_backward_at_large_batch_matches_dense(n):
     layer(x).backward(g)
     lin(xd).backward(g)
     expect = 1 if planner.plan(planner.BACKWARD, 70, 130, n, layer.density).fused else 0
-    assert expect == (n >= 256 and planner.default_fused() is not None)  # the prior (tuning is off)
+    assert expect == (n >= 256 and rules.default_fused() is not None)  # the prior (tuning is off)
     assert sum(r is not None for r in fused_results) == expect
     torch.testing.assert_close(x.grad, xd.grad, rtol=1e-4, atol=1e-4)
     w = layer.weight
@@ -116,7 +116,7 @@ def test_1d_and_empty_and_noncontiguous_inputs():
 def test_gradcheck_float64():
     layer = _layer(in_f=7, out_f=5, sparsity=0.5, dtype=torch.float64, padding=1)
     x = torch.randn(3, 7, dtype=torch.float64, requires_grad=True)
-    f = sparselab.autograd.sparse_linear
+    f = sparselab.nn.function.sparse_linear
     args = (layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz, layer._transposed_tensors())
 
     def fn(x, v, b):

@@ -4,12 +4,12 @@ import warnings
 
 import pytest
 import torch
-from sparselab.tuning import mode as tuning_mode
 from torch import nn
 
 import sparselab
 from sparselab import SparseLinear, memory_report, sparsify
-from sparselab.optim_state import drop_state, reset_slots, slot_state_keys
+from sparselab.optim import drop_state, reset_slots, slot_state_keys
+from sparselab.settings import mode as tuning_mode
 
 
 @pytest.fixture(autouse=True)
@@ -248,7 +248,7 @@ def test_memory_report_matches_hand_count():
     assert rep.sparse_layers_total == m.total + rep.scratch
     assert rep.total == rep.sparse_layers_total + o.total
     assert m.ratio < 1.0 and rep.scratch >= 0  # scratch: the calling thread's arena, process-wide
-    assert {**sparselab.memory.layer_memory(layer, opt).as_dict(), "name": "0"} == m.as_dict()
+    assert {**sparselab.model.memory.layer_memory(layer, opt).as_dict(), "name": "0"} == m.as_dict()
     text = str(rep)
     assert "sparse layers" in text and "0" in text
     assert rep.as_dict()["layers"][0]["total"] == m.total
@@ -257,7 +257,7 @@ def test_memory_report_matches_hand_count():
 
 
 def test_package_exports():
-    for name in ("SparseLinear", "sparsify", "memory_report", "optim_state", "autograd"):
+    for name in ("SparseLinear", "sparsify", "memory_report", "optim", "settings", "kernels"):
         assert hasattr(sparselab, name) and name in sparselab.__all__
     with warnings.catch_warnings():
         warnings.simplefilter("error")

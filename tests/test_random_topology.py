@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import sparselab
-from sparselab import random_topology
-from sparselab.random_topology import random_row_columns
+from sparselab.storage import random_topology
+from sparselab.storage.random_topology import random_row_columns
 
 
 @pytest.mark.parametrize("n,k", [(10, 3), (10, 7), (7, 2), (3, 1), (1, 1), (5, 5), (4, 0)])

@@ -9,9 +9,11 @@ import os
 
 import pytest
 from filelock import Timeout
-from sparselab.tuning import cache as cache_mod
-from sparselab.tuning.cache import ForeignFingerprintError, TuningCache
-from sparselab.tuning.keys import make_key, size_of_bucket
+
+from sparselab import settings
+from sparselab.dispatch import wisdom as cache_mod
+from sparselab.dispatch.keys import make_key, size_of_bucket
+from sparselab.dispatch.wisdom import ForeignFingerprintError, TuningCache
 
 FP = {
     "arch": "X86_64",
@@ -63,13 +65,13 @@ def on_disk(c: TuningCache) -> dict:
 
 def test_location_follows_env(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARSELAB_CACHE_DIR", str(tmp_path / "override"))
-    assert cache_mod.default_dir() == tmp_path / "override"
+    assert settings.cache_dir() == tmp_path / "override"
     monkeypatch.delenv("SPARSELAB_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache_mod.default_dir() == tmp_path / "xdg" / "sparselab"
+    assert settings.cache_dir() == tmp_path / "xdg" / "sparselab"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert cache_mod.default_dir() == tmp_path / "home" / ".cache" / "sparselab"
+    assert settings.cache_dir() == tmp_path / "home" / ".cache" / "sparselab"
 
 
 def test_roundtrip_and_one_file_per_fingerprint(cache_dir):

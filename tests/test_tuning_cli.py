@@ -6,8 +6,11 @@ import sys
 import types
 
 import pytest
-from sparselab.tuning import cli, modes, resolve, tuner
-from sparselab.tuning.cache import TuningCache
+from sparselab.tuning import cli, tuner
+
+from sparselab import settings
+from sparselab.dispatch import wisdom
+from sparselab.dispatch.wisdom import TuningCache
 
 FP = {"brand": "Fake CPU", "build_hash": "feedbeef"}
 
@@ -26,11 +29,11 @@ def isolated(tmp_path, monkeypatch):
     def reset():
         holder.clear()
 
-    monkeypatch.setattr(resolve, "get_cache", get_cache)
-    monkeypatch.setattr(resolve, "reset", reset)
-    modes.set_mode("on")
+    monkeypatch.setattr(wisdom, "get_cache", get_cache)
+    monkeypatch.setattr(wisdom, "forget_cache", reset)
+    settings.set_mode("on")
     yield directory
-    modes.set_mode("on")
+    settings.set_mode("on")
 
 
 @pytest.fixture
@@ -120,7 +123,7 @@ def test_show_export_import_clear(tmp_path, capsys, fake_tune, isolated):
     assert code == 0 and not list(isolated.glob("tuning-*.json"))
     code, out, _ = run(capsys, "--import", str(exported))
     assert code == 0 and f"imported {n} entries" in out
-    assert len(resolve.get_cache().entries()) == n
+    assert len(wisdom.get_cache().entries()) == n
 
 
 def test_import_foreign_refused_unless_forced(tmp_path, capsys):
@@ -136,9 +139,9 @@ def test_import_foreign_refused_unless_forced(tmp_path, capsys):
     )
     code, out, err = run(capsys, "--import", str(foreign))
     assert code == 2 and err.startswith("error:") and "another CPU" in err
-    assert resolve.get_cache().entries() == {}
+    assert wisdom.get_cache().entries() == {}
     code, out, err = run(capsys, "--import", str(foreign), "--force")
-    assert code == 0 and len(resolve.get_cache().entries()) == 1
+    assert code == 0 and len(wisdom.get_cache().entries()) == 1
 
 
 @pytest.mark.parametrize(
@@ -171,7 +174,7 @@ def test_bad_import_file_is_an_error(tmp_path, capsys):
 
 
 def test_tuning_refused_when_mode_off(capsys, fake_tune):
-    modes.set_mode("off")
+    settings.set_mode("off")
     code, _, err = run(capsys, "--quick")
     assert code == 2 and "SPARSELAB_TUNING=off" in err and fake_tune == []
 
@@ -192,7 +195,7 @@ def test_real_tuning_of_one_tiny_layer(capsys):
     finally:
         torch.set_num_threads(threads)
     assert code == 0, err
-    entries = resolve.get_cache().entries()
+    entries = wisdom.get_cache().entries()
     assert len(entries) == 4 and all(k.endswith("|t1") for k in entries)
     # The backward key raced the separate pair (the two ops as just tuned) and every fused variant.
     (bwd,) = [e for k, e in entries.items() if k.startswith("backward_fused|")]
@@ -245,7 +248,7 @@ def test_any_failed_key_exits_1_and_keeps_the_others(capsys, monkeypatch):
     code, out, err = run(capsys, "--model", SPEC, "--batch", "8")
     assert code == 1
     assert "kernel exploded" in err and "2 of 8 keys failed" in err
-    assert len(resolve.get_cache().entries()) == 6
+    assert len(wisdom.get_cache().entries()) == 6
 
 
 def test_verbose_logs_each_key_at_info(capsys, monkeypatch, caplog):

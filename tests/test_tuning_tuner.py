@@ -11,12 +11,13 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from sparselab.tuning import keys, modes, race, resolve, screen, second_point, tuner
-from sparselab.tuning.cache import TuningCache
-from sparselab.tuning.keys import make_key, parse_key
+from sparselab.tuning import hook, race, screen, second_point, tuner
 from sparselab.tuning.problem import compare, tolerance
 
-from sparselab import planner
+from sparselab import settings
+from sparselab.dispatch import keys, planner, rules, wisdom
+from sparselab.dispatch.keys import make_key, parse_key
+from sparselab.dispatch.wisdom import TuningCache
 
 try:  # the compiled extension is rebuilt concurrently during development
     import sparselab._C  # noqa: F401
@@ -29,19 +30,19 @@ except ImportError:
 needs_c = pytest.mark.skipif(not HAVE_C, reason="sparselab._C not built")
 
 FP = {"brand": "Fake CPU", "build_hash": "feedbeef"}
-REAL_GET_CACHE = resolve.get_cache  # before the autouse fixture swaps in a fake-fingerprint one
+REAL_GET_CACHE = wisdom.get_cache  # before the autouse fixture swaps in a fake-fingerprint one
 
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
     """Own cache dir, mode 'on', fresh resolve/dispatch state, fake fingerprint."""
     monkeypatch.setenv("SPARSELAB_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(resolve, "get_cache", _fresh_cache_getter(tmp_path / "cache"))
-    resolve.reset()
-    modes.set_mode("on")
+    monkeypatch.setattr(wisdom, "get_cache", _fresh_cache_getter(tmp_path / "cache"))
+    hook.reset()
+    settings.set_mode("on")
     yield tmp_path / "cache"
-    modes.set_mode("on")
-    resolve.reset()
+    settings.set_mode("on")
+    hook.reset()
 
 
 def _fresh_cache_getter(directory):
@@ -712,17 +713,17 @@ def test_deadline_shrinks_or_skips_the_second_point():
 
 
 def test_deadline_from_the_environment(monkeypatch):
-    monkeypatch.delenv(tuner.ENV_DEADLINE, raising=False)
-    assert tuner.deadline_s() == tuner.DEADLINE_S
-    monkeypatch.setenv(tuner.ENV_DEADLINE, "2.5")
-    assert tuner.deadline_s() == 2.5
+    monkeypatch.delenv(settings.ENV_DEADLINE, raising=False)
+    assert settings.tuning_deadline_s() == settings.DEADLINE_S
+    monkeypatch.setenv(settings.ENV_DEADLINE, "2.5")
+    assert settings.tuning_deadline_s() == 2.5
     for bad in ("soon", "0", "-1", "nan", "inf", "-inf", "1e308", "", " "):
-        monkeypatch.setenv(tuner.ENV_DEADLINE, bad)
+        monkeypatch.setenv(settings.ENV_DEADLINE, bad)
         if not bad.strip():  # unset in effect: the default, silently
-            assert tuner.deadline_s() == tuner.DEADLINE_S
+            assert settings.tuning_deadline_s() == settings.DEADLINE_S
             continue
-        with pytest.warns(UserWarning, match=tuner.ENV_DEADLINE):
-            assert tuner.deadline_s() == tuner.DEADLINE_S
+        with pytest.warns(UserWarning, match=settings.ENV_DEADLINE):
+            assert settings.tuning_deadline_s() == settings.DEADLINE_S
 
 
 # ---------------------------------------------------------------- modes and the dispatch path
@@ -730,18 +731,18 @@ def test_deadline_from_the_environment(monkeypatch):
 
 def test_modes_api_env_and_context_manager(monkeypatch):
     with pytest.raises(ValueError):
-        modes.set_mode("sometimes")
-    with modes.mode("off"):
-        assert modes.get_mode() == "off"
-        with modes.mode("force"):
-            assert modes.get_mode() == "force"
-        assert modes.get_mode() == "off"
-    assert modes.get_mode() == "on"
+        settings.set_mode("sometimes")
+    with settings.mode("off"):
+        assert settings.get_mode() == "off"
+        with settings.mode("force"):
+            assert settings.get_mode() == "force"
+        assert settings.get_mode() == "off"
+    assert settings.get_mode() == "on"
     monkeypatch.setenv("SPARSELAB_TUNING", "FORCE")
-    assert modes._mode_from_env() == "force"
+    assert settings._mode_from_env() == "force"
     monkeypatch.setenv("SPARSELAB_TUNING", "bogus")
     with pytest.warns(UserWarning):
-        assert modes._mode_from_env() == "on"
+        assert settings._mode_from_env() == "on"
 
 
 @pytest.fixture
@@ -753,7 +754,7 @@ def counting_tuner(monkeypatch):
         return {"variant": "scalar", "median_s": 1e-3}
 
     monkeypatch.setattr(tuner, "tune", fake_tune)
-    monkeypatch.setattr(planner, "heuristic", lambda *a: HEURISTIC_PICK)
+    monkeypatch.setattr(rules, "heuristic", lambda *a: HEURISTIC_PICK)
     return calls
 
 
@@ -761,44 +762,44 @@ HEURISTIC_PICK = "dense_torch"  # what the patched heuristic answers: a real nam
 
 
 def test_mode_off_uses_heuristic_and_writes_nothing(isolated, counting_tuner):
-    modes.set_mode("off")
-    assert planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2) == HEURISTIC_PICK
+    settings.set_mode("off")
+    assert planner.consult("spmm_fwd", 512, 512, 64, 0.1, 2) == HEURISTIC_PICK
     assert counting_tuner == []
     assert not isolated.exists()  # no cache dir, no file, no cpuinfo memo
 
 
 def test_mode_off_touches_no_disk_through_the_real_cache_path(isolated, counting_tuner, monkeypatch):
-    monkeypatch.setattr(resolve, "get_cache", REAL_GET_CACHE)
-    resolve.reset()
-    with modes.mode("off"):
+    monkeypatch.setattr(wisdom, "get_cache", REAL_GET_CACHE)
+    hook.reset()
+    with settings.mode("off"):
         for n in (1, 64, 4096):
             assert planner.choose("sddmm_dw", 512, 512, n, 0.1) == HEURISTIC_PICK
-    assert not isolated.exists() and resolve._cache is None and counting_tuner == []
+    assert not isolated.exists() and wisdom._cache is None and counting_tuner == []
     planner.invalidate()
 
 
 def test_mode_on_tunes_a_miss_once_then_hits(isolated, counting_tuner):
-    assert planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2) == "scalar"
-    assert planner._from_wisdom("spmm_fwd", 520, 500, 60, 0.1, 2) == "scalar"  # same buckets
+    assert planner.consult("spmm_fwd", 512, 512, 64, 0.1, 2) == "scalar"
+    assert planner.consult("spmm_fwd", 520, 500, 60, 0.1, 2) == "scalar"  # same buckets
     assert len(counting_tuner) == 1
     assert list(isolated.glob("tuning-*.json"))
-    resolve.reset()  # a new process: the entry comes from disk
-    planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2)
+    hook.reset()  # a new process: the entry comes from disk
+    planner.consult("spmm_fwd", 512, 512, 64, 0.1, 2)
     assert len(counting_tuner) == 1
 
 
 def test_mode_force_retunes_cached_keys_once_per_process(isolated, counting_tuner):
-    planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2)
-    modes.set_mode("force")
-    planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2)
-    planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2)
+    planner.consult("spmm_fwd", 512, 512, 64, 0.1, 2)
+    settings.set_mode("force")
+    planner.consult("spmm_fwd", 512, 512, 64, 0.1, 2)
+    planner.consult("spmm_fwd", 512, 512, 64, 0.1, 2)
     assert len(counting_tuner) == 2
 
 
 def test_stale_variant_in_cache_is_retuned(isolated, counting_tuner):
     k = make_key("spmm_fwd", 512, 512, 64, 0.1, 2)
-    resolve.get_cache().put(k, {"variant": "avx512_from_another_box", "median_s": 1.0})
-    assert planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2) == "scalar"
+    wisdom.get_cache().put(k, {"variant": "avx512_from_another_box", "median_s": 1.0})
+    assert planner.consult("spmm_fwd", 512, 512, 64, 0.1, 2) == "scalar"
     assert counting_tuner == [str(k)]
 
 
@@ -807,15 +808,15 @@ def test_failed_tuning_falls_back_to_heuristic_with_a_warning(isolated, monkeypa
         raise RuntimeError("kernel exploded")
 
     monkeypatch.setattr(tuner, "tune", broken)
-    monkeypatch.setattr(resolve, "_failed_warned", False)
+    monkeypatch.setattr(hook, "_failed_warned", False)
     with pytest.warns(RuntimeWarning, match="kernel exploded"):
-        assert planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2) == HEURISTIC_PICK
+        assert planner.consult("spmm_fwd", 512, 512, 64, 0.1, 2) == HEURISTIC_PICK
 
 
 def test_dispatch_memo_follows_mode_changes(counting_tuner):
     planner.invalidate()
     assert planner.choose("spmm_dx", 512, 512, 64, 0.1) == "scalar"
-    with modes.mode("off"):
+    with settings.mode("off"):
         assert planner.choose("spmm_dx", 512, 512, 64, 0.1) == HEURISTIC_PICK
     assert planner.choose("spmm_dx", 512, 512, 64, 0.1) == "scalar"
     planner.invalidate()
@@ -841,7 +842,7 @@ def test_ops_dispatch_through_the_tuned_table(isolated):
     y = ops.spmm_fwd(W, X)  # variant=None: dispatch -> tune -> cache
     ref = ops.spmm_fwd(W, X, variant=kernels.REFERENCE)
     torch.testing.assert_close(y, ref, rtol=1e-4, atol=1e-5)
-    assert len(resolve.get_cache().entries()) == 1
+    assert len(wisdom.get_cache().entries()) == 1
 
 
 @needs_c
@@ -858,7 +859,7 @@ def test_tuning_weight_is_a_valid_padded_csr():
 
 
 def test_memory_preference_picks_fastest_scatter_dx_from_the_entry(isolated, monkeypatch):
-    from sparselab.tuning import preference as prefer
+    from sparselab import settings as prefer
 
     calls = []
 
@@ -873,41 +874,39 @@ def test_memory_preference_picks_fastest_scatter_dx_from_the_entry(isolated, mon
         }
 
     monkeypatch.setattr(tuner, "tune", fake_tune)
-    assert planner._from_wisdom("spmm_dx", 512, 512, 64, 0.1, 2) == "scalar"
+    assert planner.consult("spmm_dx", 512, 512, 64, 0.1, 2) == "scalar"
     with prefer.prefer("memory"):
-        assert planner._from_wisdom("spmm_dx", 512, 512, 64, 0.1, 2) == "scalar_scatter"
+        assert planner.consult("spmm_dx", 512, 512, 64, 0.1, 2) == "scalar_scatter"
         # other ops keep the race's winner
-        assert planner._from_wisdom("spmm_fwd", 512, 512, 64, 0.1, 2) == "scalar"
+        assert planner.consult("spmm_fwd", 512, 512, 64, 0.1, 2) == "scalar"
     assert prefer.get_prefer() == "speed"
     assert len(calls) == 2  # one tuning per key: switching preference never re-tunes
 
 
 def test_memory_preference_heuristic_and_env(monkeypatch):
-    from sparselab.tuning import preference as prefer
+    from sparselab import settings as prefer
 
     with prefer.prefer("memory"):
-        name = planner.heuristic("spmm_dx", 512, 512, 64, 0.9)  # even where dense would win
+        name = rules.heuristic("spmm_dx", 512, 512, 64, 0.9)  # even where dense would win
         assert kernels.get("spmm_dx", name).dx_layout == "scatter"
-        assert planner.heuristic("spmm_fwd", 512, 512, 64, 0.1) == planner.default_variant("spmm_fwd", 64)
+        assert rules.heuristic("spmm_fwd", 512, 512, 64, 0.1) == rules.default_variant("spmm_fwd", 64)
     with pytest.raises(ValueError, match="preference"):
         prefer.set_prefer("fast")
     monkeypatch.setenv("SPARSELAB_PREFER", "Memory")
-    assert prefer._from_env() == "memory"
+    assert prefer._prefer_from_env() == "memory"
     monkeypatch.setenv("SPARSELAB_PREFER", "bogus")
     with pytest.warns(UserWarning):
-        assert prefer._from_env() == "speed"
+        assert prefer._prefer_from_env() == "speed"
 
 
 def test_memory_preference_end_to_end_never_builds_the_transpose(monkeypatch):
-    from sparselab.tuning import modes
-    from sparselab.tuning import preference as prefer
-
     from sparselab import PaddedCSR
+    from sparselab import settings as prefer
 
     W = PaddedCSR.random(96, 80, 0.9, seed=3)
     dY = torch.randn(70, 96)
     ref = dY.double() @ W.to_dense().double()
-    with modes.mode("off"), prefer.prefer("memory"):
+    with settings.mode("off"), prefer.prefer("memory"):
         planner.invalidate()
         dX = ops.spmm_dx(W, dY)
     assert W._transposed is None
@@ -915,10 +914,8 @@ def test_memory_preference_end_to_end_never_builds_the_transpose(monkeypatch):
 
 
 def test_memory_preference_layer_keeps_no_transposed_index_and_trains_identically():
-    from sparselab.tuning import modes
-    from sparselab.tuning import preference as prefer
-
     from sparselab import SparseLinear, memory_report
+    from sparselab import settings as prefer
 
     torch.manual_seed(0)
     x = torch.randn(37, 64)
@@ -928,7 +925,7 @@ def test_memory_preference_layer_keeps_no_transposed_index_and_trains_identicall
         layer(xx).square().sum().backward()
         return xx.grad, layer.weight_values.grad
 
-    with modes.mode("off"):
+    with settings.mode("off"):
         torch.manual_seed(1)
         fast = SparseLinear(64, 48, sparsity=0.8)
         assert memory_report(fast).layers[0].cache > 0
@@ -959,7 +956,7 @@ def test_a_dispatch_miss_is_timed_at_the_calls_shape(isolated, monkeypatch):
         return {"variant": "scalar", "median_s": 1e-3}
 
     monkeypatch.setattr(tuner, "tune", fake_tune)
-    planner._from_wisdom("spmm_fwd", 640, 2560, 300, 0.1, 2)
+    planner.consult("spmm_fwd", 640, 2560, 300, 0.1, 2)
     assert seen == [(640, 2560, 300, 0.1)]  # not the bucket's representative 724 x 2896, n 362
     key = make_key("spmm_fwd", 640, 2560, 300, 0.1, 2)
     assert (key.out_features, key.in_features) != (640, 2560)
@@ -970,12 +967,12 @@ def test_a_dispatch_miss_is_timed_at_the_calls_shape(isolated, monkeypatch):
 
 @pytest.mark.parametrize("op", ["spmm_fwd", "spmm_dx", "sddmm_dw"])
 def test_heuristic_default_is_available_and_batch_aware(op):
-    picks = {n: kernels.get(op, planner.default_variant(op, n)) for n in (1, 16, 64, 4096)}
+    picks = {n: kernels.get(op, rules.default_variant(op, n)) for n in (1, 16, 64, 4096)}
     assert all(v.available for v in picks.values())
     if kernels.get(op, "avx2_bm64_cb128").available:
         assert picks[64].form.startswith("block_major") and picks[4096].form.startswith("block_major")
         assert picks[16].form == "tiled"
-    scatter = kernels.get("spmm_dx", planner.default_variant("spmm_dx", 4096, scatter_dx=True))
+    scatter = kernels.get("spmm_dx", rules.default_variant("spmm_dx", 4096, scatter_dx=True))
     assert scatter.available and scatter.dx_layout == "scatter"
 
 
@@ -985,10 +982,10 @@ def test_heuristic_small_batches(op):
     x86_lanes = [name for name in ("avx512_lanes", "avx2_lanes") if kernels.get(op, name).available]
     if not x86_lanes:
         pytest.skip("no x86 lanes variant runs on this CPU")
-    assert planner.default_variant(op, 1) == x86_lanes[0]
+    assert rules.default_variant(op, 1) == x86_lanes[0]
     for n in (2, 7):
-        assert planner.default_variant(op, n) == "avx2_tile8_wvec"
-    assert kernels.get(op, planner.default_variant(op, 8)).form == "tiled"
+        assert rules.default_variant(op, n) == "avx2_tile8_wvec"
+    assert kernels.get(op, rules.default_variant(op, 8)).form == "tiled"
 
 
 def test_close_finish_duel_corrects_an_unlucky_short_race():
@@ -1027,7 +1024,7 @@ def test_duel_respects_the_budget():
 def test_tuning_at_first_use_never_changes_torchs_thread_count(isolated, monkeypatch):
     """torch.set_num_threads is process-wide: a tuning that called it would let other Python
     threads' ops run (and be memoised) at the wrong count. The tuner times at the caller's count."""
-    from sparselab import planner
+    from sparselab.dispatch import planner
 
     calls = []
     real = torch.set_num_threads
@@ -1050,8 +1047,8 @@ def test_tuning_at_first_use_never_changes_torchs_thread_count(isolated, monkeyp
     t.join()
     assert calls == []
     assert torch.get_num_threads() == before
-    assert len(resolve.get_cache().entries()) == 1
-    key = next(iter(resolve.get_cache().entries()))
+    assert len(wisdom.get_cache().entries()) == 1
+    key = next(iter(wisdom.get_cache().entries()))
     assert key.endswith(f"|t{before}")
     assert set(seen) <= {before}
     assert torch.allclose(out, X @ W.to_dense().T, atol=1e-4)
@@ -1082,21 +1079,21 @@ def test_an_op_survives_a_hostile_cache_file(isolated, monkeypatch, caplog, cont
     tuned again."""
     import logging
 
-    from sparselab import planner
+    from sparselab.dispatch import planner
 
     caplog.set_level(logging.WARNING, logger="sparselab")
-    monkeypatch.setattr(resolve, "get_cache", REAL_GET_CACHE)
-    resolve.reset()
-    cache = resolve.get_cache()
+    monkeypatch.setattr(wisdom, "get_cache", REAL_GET_CACHE)
+    hook.reset()
+    cache = wisdom.get_cache()
     cache.directory.mkdir(parents=True, exist_ok=True)
     cache.path.write_text(content)
-    resolve.reset()
+    hook.reset()
     planner.invalidate()
     W = PaddedCSR.random(40, 24, 0.5, seed=2)
     X = torch.randn(3, 24)
     assert torch.allclose(ops.spmm_fwd(W, X), X @ W.to_dense().T, atol=1e-5)
     assert any("corrupt" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
-    assert len(resolve.get_cache().entries()) == 1
+    assert len(wisdom.get_cache().entries()) == 1
     planner.invalidate()
 
 

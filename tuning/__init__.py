@@ -1,12 +1,13 @@
-"""The autotuner (installed as ``sparselab.tuning``).
+"""The autotuner (installed as ``sparselab.tuning``): races every kernel variant of a key on
+synthetic data and stores the winner in the wisdom (:mod:`sparselab.dispatch.wisdom`).
 
-Public API: ``set_mode('on'|'off'|'force')``, ``get_mode()``, the ``mode(...)`` context manager;
-``set_prefer('speed'|'memory')``, ``get_prefer()``, the ``prefer(...)`` context manager
-(tuning.preference); ``TuningCache`` (tuning.cache) and ``tune`` (tuning.tuner). Importing this
-package is cheap: the heavy parts (torch, the registry, py-cpuinfo) load on first use.
+The planner calls :func:`~sparselab.tuning.hook.on_miss` (found through the
+``sparselab.on_miss`` entry point) for a key the wisdom lacks; ``sparselab-tune``
+(:mod:`sparselab.tuning.cli`) tunes ahead of time. :func:`~sparselab.tuning.tuner.tune` measures
+one key.
 """
 
-from .modes import MODES, get_mode, mode, set_mode
-from .preference import PREFERENCES, get_prefer, prefer, set_prefer
+from .hook import on_miss
+from .tuner import tune
 
-__all__ = ["MODES", "get_mode", "mode", "set_mode", "PREFERENCES", "get_prefer", "prefer", "set_prefer"]
+__all__ = ["on_miss", "tune"]

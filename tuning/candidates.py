@@ -15,6 +15,9 @@ Simplicity order (lower is simpler and wins a tie within the race's tie band):
 
 from __future__ import annotations
 
+from sparselab.dispatch import registry
+from sparselab.dispatch.registry import BACKWARD, SEPARATE, SEPARATE_PAIR
+
 FORM_ORDER = {"plain": 0, "scatter": 1, "unrolled": 2, "tiled": 3}
 ISA_ORDER = {"scalar": 0, "neon": 1, "avx2": 2, "avx512": 3}
 DENSE_ORDER = {"dense_torch": 0, "dense_mkldnn": 1}
@@ -57,15 +60,11 @@ def kind(info, reference: str) -> str:
 def available_variants(op: str) -> list:
     """The registry's available variants of ``op`` (dense pseudo-variants included); for the
     backward, the fused variants and the separate pair (the two ops as planned for the key)."""
-    from sparselab import kernels, planner
-
-    found = [v for v in kernels.variants(op) if v.available]
-    return found + [planner.SEPARATE_PAIR] if op == planner.BACKWARD else found
+    found = [v for v in registry.variants(op) if v.available]
+    return found + [SEPARATE_PAIR] if op == BACKWARD else found
 
 
 def reference_of(op: str) -> str:
     """The candidate whose output the others are checked against: the scalar kernel, or for the
     backward the separate pair (its two kernels were checked against the scalar ones when tuned)."""
-    from sparselab import kernels, planner
-
-    return planner.SEPARATE if op == planner.BACKWARD else kernels.REFERENCE
+    return SEPARATE if op == BACKWARD else registry.REFERENCE

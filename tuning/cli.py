@@ -19,7 +19,18 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import logging
+import os
 import sys
+
+import torch
+from tqdm import tqdm
+
+from sparselab import settings
+from sparselab.dispatch import wisdom
+from sparselab.dispatch.wisdom import ForeignFingerprintError
+
+from . import grids, hook, table, tuner
+from .grids import SpecError
 
 
 class UserError(Exception):
@@ -66,8 +77,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _layers_and_batches(args):
-    from . import grids
-
     layers = []
     if args.model:
         layers += grids.layers_from_spec(args.model)
@@ -92,14 +101,7 @@ def version() -> str:
 
 
 def _tune(args, cache) -> tuple[list[str], list[str]]:
-    import torch
-    from tqdm import tqdm
-
-    from . import grids
-    from .modes import get_mode
-    from .tuner import tune
-
-    if get_mode() == "off":
+    if settings.get_mode() == "off":
         raise UserError("SPARSELAB_TUNING=off disables tuning; unset it (or use 'force') to tune")
     if args.threads is not None:
         if args.threads < 1:
@@ -108,14 +110,14 @@ def _tune(args, cache) -> tuple[list[str], list[str]]:
     layers, batches = _layers_and_batches(args)
     keys = grids.keys_for(layers, batches, torch.get_num_threads())
     _warn_if_busy()
-    retune = args.retune or get_mode() == "force"
+    retune = args.retune or settings.get_mode() == "force"
     done, failed = [], []
     for key, shape in tqdm(keys, desc="tuning", unit="key", file=sys.stderr, disable=args.json):
         if not retune and cache.get(key) is not None:
             done.append(str(key))
             continue
         try:
-            entry = tune(key, shape=shape)
+            entry = tuner.tune(key, shape=shape)
         except Exception as e:  # one broken key must not lose the rest of the grid
             failed.append(f"{key}: {type(e).__name__}: {e}")
             continue
@@ -128,8 +130,6 @@ def _tune(args, cache) -> tuple[list[str], list[str]]:
 
 def _warn_if_busy() -> None:
     # Other processes steal the cores the kernels are timed on; the choices get noisy.
-    import os
-
     try:
         load = os.getloadavg()[0]
     except OSError:
@@ -144,21 +144,18 @@ def _warn_if_busy() -> None:
 
 
 def _run(args) -> int:
-    from . import resolve, table
-    from .cache import ForeignFingerprintError
-
     if args.force and not args.import_file:
         raise UserError("--force only applies to --import")
     tuning_asked = bool(args.quick or args.model or args.module or args.batch or args.threads or args.retune)
     other_action = bool(args.show or args.export or args.import_file or args.clear)
-    cache = resolve.get_cache()
+    cache = wisdom.get_cache()
     # With --json, stdout holds only the JSON document; progress lines go to stderr.
     out = sys.stderr if args.json else sys.stdout
 
     if args.clear:
         removed = cache.clear()
-        resolve.reset()
-        cache = resolve.get_cache()
+        hook.reset()
+        cache = wisdom.get_cache()
         print(f"cleared {cache.path}" if removed else f"nothing to clear at {cache.path}", file=out)
     if args.import_file:
         try:
@@ -169,8 +166,8 @@ def _run(args) -> int:
             raise UserError(f"no such file: {args.import_file}") from None
         except (OSError, ValueError) as e:
             raise UserError(f"cannot import {args.import_file}: {e}") from None
-        resolve.reset()
-        cache = resolve.get_cache()
+        hook.reset()
+        cache = wisdom.get_cache()
         print(f"imported {count} entries into {cache.path}", file=out)
     tuned, failed = None, []
     if tuning_asked or not other_action:
@@ -197,8 +194,6 @@ def _run(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .grids import SpecError
-
     args = _parser().parse_args(argv)  # argparse itself exits 2 with "error: ..." on bad flags
     # The CLI (not the library) decides where log records go: stderr, so --json stays clean.
     logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Iterable
 
-from .keys import OPS, make_key
+from sparselab.dispatch.keys import OPS, make_key
 
 
 class SpecError(ValueError):

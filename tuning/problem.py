@@ -33,6 +33,12 @@ import math
 
 import torch
 
+from sparselab import ops
+from sparselab.dispatch import registry, rules, wisdom
+from sparselab.dispatch.registry import SEPARATE
+from sparselab.dispatch.runners import kernel_plan
+from sparselab.storage import PaddedCSR, index_dtype_for
+
 N_TILE = 128  # the largest batch tile (T) of any registered variant
 MAX_N_TIME = 512
 MIN_N_TIME = N_TILE
@@ -41,17 +47,18 @@ CHECK_MACS = 2**25  # multiply-adds above which correctness is checked on a part
 CHECK_MIN_ROWS = 64
 TOL_FACTOR = 32  # rtol = TOL_FACTOR * eps(float32) * sqrt(dot length)
 EPS32 = float(torch.finfo(torch.float32).eps)
+# The key's N must be at least this multiple of the timed N for a second point (second_point.py);
+# an N up to this multiple of the cap is timed as it is, so every capped N gets one.
+MIN_TARGET_RATIO = 1.5
 
 
 def timing_n(key, shape=None) -> int:
     """The batch size the race times: the call's (or the key's representative) N, capped.
 
-    An N up to ``second_point.MIN_TARGET_RATIO`` times the cap is timed as it is: rounding it down
+    An N up to ``MIN_TARGET_RATIO`` times the cap is timed as it is: rounding it down
     to whole tiles timed a key at N=100 at N=64, where a kernel 1.12-1.2x slower at N=100 won
     (sddmm_dw 3000x1500, 60% dense, in 3 of 4 quality runs). Beyond that the second point
     (second_point.py) measures the ranking nearer the key's N."""
-    from .second_point import MIN_TARGET_RATIO
-
     out_f, in_f, n_call, density = shape or (key.out_features, key.in_features, key.n, key.density)
     nnz = max(1, round(out_f * in_f * density))
     cap = min(MAX_N_TIME, max(MIN_N_TIME, TIMING_MACS // nnz))
@@ -87,9 +94,6 @@ def random_weight(out_f: int, in_f: int, density: float, seed: int):
     Each row's k columns are the order statistics of k uniform draws from [0, in - k], shifted by
     0..k-1 to make them distinct. Sorted uniforms come from normalised cumulative sums of k + 1
     exponentials, with no sort (sorting the draws took 0.15-0.35 s at 4096 x 4096, 20% dense)."""
-    from sparselab import PaddedCSR
-    from sparselab.format import index_dtype_for
-
     g = torch.Generator().manual_seed(seed)
     k = max(0, min(in_f, round(density * in_f)))
     gaps = torch.rand(out_f, k + 1, generator=g).neg_().log1p_().neg_()
@@ -173,8 +177,6 @@ class Problem:
         part.shape = (rows,) + self.shape[1:]
         W = self.W
         end = int(W.row_start[rows])
-        from sparselab import PaddedCSR
-
         top = PaddedCSR(
             W.values[:end], W.cols[:end], W.row_start[: rows + 1], W.row_nnz[:rows], (rows, W.in_features), check=False
         )
@@ -213,12 +215,10 @@ class Problem:
         """A call of ``variant`` on this problem, as a layer makes it: sparse variants through a
         kernel plan (``_C.LayerPlan``) that keeps W's block-major indexes across calls, built once
         per topology in training and so, like the transposed index, in no candidate's time."""
-        from sparselab import kernels, ops
-
         W, X, dY, bias, t = self.W, self.X, self.dY, self.bias, self.key.threads
         if self.key.op == "backward_fused":
             return self._backward_runner(variant)
-        v = kernels.get(self.key.op, variant)
+        v = registry.get(self.key.op, variant)
         plan = None if v.is_dense else self._layer_plan()
         if plan is None:
             if self.key.op == "spmm_fwd":
@@ -254,13 +254,11 @@ class Problem:
     def _backward_runner(self, variant: str):
         """A backward as a layer with a bias runs it: one fused call that also sums the bias
         gradient, or the planned pair one after the other and ``dY.sum(0)``. Returns (dX, dW)."""
-        from sparselab import kernels, ops, planner
-
         W, X, dY, t = self.W, self.X, self.dY, self.key.threads
         out_f, in_f, n = W.out_features, W.in_features, self.n
         plan = self._layer_plan()
-        if variant == planner.SEPARATE:
-            vx, vw = kernels.get("spmm_dx", self.pair[0]), kernels.get("sddmm_dw", self.pair[1])
+        if variant == SEPARATE:
+            vx, vw = registry.get("spmm_dx", self.pair[0]), registry.get("sddmm_dw", self.pair[1])
 
             def dx():
                 if plan is None or vx.is_dense:
@@ -277,7 +275,7 @@ class Problem:
                 return out
 
             return lambda: (dx(), dw(), dY.sum(0))[:2]
-        v = kernels.get("backward_fused", variant)
+        v = registry.get("backward_fused", variant)
         if plan is None:
             return lambda: ops.backward_fused(W, dY, X, variant=variant, threads=t, bias_grad=True)[:2]
 
@@ -297,15 +295,13 @@ class Problem:
         (float64, an empty W, N = 0)."""
         plan = self.__dict__.get("_plan")
         if plan is None:
-            from sparselab import ops
-
             W = self.W
             if W.values.dtype != torch.float32 or W.cols.numel() == 0 or self.n == 0:
                 return None
             if not all(a.is_contiguous() for a in (self.X, self.dY, self.bias)):
                 return None  # the plan takes row-major operands; the general runners take any
             tr = W.transposed() if self.key.op in ("spmm_dx", "backward_fused") else None
-            plan = ops._kernel_plan(W.raw_args(), tr, keep_prepared=True)
+            plan = kernel_plan(W.raw_args(), tr, keep_prepared=True)
             self._plan = plan
             self._plan_holds = tr  # the transposed index the plan points into
         return plan
@@ -324,18 +320,14 @@ class Problem:
 def _planned_pair(key, shape) -> tuple[str, str]:
     """The (spmm_dx, sddmm_dw) variants planned for ``key``'s layer, batch and threads: the
     process cache's choices, or the planner's heuristic for an op not tuned (or not runnable) here."""
-    from sparselab import kernels, planner
-
-    from .resolve import get_cache
-
     out_f, in_f, n, density = shape
     names = []
     for op in ("spmm_dx", "sddmm_dw"):
-        entry = get_cache().get(key._replace(op=op))
+        entry = wisdom.get_cache().get(key._replace(op=op))
         name = entry.get("variant") if entry else None
         try:
-            ok = isinstance(name, str) and kernels.get(op, name).available
+            ok = isinstance(name, str) and registry.get(op, name).available
         except ValueError:
             ok = False
-        names.append(name if ok else planner.heuristic(op, out_f, in_f, n, density))
+        names.append(name if ok else rules.heuristic(op, out_f, in_f, n, density))
     return names[0], names[1]

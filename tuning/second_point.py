@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .problem import N_TILE  # full batch tiles of the largest tile, as problem.py times
+from .problem import MIN_TARGET_RATIO, N_TILE  # full batch tiles of the largest tile, as problem.py times
 from .race import TIE_BAND
 
 # Finalists: every valid candidate within this factor of the best time at the first N (a
@@ -35,11 +35,7 @@ FINALIST_RATIO = 1.5
 # block-major copy of W's values) can trail by more than FINALIST_RATIO at the first N and still
 # be the fastest at the key's N, which only its second point shows.
 LEADER_RATIO = 2.0
-MAX_FINALISTS = 3
-# The key's N must be at least this multiple of the timed N for a second point (problem.py times
-# an N up to this multiple of its cap as it is, so every capped N gets one).
-MIN_TARGET_RATIO = 1.5
-# Each race's share of the tuner's time budget when there is a second point.
+MAX_FINALISTS = 3  # Each race's share of the tuner's time budget when there is a second point.
 BUDGET_FRACTION = 0.5
 # The second N is at most this multiple of the first: far enough apart that the slope is
 # measured, near enough that one call stays cheap.

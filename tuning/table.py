@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from .keys import parse_key
+from sparselab.dispatch.keys import parse_key
 
 COLUMNS = [
     "op",

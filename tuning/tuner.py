@@ -18,7 +18,8 @@ An entry (what the cache stores per key) records the choice and enough to explai
 Cost bound. Mandatory: every candidate runs once to be checked (on a large layer on its check
 part, and then once on the whole layer as its warm-up) and, unless far behind already, once in
 the race's first round.
-Optional, stopped by the time budget (BUDGET_S) and by the key's deadline (DEADLINE_S, counted
+Optional, stopped by the time budget (BUDGET_S) and by the key's deadline
+(:func:`sparselab.settings.tuning_deadline_s`, counted
 from the start of tune, set-up included): more rounds, the close-finish duel and the second point.
 A key with a second point keeps SECOND_POINT_RESERVE of the deadline for it; its N shrinks to what
 the time left affords (second_point.fit_n), or it is skipped (the entry says so in
@@ -34,38 +35,20 @@ import logging
 import math
 import os
 import time
-import warnings
+
+from sparselab import settings
+from sparselab.dispatch import rules
+from sparselab.dispatch.keys import N_CAP
 
 from . import candidates as cand
 from . import screen, second_point
-from .keys import N_CAP
+from .problem import Problem
 from .race import CUT_RATIOS, DUEL_REPS, TIE_BAND, Candidate, NoValidCandidate, race
 
 BUDGET_S = 0.4
-# One key's tuning, set-up included, stops optional work at this many seconds (see above): the
-# issue's "well under a second" per key. Overridden by SPARSELAB_TUNING_DEADLINE_S.
-DEADLINE_S = 0.8
-ENV_DEADLINE = "SPARSELAB_TUNING_DEADLINE_S"
 # Share of the deadline the first race leaves for the second point: on a 4096 x 4096 dW the first
 # race alone chose a kernel 4-5x slower at N=2048.
 SECOND_POINT_RESERVE = 0.35
-# Bumped whenever the way a choice is made changes; part of the cache fingerprint, so entries
-# chosen by an older method are re-tuned. 2: the second point for capped batches. 3: check and
-# screen on the check part of a large layer; finalists of the second point by form. 4: the
-# backward is tuned (fused variant or the separate pair); also keeps format-2 files apart from
-# older builds, which would set them aside as corrupt. 5: a screened key with a second point
-# races at most FIRST_RACE_MAX candidates first. 6: the backward is timed as a layer with a bias
-# runs it (a fused call sums the bias gradient; the pair adds dY.sum(0)). 7: the first race of a
-# screened key takes only the candidates whose first round it can afford (FIRST_ROUND_SHARE); a
-# backward's second point times the fastest fused kernel and the pair however far apart, and a
-# backward whose second point is skipped keeps the prior within SKIPPED_TIE_BAND. 8: a backward's
-# second point also times other fused flavors the deadline affords (_backward_finalists). 9: the
-# second point's line runs through each finalist's fastest run at each N, not its median, and
-# the second race has no close-finish duel. 10: the fastest of each form is a second-point
-# finalist within second_point.LEADER_RATIO (2x), not 1.5x. 11: a screened key's first race
-# always takes the planner's default (a single op's or the backward's prior), a single op's
-# second point times it too where close (_with_prior).
-METHOD_VERSION = 11
 # Candidates at most in the first race of a screened key that gets a second point.
 FIRST_RACE_MAX = 10
 # Such a first race takes candidates (each form's fastest first) while their estimated first
@@ -125,29 +108,6 @@ def _check_part_fields(screened, problem, part, infos, reference: str) -> dict:
         fields["dense_scaled_from_check_part"] = best
         fields["dense_s_scaled_from_check_part"] = screened.times[best] * scale
     return fields
-
-
-# A deadline longer than this is a typo (an hour per key), not a thorough tuning.
-DEADLINE_MAX_S = 3600.0
-
-
-def deadline_s() -> float:
-    """DEADLINE_S, or the finite positive number of seconds (at most DEADLINE_MAX_S) in
-    $SPARSELAB_TUNING_DEADLINE_S."""
-    raw = os.environ.get(ENV_DEADLINE, "").strip()
-    if not raw:
-        return DEADLINE_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 < value <= DEADLINE_MAX_S):
-        # A typo in an env var must not crash a training script: say so, keep the default.
-        message = f"{ENV_DEADLINE}={raw!r} is not a number of seconds in (0, {DEADLINE_MAX_S:g}]; using {DEADLINE_S}"
-        log.warning(message)
-        warnings.warn(message, stacklevel=2)
-        return DEADLINE_S
-    return value
 
 
 def _load() -> float | None:
@@ -297,18 +257,14 @@ def _with_prior(names: list[str], medians: dict, prior, n1: int, n2: int, left: 
 def _op_prior_of(key, shape) -> str:
     """The planner's default sparse variant of a single op for this key (or the call that
     missed), under the speed preference: entries do not depend on the preference."""
-    from sparselab import planner
-
     n = (shape or (None, None, key.n))[2]
-    return planner.default_variant(key.op, n)
+    return rules.default_variant(key.op, n)
 
 
 def _backward_prior_of(key, shape) -> str:
     """The planner's untuned backward for this key (or the call that missed): a tie goes to it."""
-    from sparselab import planner
-
     _, _, n, density = shape or (key.out_features, key.in_features, key.n, key.density)
-    return planner.backward_prior(n, density)  # the speed preference's: entries do not depend on it
+    return rules.backward_prior(n, density)  # the speed preference's: entries do not depend on it
 
 
 def _backward_tie_to_prior(key, shape, winner: str, runner_up, times: dict, band: float = TIE_BAND) -> tuple:
@@ -357,18 +313,16 @@ def tune(
 ) -> dict:
     """Measure and return the cache entry for ``key``, timed at ``shape`` = (out_features,
     in_features, n, density) if given (the call that missed), else at the key's representative
-    shape. ``deadline``: seconds for this key (default ``deadline_s()``). The other parameters
+    shape. ``deadline``: seconds for this key (default :func:`sparselab.settings.tuning_deadline_s`). The other parameters
     are for tests."""
     started = time.perf_counter()
-    deadline_total = deadline_s() if deadline is None else deadline
+    deadline_total = settings.tuning_deadline_s() if deadline is None else deadline
     deadline_at = clock() + deadline_total
     if reference is None:
         reference = cand.reference_of(key.op)
     if variants is None:
         variants = cand.available_variants(key.op)
     if problem is None:
-        from .problem import Problem
-
         problem = Problem(key, shape=shape)
 
     infos = {v.name: v for v in variants}

@@ -15,9 +15,9 @@ import time
 os.environ.setdefault("SPARSELAB_CACHE_DIR", tempfile.mkdtemp(prefix="sparselab-bench-"))
 
 import torch  # noqa: E402
-from sparselab.tuning import mode as tuning_mode  # noqa: E402
 
 from sparselab import SparseLinear  # noqa: E402
+from sparselab.settings import mode as tuning_mode  # noqa: E402
 
 N = 2048
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5

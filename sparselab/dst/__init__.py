@@ -7,11 +7,9 @@ See :mod:`sparselab.dst.base` for the contract of a new algorithm.
 """
 
 from . import distribution, schedules
-from .base import LayerState, SparsityAlgorithm, UpdateInfo
+from .algorithm import LayerState, SparsityAlgorithm, UpdateInfo
+from .algorithms import GMP, SET, SNFS, GraNet, RigL, SRigL, Static, TopKAST, TopKASTLinear
 from .config import ALGORITHMS, Group, SparsityGroups, configure
-from .gmp import GMP
-from .granet import GraNet
-from .rigl import RigL
 from .schedules import (
     ConstantDrop,
     ConstantSparsity,
@@ -24,11 +22,6 @@ from .schedules import (
     UpdateSchedule,
 )
 from .scores import LowestIndex, RandomTies, TieBreaker
-from .set import SET
-from .snfs import SNFS
-from .srigl import SRigL
-from .static import Static
-from .topkast import TopKAST, TopKASTLinear
 from .wrapper import SparsityOptimizer
 
 __all__ = [

@@ -56,18 +56,12 @@ from collections.abc import Mapping, Sequence
 
 from torch import nn
 
+from ..model.sparsify import _candidate, sparsify
 from ..nn import SparseLinear
 from . import distribution as _distribution
-from .base import LayerState, SparsityAlgorithm
-from .gmp import GMP
-from .granet import GraNet
-from .rigl import RigL
+from .algorithm import LayerState, SparsityAlgorithm
+from .algorithms import GMP, SET, SNFS, GraNet, RigL, SRigL, Static, TopKAST
 from .schedules import SparsitySchedule, check_sparsity
-from .set import SET
-from .snfs import SNFS
-from .srigl import SRigL
-from .static import Static
-from .topkast import TopKAST
 
 __all__ = ["configure", "Group", "SparsityGroups", "FixedDensities", "ALGORITHMS"]
 
@@ -123,8 +117,6 @@ class FixedDensities:
 
 
 def _is_linear(m: nn.Module) -> bool:
-    from ..sparsify import _candidate
-
     return isinstance(m, SparseLinear) or _candidate(m)
 
 
@@ -352,8 +344,6 @@ class SparsityGroups:
                 algo = self._make(cls, gs[0], gs[0].sparsity, gs[0].distribution, seed)
             d0 = algo._distribution(shapes, 1.0 - algo.sparsity_schedule(algo.step_count))
             built.append((algo, gs, names, d0))
-
-        from ..sparsify import sparsify
 
         to_sparsify = {
             n: 1.0 - min(1.0, d)

@@ -11,7 +11,7 @@ Pruning: Return of the Most Naive Baseline for Sparse Training*, ICLR 2022
 
 from __future__ import annotations
 
-from .base import SparsityAlgorithm
+from ..algorithm import SparsityAlgorithm
 
 __all__ = ["Static"]
 

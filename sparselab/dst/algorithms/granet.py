@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .base import LayerState, SparsityAlgorithm
-from .schedules import CubicSparsity, SparsitySchedule, UpdateSchedule, check_step
+from ..algorithm import LayerState, SparsityAlgorithm
+from ..schedules import CubicSparsity, SparsitySchedule, UpdateSchedule, check_step
 
 __all__ = ["GraNet"]
 

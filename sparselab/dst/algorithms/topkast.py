@@ -46,11 +46,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..autograd import build_transposed, no_transposed
-from ..nn import SparseLinear
-from .base import LayerState, SparsityAlgorithm
-from .schedules import check_sparsity, check_step
-from .select import topk_indices
+from ...nn import SparseLinear
+from ...storage import PaddedCSR, build_transposed, no_transposed
+from ..algorithm import LayerState, SparsityAlgorithm
+from ..schedules import check_sparsity, check_step
+from ..selection import topk_indices
 
 __all__ = ["TopKAST", "TopKASTLinear"]
 
@@ -215,8 +215,6 @@ class TopKASTLinear(SparseLinear):
     @property
     def forward_weight(self):
         """The forward set as a PaddedCSR (a copy of its values)."""
-        from ..format import PaddedCSR
-
         cols, rs, nnz, slots = self._forward_index()[:4]
         return PaddedCSR(self.weight_values.detach()[slots], cols, rs, nnz, (self.out_features, self.in_features))
 

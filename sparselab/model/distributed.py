@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .nn import SparseLinear
+from ..nn import SparseLinear
 
 __all__ = [
     "ignore_sparse_buffers",

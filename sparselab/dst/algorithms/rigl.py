@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .base import LayerState, SparsityAlgorithm
+from ..algorithm import LayerState, SparsityAlgorithm
 
 __all__ = ["RigL"]
 

@@ -50,9 +50,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .. import optim_state, optimizer_tracking
-from ..format import PADDING
-from ..storage import replace_storage
+from ..optim import holders, replace_storage, reset_slots, slot_state_keys
+from ..storage import PADDING
 
 __all__ = ["RewriteResult", "rewrite_layer", "optimizers_of"]
 
@@ -69,7 +68,7 @@ class RewriteResult:
 
 def optimizers_of(param: Tensor, optimizers=()) -> list:
     """The optimizers among ``optimizers`` and those seen stepping ``param`` that hold it."""
-    seen = optimizer_tracking.holders(param)
+    seen = holders(param)
     out = [o for o in optimizers if any(q is param for g in o.param_groups for q in g["params"])]
     return out + [o for o in seen if all(o is not k for k in out)]
 
@@ -141,7 +140,7 @@ def _rewrite_layer(
     merge = _BlockMerge(w, edit, lay)
 
     opts = optimizers_of(param, optimizers)
-    state_keys = {id(o): optim_state.slot_state_keys(o, param) for o in opts}
+    state_keys = {id(o): slot_state_keys(o, param) for o in opts}
     # Every per-slot tensor that moves with its connection:
     # (tensor, fill value of padding, values of grown entries or None for 0).
     targets = [(param.data, 0, edit.grow_values)]
@@ -169,7 +168,7 @@ def _rewrite_layer(
         replace_storage(layer.weight_row_nnz, lay.new_nnz.to(torch.int32))
 
     for o in opts:
-        optim_state.reset_slots(o, param, grown_slots)
+        reset_slots(o, param, grown_slots)
     layer.topology_changed(validate=validate)  # what layer.weight.mark_topology_changed() does
     return RewriteResult(
         dropped=int(edit.drop_slots.numel()),

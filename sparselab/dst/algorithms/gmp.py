@@ -15,8 +15,8 @@ it needs.
 
 from __future__ import annotations
 
-from .base import SparsityAlgorithm
-from .schedules import CubicSparsity, SparsitySchedule, UpdateSchedule, check_step
+from ..algorithm import SparsityAlgorithm
+from ..schedules import CubicSparsity, SparsitySchedule, UpdateSchedule, check_step
 
 __all__ = ["GMP"]
 

@@ -32,9 +32,9 @@ from collections.abc import Iterable
 
 import torch
 
-from .base import LayerState
+from ..algorithm import LayerState
+from ..selection import topk_indices
 from .rigl import RigL
-from .select import topk_indices
 
 __all__ = ["SRigL"]
 

@@ -35,13 +35,15 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor, nn
 
-from . import ops, optimizer_tracking, planner
-from .autograd import _csr, _row_major, build_transposed, no_transposed, sparse_linear
-from .format import VALUE_DTYPES, PaddedCSR, TransposedIndex, _bits
-from .ops import _ld
-from .storage import replace_storage
-from .tuning.preference import get_prefer
-from .validation import version_of as _version
+from .. import settings
+from ..dispatch import planner
+from ..dispatch.registry import BACKWARD, SEPARATE_PAIR
+from ..dispatch.runners import kernel_plan, run_sddmm_dw, run_spmm_dx, run_spmm_fwd
+from ..dispatch.runners import leading_dim as _ld
+from ..optim import mark_sparse_values, replace_storage
+from ..storage import VALUE_DTYPES, PaddedCSR, TransposedIndex, build_transposed, index_bits, no_transposed
+from ..storage.checks import version_of as _version
+from .function import _csr, _row_major, sparse_linear
 
 # A cheap first test before torch.is_autocast_enabled("cpu") on every call (private; absent: always ask).
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
@@ -225,7 +227,7 @@ class SparseLinear(nn.Module):
         self._derive()
 
     def _mark_values(self) -> None:
-        optimizer_tracking.mark_sparse_values(
+        mark_sparse_values(
             self.weight_values, f"SparseLinear(in_features={self.in_features}, out_features={self.out_features})"
         )
 
@@ -404,13 +406,12 @@ class SparseLinear(nn.Module):
         """Recompute what calls reuse, after the topology (already checked) changed. One record,
         swapped in whole, so a call in another thread reads one generation of it."""
         c = self.weight_cols
-        t = TransposedIndex.__new__(TransposedIndex)
-        t.cols, t.row_start, t.row_nnz, t.perm = self._transposed_tensors()
+        t = TransposedIndex.of(self._transposed_tensors())
         tensors = (self.weight_values, c, self.weight_row_start, self.weight_row_nnz) + self._transposed_tensors()
         w_args = (
             self.weight_values.data_ptr(),
             c.data_ptr(),
-            _bits(c.dtype),
+            index_bits(c.dtype),
             self.weight_row_start.data_ptr(),
             self.weight_row_nnz.data_ptr(),
             self.out_features,
@@ -422,7 +423,7 @@ class SparseLinear(nn.Module):
         inference = any(x.is_inference() for x in (c, self.weight_row_start, self.weight_row_nnz))
         if c.numel() > 0 and self.weight_values.dtype is torch.float32 and not inference:
             # Under the memory preference the layer keeps no block-major index either.
-            kernels_plan = ops._kernel_plan(w_args, t if self._t_built else None, keep_prepared=self._t_built)
+            kernels_plan = kernel_plan(w_args, t if self._t_built else None, keep_prepared=self._t_built)
         self._d = _Derived(
             w_args=w_args,
             kernels=kernels_plan,
@@ -441,7 +442,7 @@ class SparseLinear(nn.Module):
     def _build_transposed(self, out: tuple[Tensor, ...] | None = None):
         # Under the memory preference (SPARSELAB_PREFER=memory) spmm_dx runs scatter kernels on
         # W's own index, so the layer keeps an empty placeholder instead of 6 bytes per weight.
-        self._t_built = get_prefer() != "memory"
+        self._t_built = settings.get_prefer() != "memory"
         if not self._t_built:
             return no_transposed(self.weight_cols)
         return build_transposed(
@@ -477,7 +478,7 @@ class SparseLinear(nn.Module):
             # Edited in place or replaced without topology_changed(): checked before any use.
             self.topology_changed(validate=True)
         else:  # only the planner's epoch moved: plans, and the index if the preference changed
-            if self._t_built != (get_prefer() != "memory"):
+            if self._t_built != (settings.get_prefer() != "memory"):
                 self._refresh_transposed()
             self._derive()
         return self._d
@@ -623,7 +624,7 @@ class SparseLinear(nn.Module):
             kid = self._kernel_id(d, "spmm_fwd", n, threads)
         if kid < 0:
             v, threads = self._plan(d, "spmm_fwd", n)
-            return ops.run_spmm_fwd(v, d.view, d.w_args, x, bias, threads)
+            return run_spmm_fwd(v, d.view, d.w_args, x, bias, threads)
         out_f = self.out_features
         y = x.new_empty(n, out_f)  # x is a float32 CPU tensor (checked): not torch's default dtype
         d.kernels.spmm_fwd(
@@ -646,7 +647,7 @@ class SparseLinear(nn.Module):
             t = d.t_index if v is not None and v.dx_layout == "transposed" else None
             if t is not None and t.cols.numel() != d.view.nnz:  # the memory preference keeps no index here
                 t = d.view.transposed()
-            return ops.run_spmm_dx(v, d.view, d.w_args, t, dy, threads)
+            return run_spmm_dx(v, d.view, d.w_args, t, dy, threads)
         in_f = self.in_features
         dx = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
         d.kernels.spmm_dx(kid, n, dy.data_ptr(), _ld(dy), dx.data_ptr(), in_f, threads)
@@ -657,7 +658,7 @@ class SparseLinear(nn.Module):
         kid = self._kernel_id(d, "sddmm_dw", n, threads)
         if kid < 0:
             v, threads = self._plan(d, "sddmm_dw", n)
-            return ops.run_sddmm_dw(v, d.view, d.w_args, dy, x, threads)
+            return run_sddmm_dw(v, d.view, d.w_args, dy, x, threads)
         dw = torch.empty(d.view.capacity, dtype=torch.float32, device="cpu")
         d.kernels.sddmm_dw(kid, n, dy.data_ptr(), _ld(dy), x.data_ptr(), _ld(x), dw.data_ptr(), threads)
         return dw
@@ -667,7 +668,7 @@ class SparseLinear(nn.Module):
         (dB None unless ``bias_grad``), or None where the two planned ops run instead: the plan's
         separate pair, an empty W, or no transposed index kept (the memory preference)."""
         n, threads = dy.shape[0], torch.get_num_threads()
-        fid = d.kernel_ids.get((planner.BACKWARD, n, threads))
+        fid = d.kernel_ids.get((BACKWARD, n, threads))
         if fid is None:
             fid = self._fused_id(d, n, threads)
         if fid < 0:
@@ -699,11 +700,11 @@ class SparseLinear(nn.Module):
         t, kernels_plan = d.t_index, d.kernels
         fid = -1
         if kernels_plan is not None and kernels_plan.has_transposed and t.cols.numel() == d.view.nnz > 0:
-            v, _ = self._plan(d, planner.BACKWARD, n)
-            fid = v.id if v is not None and v is not planner.SEPARATE_PAIR else -1
+            v, _ = self._plan(d, BACKWARD, n)
+            fid = v.id if v is not None and v is not SEPARATE_PAIR else -1
         if len(d.kernel_ids) >= 64:
             d.kernel_ids.clear()
-        d.kernel_ids[(planner.BACKWARD, n, threads)] = fid
+        d.kernel_ids[(BACKWARD, n, threads)] = fid
         return fid
 
     # ---- introspection ----
@@ -910,7 +911,7 @@ class SparseLinear(nn.Module):
         self._lock = threading.RLock()
         self._topology_version = 0
         self._t_version = -1
-        self._t_built = get_prefer() != "memory"
+        self._t_built = settings.get_prefer() != "memory"
         for name, t in zip(_TRANSPOSED, self._build_transposed()):
             self._buffers[name] = t
         self._t_version = self._topology_version
@@ -927,7 +928,7 @@ class _Derived(NamedTuple):
     view: PaddedCSR  # the layer's PaddedCSR view (dense fallbacks, sizes)
     plans: dict  # (op, n, threads) -> planner.Plan
     kernel_ids: dict  # (op, n, threads) -> the variant id ``kernels`` runs, or -1: the general runners
-    # (for planner.BACKWARD: the fused variant's id, or -1: the separate pair)
+    # (for BACKWARD: the fused variant's id, or -1: the separate pair)
     density: float
     storages: tuple  # pins the memory w_args points into
     held: tuple  # keeps the tensors whose ids ``fresh`` records alive

@@ -5,7 +5,8 @@ pseudo-variants that let torch compete in the tuner. ``variants(op)`` lists
 them with their availability on this CPU and the reason when unavailable.
 The fused backward kernels (op ``backward_fused``: dX and dW in one call) are
 not one of the three ops of ``OPS`` that ``variants()`` lists: ``variants("backward_fused")``
-lists them, and the planner's backward plan chooses one of them or the two separate ops.
+lists them, and the planner's backward plan chooses one of them or :data:`SEPARATE_PAIR`, the
+two separate ops.
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from . import _C
+from .. import _C
 
 OPS = ("spmm_fwd", "spmm_dx", "sddmm_dw")
 FUSED_OPS = ("backward_fused",)
 REFERENCE = "scalar"  # the reference variant name of every op
 DENSE = {"spmm_fwd": ("dense_torch", "dense_mkldnn"), "spmm_dx": ("dense_torch",), "sddmm_dw": ("dense_torch",)}
+
+
+#: The backward op: a fused variant, or the separate pair (the two planned ops).
+BACKWARD = "backward_fused"
+SEPARATE = "separate"
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,10 @@ class VariantInfo:
     @property
     def is_dense(self) -> bool:
         return self.isa == "torch"
+
+
+#: The backward plan's variant when the two planned ops run (not a kernel: it has no id).
+SEPARATE_PAIR = VariantInfo(op=BACKWARD, name=SEPARATE, isa="planned", form="separate")
 
 
 def _build() -> dict[str, dict[str, VariantInfo]]:

@@ -24,12 +24,22 @@ INDEX_DTYPES = (torch.int16, torch.int32)
 _F32, _F64, _I16, _I32, _I64 = torch.float32, torch.float64, torch.int16, torch.int32, torch.int64
 
 
+def index_dtype_for(columns: int) -> torch.dtype:
+    """The narrowest index dtype that holds column indices ``0 .. columns-1``."""
+    return torch.int16 if columns <= INT16_MAX_COLUMNS else torch.int32
+
+
+def index_bits(dtype: torch.dtype) -> int:
+    """The index width the extension takes for an index dtype (16 or 32)."""
+    return 16 if dtype == torch.int16 else 32
+
+
 def _fail(msg: str) -> None:
     raise ValueError(f"PaddedCSR invariant broken: {msg}")
 
 
 def validate_padded_csr(w) -> None:
-    """Every invariant of the padded-CSR layout (see ``sparselab.format``)."""
+    """Every invariant of the padded-CSR layout (see :mod:`sparselab.storage.padded_csr`)."""
     live, rows = _check_index(w)
     if not torch.isfinite(w.values.detach()[live]).all():
         k = int((~torch.isfinite(w.values.detach()) & live).nonzero()[0])

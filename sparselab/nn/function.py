@@ -37,10 +37,10 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import ops as _ops
-from .format import PaddedCSR, TransposedIndex
+from .. import ops as _ops
+from ..storage import PaddedCSR, TransposedIndex, build_transposed
 
-__all__ = ["spmm_fwd", "spmm_dx", "sddmm_dw", "sparse_linear", "build_transposed", "no_transposed"]
+__all__ = ["spmm_fwd", "spmm_dx", "sddmm_dw", "sparse_linear"]
 
 
 # ---- helpers (eager only: they touch data pointers) ----
@@ -58,45 +58,12 @@ def _csr(
     """A PaddedCSR wrapper around existing tensors: no copy, no validation.
     ``transposed`` (t_cols, t_row_start, t_row_nnz, t_perm) is installed as its
     cached transposed index so ops never rebuild it. An empty placeholder (a layer that keeps
-    no transposed index, see ``tuning.preference``) installs nothing: an op that needs the
+    no transposed index, see :func:`sparselab.settings.get_prefer`) installs nothing: an op that needs the
     index then builds it for that call only."""
     w = PaddedCSR(values, cols, row_start, row_nnz, (out_features, in_features), check=False)
     if transposed is not None and transposed[1].numel() > 0:
-        t = TransposedIndex.__new__(TransposedIndex)
-        t.cols, t.row_start, t.row_nnz, t.perm = transposed
-        t.index_dtype = t.cols.dtype
-        t.version = w.topology_version
-        t.source = None  # handed in by the caller: checked against W before use
-        w._transposed = t
+        w._transposed = TransposedIndex.of(transposed, w.topology_version)  # checked against W before use
     return w
-
-
-def build_transposed(
-    cols: Tensor,
-    row_start: Tensor,
-    row_nnz: Tensor,
-    out_features: int,
-    in_features: int,
-    out: tuple[Tensor, ...] | None = None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The transposed index ``(t_cols, t_row_start, t_row_nnz, t_perm)`` of a
-    topology. Costs one pass over the live slots; call it when the topology
-    changes, not per step. ``out``: the current index, overwritten in place when
-    its sizes still fit (same live count), so a rebuild holds no second copy."""
-    dummy = torch.empty(cols.numel(), dtype=torch.float32)  # never touched: no resident pages
-    t = TransposedIndex(_csr(dummy, cols, row_start, row_nnz, out_features, in_features), out=out)
-    return t.cols, t.row_start, t.row_nnz, t.perm
-
-
-def no_transposed(cols: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The placeholder a layer holds instead of a transposed index when it keeps none:
-    four empty tensors (the custom ops take the index as tensor arguments)."""
-    return (
-        cols.new_empty(0),
-        torch.empty(0, dtype=torch.int64),
-        torch.empty(0, dtype=torch.int32),
-        torch.empty(0, dtype=torch.int32),
-    )
 
 
 def _row_major(t: Tensor) -> Tensor:

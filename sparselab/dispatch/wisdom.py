@@ -1,7 +1,8 @@
-"""TuningCache: the persistent table of tuned choices, one JSON file per CPU/build fingerprint.
+"""The wisdom: the persistent table of tuned kernel choices the planner consults on a miss.
 
-Location: ``$SPARSELAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/sparselab``, else ``~/.cache/sparselab``;
-the file is ``tuning-<fingerprint id>.json`` there.
+One JSON file per CPU/build fingerprint (:class:`TuningCache`), in
+:func:`sparselab.settings.cache_dir`, named ``tuning-<fingerprint id>.json``. The tuner
+(``sparselab.tuning``) writes to it; the planner only reads it (:func:`lookup`).
 
 It survives real life:
 - writes are atomic (temp file in the same dir + os.replace): a crash mid-write leaves the old file;
@@ -22,12 +23,15 @@ import logging
 import math
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from .. import settings
 from . import fingerprint as fingerprint_mod
+from . import registry
 from .keys import parse_key
 
 # 2: backward_fused keys (a fused variant or the separate pair). A format-1 file (no such keys)
@@ -45,15 +49,6 @@ _NAME_TO_TIME = ("medians", "predicted_s", "second_medians", "first_fastest_s", 
 
 class ForeignFingerprintError(ValueError):
     """A tuning file made on another CPU or build."""
-
-
-def default_dir() -> Path:
-    override = os.environ.get("SPARSELAB_CACHE_DIR")
-    if override:
-        return Path(override).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "sparselab"
 
 
 def _is_number(v) -> bool:
@@ -150,7 +145,7 @@ def _what(problem: str) -> str:
 
 class TuningCache:
     def __init__(self, directory: str | os.PathLike | None = None, fingerprint: dict | None = None):
-        self.directory = Path(directory) if directory is not None else default_dir()
+        self.directory = Path(directory) if directory is not None else settings.cache_dir()
         self._fingerprint = fingerprint
         self._entries: dict[str, dict] | None = None  # loaded on first use
         self.in_memory = False  # True after falling back from an unwritable location
@@ -180,9 +175,6 @@ class TuningCache:
 
     def get(self, key) -> dict | None:
         return self.entries().get(str(key))
-
-    def reload(self) -> None:
-        self._entries = None
 
     def _read_disk(self, locked: bool = False) -> dict[str, dict]:
         """Entries of the file on disk; a bad file is set aside (only under the lock) and reads
@@ -320,3 +312,40 @@ class TuningCache:
             raise ValueError(f"{path} is not a sparselab tuning file ({problem})")
         self.put_many(dict(doc["entries"]))
         return len(doc["entries"])
+
+
+# ---- the process's table ---------------------------------------------------------------------
+
+lock = threading.RLock()  # one reader or tuner of the process's table at a time
+_cache: TuningCache | None = None
+
+
+def get_cache() -> TuningCache:
+    """The process's table (this CPU and build, in :func:`sparselab.settings.cache_dir`)."""
+    global _cache
+    with lock:
+        if _cache is None:
+            _cache = TuningCache()
+        return _cache
+
+
+def forget_cache() -> None:
+    """Drop the process's table object: the next use reads the file again (a changed cache
+    folder, a cleared table)."""
+    global _cache
+    with lock:
+        _cache = None
+
+
+def lookup(key) -> dict | None:
+    """The table's entry for ``key`` when its variant runs on this CPU, else None."""
+    entry = get_cache().get(key)
+    if entry is None:
+        return None
+    name = entry["variant"]
+    if key.op == registry.BACKWARD and name == registry.SEPARATE:
+        return entry
+    try:
+        return entry if registry.get(key.op, name).available else None
+    except ValueError:  # a name this build does not have
+        return None

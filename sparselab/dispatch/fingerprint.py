@@ -3,7 +3,7 @@
 A cache written on another CPU, or by another build of the kernels, must never be applied
 silently, so the fingerprint holds everything that changes which kernel is fastest: CPU brand
 and model, ISA flags, cache sizes, architecture, the library version, the extension's build
-hash and the tuning method's version (tuner.METHOD_VERSION: choices made by an older method are
+hash and the tuning method's version (:data:`METHOD_VERSION`: choices made by an older method are
 re-measured, not kept). The thread count is not here: it is part of each key.
 
 py-cpuinfo takes about a second (it probes the CPU in a subprocess), which would be paid by every
@@ -19,6 +19,15 @@ import json
 import os
 import platform
 import re
+from importlib import metadata
+
+import cpuinfo  # py-cpuinfo
+
+from .. import _C
+
+#: The version of the tuner's method whose choices a table holds; part of the fingerprint, so a
+#: table made by an older method is measured again, not kept (CHANGES.md lists the versions).
+METHOD_VERSION = 11
 
 # Flags that change what a kernel can do (SIMD width, FMA, dot-product extensions). Other flags
 # (mitigations, virtualisation details) differ between identical CPUs and would make exports
@@ -55,8 +64,6 @@ def _cheap_probe() -> str | None:
 
 
 def _slow_cpuinfo() -> dict:
-    import cpuinfo  # py-cpuinfo
-
     info = cpuinfo.get_cpu_info()
     return {
         "arch": info.get("arch", platform.machine()),
@@ -110,8 +117,6 @@ def _write_memo(memo: str, desc: dict) -> None:
 @functools.lru_cache(maxsize=None)
 def build_hash() -> str:
     """The extension's build hash: _C.build_info()['build_hash'], else a hash of the .so bytes."""
-    from sparselab import _C
-
     info = getattr(_C, "build_info", None)
     if callable(info):
         value = info().get("build_hash")
@@ -123,13 +128,9 @@ def build_hash() -> str:
 
 def library_version() -> str:
     try:
-        from importlib.metadata import version
-
-        return version("sparselab")
-    except Exception:  # not installed as a distribution (e.g. a source checkout)
-        import sparselab
-
-        return str(getattr(sparselab, "__version__", "0+unknown"))
+        return metadata.version("sparselab")
+    except metadata.PackageNotFoundError:  # not installed as a distribution
+        return "0+unknown"
 
 
 def current(memo_dir: str | None = None) -> dict:
@@ -137,8 +138,6 @@ def current(memo_dir: str | None = None) -> dict:
     fp = dict(cpu_description(memo_dir))
     fp["library_version"] = library_version()
     fp["build_hash"] = build_hash()
-    from .tuner import METHOD_VERSION
-
     fp["tuning_method"] = METHOD_VERSION
     return fp
 

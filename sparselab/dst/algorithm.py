@@ -140,13 +140,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .. import distributed as _distributed
-from .. import optimizer_tracking
+from ..model import distributed as _distributed
 from ..nn import SparseLinear
+from ..optim import holders
 from . import distribution as _distribution
 from . import scores as _scores
 from .capture import GradientCapture
 from .radix import mask_live_positions, radix_topk
+from .rewrite import RewriteResult, rewrite_layer
 from .schedules import (
     ConstantDrop,
     ConstantSparsity,
@@ -158,8 +159,7 @@ from .schedules import (
     check_sparsity,
     check_step,
 )
-from .select import keep_top_per_row, topk_indices, topk_mask, topk_per_row
-from .topology import RewriteResult, rewrite_layer
+from .selection import keep_top_per_row, topk_indices, topk_mask, topk_per_row
 
 __all__ = ["SparsityAlgorithm", "LayerState", "UpdateInfo"]
 
@@ -811,7 +811,7 @@ class SparsityAlgorithm:
             if (
                 not self._optimizers
                 and not self._warned_no_opt
-                and not any(optimizer_tracking.holders(L.module.weight_values) for L in self._layers)
+                and not any(holders(L.module.weight_values) for L in self._layers)
             ):
                 self._warned_no_opt = True
                 warnings.warn(

@@ -16,25 +16,23 @@ import weakref
 
 import torch
 
-from . import _C
-from .random_topology import random_row_columns
-from .validation import (
+from .. import _C
+from .checks import (
     INT16_MAX_COLUMNS,
     PADDING,
     VALUE_DTYPES,
     check_topology,
     check_transposed,
     check_weight_layout,
+    index_bits,
+    index_dtype_for,
     tensor_state,
     validate_padded_csr,
 )
+from .random_topology import random_row_columns
+from .transposed import TransposedIndex, index_versions
 
-__all__ = ["PaddedCSR", "TransposedIndex", "PADDING", "VALUE_DTYPES", "INT16_MAX_COLUMNS", "index_dtype_for"]
-
-
-def index_dtype_for(columns: int) -> torch.dtype:
-    """The narrowest index dtype that holds column indices ``0 .. columns-1``."""
-    return torch.int16 if columns <= INT16_MAX_COLUMNS else torch.int32
+__all__ = ["PaddedCSR", "build_transposed"]
 
 
 # Live count per row_nnz tensor, valid while the tensor's in-place version
@@ -56,60 +54,6 @@ def live_count(row_nnz: torch.Tensor) -> int:
     ref = weakref.ref(row_nnz, lambda _r, key=key: _LIVE_COUNTS.pop(key, None))
     _LIVE_COUNTS[key] = (ref, state, n)
     return n
-
-
-def _index_versions(w) -> tuple:
-    """Identity and in-place version of W's index tensors: what a derived index depends on."""
-    return tuple((id(t),) + tensor_state(t) for t in (w.cols, w.row_start, w.row_nnz))
-
-
-def _bits(dtype: torch.dtype) -> int:
-    return 16 if dtype == torch.int16 else 32
-
-
-class TransposedIndex:
-    """W's live slots sorted by column: the structure ``spmm_dx`` runs on.
-
-    ``perm[k]`` is the slot of W that transposed slot ``k`` comes from, so the
-    values are gathered fresh at every call and never go stale; the index
-    itself is rebuilt whenever W's topology version changes.
-    """
-
-    def __init__(self, w: "PaddedCSR", out: "tuple[torch.Tensor, ...] | None" = None):
-        """``out``: ``(cols, row_start, row_nnz, perm)`` buffers of the right sizes
-        and dtypes to build into (a rebuild after a same-count topology change then
-        allocates nothing, instead of holding the old and new index at once)."""
-        w_args = w.raw_args()  # checks W before its pointers reach the extension
-        rows, cols = w.shape
-        nnz = w.nnz
-        self.version = w.topology_version
-        self.source = _index_versions(w)  # the topology it was built from
-        self.index_dtype = index_dtype_for(rows)
-        want = ((nnz, self.index_dtype), (cols + 1, torch.int64), (cols, torch.int32), (nnz, torch.int32))
-        if out is not None and all(
-            t.numel() == n and t.dtype == d and t.is_contiguous() for t, (n, d) in zip(out, want)
-        ):
-            self.cols, self.row_start, self.row_nnz, self.perm = out
-        else:
-            self.cols, self.row_start, self.row_nnz, self.perm = (torch.empty(n, dtype=d) for n, d in want)
-        # t_capacity: a row_nnz changed by another thread since nnz was read raises instead of overflowing.
-        _C.build_transpose(
-            w_args[1],
-            w_args[2],
-            w_args[3],
-            w_args[4],
-            rows,
-            cols,
-            self.cols.data_ptr(),
-            _bits(self.index_dtype),
-            self.row_start.data_ptr(),
-            self.row_nnz.data_ptr(),
-            self.perm.data_ptr(),
-            nnz,
-        )
-
-    def memory_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.row_start, self.row_nnz, self.cols, self.perm))
 
 
 class PaddedCSR:
@@ -368,7 +312,7 @@ class PaddedCSR:
         if t is not None and t.source is None:
             check_transposed(self, t)  # an index handed in from outside: checked against W, never trusted
             return t
-        if t is None or t.version != self.topology_version or t.source != _index_versions(self):
+        if t is None or t.version != self.topology_version or t.source != index_versions(self):
             self._transposed = t = TransposedIndex(self)  # also after an unannounced in-place edit
         return t
 
@@ -426,9 +370,26 @@ class PaddedCSR:
         return (
             self.values.data_ptr(),
             self.cols.data_ptr(),
-            _bits(self.cols.dtype),
+            index_bits(self.cols.dtype),
             self.row_start.data_ptr(),
             self.row_nnz.data_ptr(),
             self.shape[0],
             self.shape[1],
         )
+
+
+def build_transposed(
+    cols: torch.Tensor,
+    row_start: torch.Tensor,
+    row_nnz: torch.Tensor,
+    out_features: int,
+    in_features: int,
+    out: tuple[torch.Tensor, ...] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The transposed index ``(t_cols, t_row_start, t_row_nnz, t_perm)`` of a topology, after
+    checking it. Costs one pass over the live slots: call it when the topology changes, not per
+    step. ``out``: the current index, overwritten in place when its sizes still fit (same live
+    count), so a rebuild holds no second copy."""
+    values = torch.empty(cols.numel(), dtype=torch.float32)  # never touched: no resident pages
+    w = PaddedCSR(values, cols, row_start, row_nnz, (out_features, in_features), check=False)
+    return TransposedIndex(w, out=out).tensors()

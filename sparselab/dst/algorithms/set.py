@@ -12,7 +12,7 @@ epoch; here ``update_freq`` is in optimizer steps.
 
 from __future__ import annotations
 
-from .base import SparsityAlgorithm
+from ..algorithm import SparsityAlgorithm
 
 __all__ = ["SET"]
 

@@ -36,8 +36,8 @@ import math
 
 from torch import Tensor
 
-from .base import LayerState, SparsityAlgorithm
-from .topology import optimizers_of
+from ..algorithm import LayerState, SparsityAlgorithm
+from ..rewrite import optimizers_of
 
 __all__ = ["SNFS", "allocate"]
 

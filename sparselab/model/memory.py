@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import Tensor, nn
 
-from . import _C
-from .nn import _TRANSPOSED, SparseLinear
+from .. import _C
+from ..nn.linear import _TRANSPOSED, SparseLinear
 
 __all__ = ["LayerMemory", "MemoryReport", "layer_memory", "memory_report"]
 

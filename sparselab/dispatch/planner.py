@@ -1,0 +1,161 @@
+"""The planner: which kernel runs an op, for a shape, density, batch, thread count and CPU.
+
+Modelled on FFTW's planner and wisdom. :func:`plan` is the one place a kernel is chosen; it
+returns a :class:`Plan` naming the variant. A plan is memoised per exact call signature, and a
+layer keeps its own plans, so a planned call costs a dict lookup. On a miss the planner asks
+the wisdom (:mod:`sparselab.dispatch.wisdom`, the tuning table of this CPU and build); where the
+table has no entry it calls the on-miss hook, which the tuner (``sparselab.tuning``) provides
+through the ``sparselab.on_miss`` entry point: it measures the key and stores its choice. With
+tuning off, or no entry and no hook, the planner's rules apply (:mod:`sparselab.dispatch.rules`).
+
+A layer's backward is planned too (op :data:`BACKWARD`): its plan names a fused variant (dX and
+dW from one pass over W) or :data:`SEPARATE_PAIR`, the two planned ops ``spmm_dx`` and
+``sddmm_dw``.
+
+:data:`epoch` changes whenever earlier plans may be stale (a setting changed, the table was
+cleared or imported): holders of plans compare it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Callable, Optional
+
+import torch
+
+from .. import settings
+from . import registry, rules, wisdom
+from .keys import make_key
+from .registry import BACKWARD, SEPARATE, SEPARATE_PAIR, VariantInfo
+
+__all__ = ["Plan", "plan", "choose", "consult", "invalidate", "reset", "set_on_miss", "epoch", "OnMiss"]
+
+#: ``on_miss(key, shape) -> entry or None``: measure ``key`` (a :class:`~sparselab.dispatch.keys.TuningKey`)
+#: at the call's ``shape`` = (out_features, in_features, n, density), store and return its
+#: table entry; None if it could not.
+OnMiss = Callable[[object, tuple], Optional[dict]]
+ENTRY_POINT_GROUP = "sparselab.on_miss"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one op call runs: the variant, chosen for this signature."""
+
+    op: str
+    variant: VariantInfo
+    n: int
+    threads: int
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+    @property
+    def fused(self) -> bool:
+        """A backward plan that runs one fused kernel (not the separate pair)."""
+        return self.op == BACKWARD and self.variant is not SEPARATE_PAIR
+
+
+_MEMO_MAX = 4096  # a sparsity schedule visits many densities; keep the memo bounded
+_memo: dict[tuple, Plan] = {}
+_lock = threading.Lock()
+epoch = 0
+_on_miss: OnMiss | None = None
+_on_miss_loaded = False
+
+
+def invalidate() -> None:
+    """Forget every plan (after a setting changed, the table was cleared or imported)."""
+    global epoch
+    with _lock:
+        _memo.clear()
+        epoch += 1
+
+
+settings.on_change(invalidate)
+
+
+def reset() -> None:
+    """Forget every plan and the process's table object (the next miss reads the file again)."""
+    wisdom.forget_cache()
+    invalidate()
+
+
+def set_on_miss(hook: OnMiss | None) -> OnMiss | None:
+    """Install the on-miss hook (None: none); returns the previous one. The tuner's hook is
+    found through the ``sparselab.on_miss`` entry point without this call."""
+    global _on_miss, _on_miss_loaded
+    previous = _hook()
+    _on_miss, _on_miss_loaded = hook, True
+    invalidate()
+    return previous
+
+
+def _hook() -> OnMiss | None:
+    """The on-miss hook: the installed one, else the first ``sparselab.on_miss`` entry point."""
+    global _on_miss, _on_miss_loaded
+    if not _on_miss_loaded:
+        _on_miss_loaded = True
+        found = sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+        if found:
+            _on_miss = found[0].load()
+    return _on_miss
+
+
+def plan(op: str, out_features: int, in_features: int, n: int, density: float, threads: int | None = None) -> Plan:
+    """The plan for this call on this CPU. ``threads``: the thread count the op will run
+    with (default ``torch.get_num_threads()``)."""
+    sig = (op, out_features, in_features, n, density, threads or torch.get_num_threads())
+    p = _memo.get(sig)
+    if p is None:
+        name = consult(*sig)
+        v = SEPARATE_PAIR if name == SEPARATE else registry.require_available(op, name)
+        p = Plan(op, v, sig[3], sig[5])
+        with _lock:
+            if len(_memo) >= _MEMO_MAX:
+                _memo.clear()
+            _memo[sig] = p
+    return p
+
+
+def choose(op: str, out_features: int, in_features: int, n: int, density: float, threads: int | None = None) -> str:
+    """The variant name :func:`plan` picks."""
+    return plan(op, out_features, in_features, n, density, threads).name
+
+
+def consult(op: str, out_features: int, in_features: int, n: int, density: float, threads: int) -> str:
+    """The variant name for this call, not memoised: the wisdom's choice (the on-miss hook
+    measuring a key the table lacks, or every key once in force mode), else the rules'."""
+    call = (op, out_features, in_features, n, density)
+    if op == BACKWARD and settings.get_prefer() == "memory":
+        return SEPARATE  # the only backward this preference allows: nothing to time
+    mode = settings.get_mode()
+    if mode == "off":
+        return rules.heuristic(*call)
+    if op == BACKWARD:
+        # The pair's time is that of the two planned ops: plan (and so tune) them first.
+        plan("spmm_dx", out_features, in_features, n, density, threads)
+        plan("sddmm_dw", out_features, in_features, n, density, threads)
+    key = make_key(op, out_features, in_features, n, density, threads)
+    entry = wisdom.lookup(key)
+    hook = _hook()
+    if hook is not None and (entry is None or mode == "force"):
+        entry = hook(key, (out_features, in_features, n, density))
+    if entry is None:
+        return rules.heuristic(*call)
+    return _allowed_choice(op, entry) or rules.heuristic(*call)
+
+
+def _allowed_choice(op: str, entry: dict) -> str | None:
+    """The entry's variant, or under the memory preference its fastest timed candidate that is
+    allowed; None if none is."""
+    infos = {v.name: v for v in registry.variants(op, available_only=True)}
+    if op == BACKWARD:
+        infos[SEPARATE] = SEPARATE_PAIR
+    winner = entry["variant"]
+    if winner in infos and rules.allowed(op, infos[winner]):
+        return winner
+    timed = [name for name in entry.get("medians", {}) if name in infos and rules.allowed(op, infos[name])]
+    return min(timed, key=lambda name: entry["medians"][name]) if timed else None

@@ -1,0 +1,128 @@
+"""The planner's rules without wisdom: a fixed preference order per batch size, and which
+variants the storage preference allows.
+
+These choices are the planner's default on a CPU it has no tuning table for, and the prior the
+tuner keeps in a tie. Names missing from this build or this CPU are skipped.
+"""
+
+from __future__ import annotations
+
+from .. import settings
+from . import registry
+from .registry import BACKWARD, SEPARATE, VariantInfo
+
+__all__ = [
+    "DENSE_DENSITY",
+    "FUSED_MIN_N",
+    "default_variant",
+    "default_fused",
+    "backward_prior",
+    "heuristic",
+    "allowed",
+]
+
+#: At or above this density the rules pick dense torch: the dense candidates densify W on every
+#: call, so they win only when W is nearly dense.
+DENSE_DENSITY = 0.75
+
+# Most preferred first. Block-major forms from N = 64 (a whole tile), batch tiles below that
+# (16-row tiles below 32, 8-row tiles below 8), row-dot forms for one batch row.
+_LARGE_N = {
+    "spmm_fwd": ("avx512_bmst64_cb256", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
+    "spmm_dx": ("avx512_bmst64_cb256", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
+    "sddmm_dw": ("avx512_bm64_cb128", "avx2_bm64_cb128", "neon_unrolled", "scalar"),
+}
+_MEDIUM_N = {
+    "spmm_fwd": ("avx512_tile64", "avx2_tile32", "neon_unrolled", "scalar"),
+    "spmm_dx": ("avx512_tile64", "avx2_tile32", "neon_unrolled", "scalar"),
+    "sddmm_dw": ("avx512_tile64", "avx2_tile32", "neon_unrolled", "scalar"),
+}
+_TILE16_N = {  # one- or two-register batch tiles; weights a vector at a time (as fast in AVX2 as in AVX-512)
+    "spmm_fwd": ("avx2_tile16_wvec", "avx512_tile16", "avx2_tile16", "neon_tile16", "scalar"),
+    "spmm_dx": ("avx2_tile16_wvec", "avx512_tile16", "avx2_tile16", "neon_tile16", "scalar"),
+    "sddmm_dw": ("avx512_tile64", "avx2_tile32", "neon_tile32", "scalar"),
+}
+_SMALL_N = {  # an 8-row batch tile already beats row dots from 2 rows on the x86 CPUs measured
+    "spmm_fwd": ("avx2_tile8_wvec", "avx2_tile8", "neon_unrolled", "scalar"),
+    "spmm_dx": ("avx2_tile8_wvec", "avx2_tile8", "neon_unrolled", "scalar"),
+    "sddmm_dw": ("scalar",),  # at tiny N the strided dot of the reference is hard to beat
+}
+_ONE_N = {  # one batch row: row dots, x built from lane loads (the gather instruction was slower on Zen 4)
+    "spmm_fwd": ("avx512_lanes", "avx2_lanes", "neon_unrolled", "scalar"),
+    "spmm_dx": ("avx512_lanes", "avx2_lanes", "neon_unrolled", "scalar"),
+    "sddmm_dw": ("scalar",),
+}
+# spmm_dx without a transposed index (the 'memory' preference).
+_SCATTER = ("avx512_scatter_bm128_cb64", "avx2_scatter_bm64_cb64", "scalar_scatter")
+SMALL_N, TILE16_N, MEDIUM_N = 8, 32, 64
+
+#: Without wisdom the fused backward runs from this batch on: below it the fused call's fixed
+#: cost lost to the pair on the Xeon it was measured on.
+FUSED_MIN_N = 256
+
+
+def _first_available(op: str, names) -> str:
+    for name in names:
+        try:
+            v = registry.get(op, name)
+        except ValueError:
+            continue
+        if v.available:
+            return name
+    return registry.REFERENCE
+
+
+def default_variant(op: str, n: int | None = None, *, scatter_dx: bool = False) -> str:
+    """The preferred available sparse variant by the fixed order (no measuring); ``scatter_dx``:
+    for spmm_dx, only forms that need no transposed index."""
+    if op == "spmm_dx" and scatter_dx:
+        return _first_available(op, _SCATTER)
+    if n == 1:
+        return _first_available(op, _ONE_N[op])
+    if n is not None and n < SMALL_N:
+        return _first_available(op, _SMALL_N[op])
+    if n is not None and n < TILE16_N:
+        return _first_available(op, _TILE16_N[op])
+    if n is not None and n < MEDIUM_N:
+        return _first_available(op, _MEDIUM_N[op])
+    return _first_available(op, _LARGE_N[op])
+
+
+def default_fused() -> VariantInfo | None:
+    """The first ``backward_fused`` variant this CPU runs (registry order), or None."""
+    return next(iter(registry.variants(BACKWARD, available_only=True)), None)
+
+
+def backward_prior(n: int, density: float) -> str:
+    """The backward without wisdom under the speed preference: :func:`default_fused` from
+    ``FUSED_MIN_N`` rows below ``DENSE_DENSITY``, else the separate pair."""
+    fused = default_fused()
+    if fused is None or n < FUSED_MIN_N or density >= DENSE_DENSITY:
+        return SEPARATE
+    return fused.name
+
+
+def heuristic(op: str, out_features: int, in_features: int, n: int, density: float) -> str:
+    """The choice without wisdom: dense torch at ``DENSE_DENSITY`` and above, else
+    :func:`default_variant` (scatter forms for dX under the memory preference). Backward:
+    :func:`backward_prior`, or the separate pair under the memory preference."""
+    memory = settings.get_prefer() == "memory"
+    if op == BACKWARD:
+        return SEPARATE if memory else backward_prior(n, density)
+    if op == "spmm_dx" and memory:  # no transposed index, no dense copy of W
+        return default_variant(op, n, scatter_dx=True)
+    if density >= DENSE_DENSITY and registry.get(op, "dense_torch").available:
+        return "dense_torch"
+    return default_variant(op, n)
+
+
+def allowed(op: str, info: VariantInfo) -> bool:
+    """Whether variant ``info`` of ``op`` may be chosen under the current storage preference:
+    the memory preference keeps no transposed index, so dX runs a scatter form and the backward
+    the separate pair."""
+    if settings.get_prefer() == "memory":
+        if op == "spmm_dx":
+            return info.dx_layout == "scatter"
+        if op == BACKWARD:
+            return info.form == "separate"
+    return True

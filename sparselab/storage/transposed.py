@@ -1,0 +1,92 @@
+"""W's transposed index: its live slots sorted by column, the structure ``spmm_dx`` runs on.
+
+The index is built from the topology only. ``perm[k]`` is the slot of W that transposed slot
+``k`` comes from, so values are gathered fresh at every call and never go stale; the index
+itself is rebuilt when W's topology changes, never per call.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .. import _C
+from .checks import index_bits, index_dtype_for, tensor_state
+
+__all__ = ["TransposedIndex", "no_transposed", "index_versions"]
+
+
+def index_versions(w) -> tuple:
+    """Identity and in-place version of W's index tensors: what a derived index depends on."""
+    return tuple((id(t),) + tensor_state(t) for t in (w.cols, w.row_start, w.row_nnz))
+
+
+def _build(w, out) -> tuple:
+    """The four index tensors of ``w``'s checked topology, built into ``out`` when its sizes still fit."""
+    cols, row_start, row_nnz, nnz = w.cols, w.row_start, w.row_nnz, w.nnz
+    rows, columns = w.shape
+    dtype = index_dtype_for(rows)
+    want = ((nnz, dtype), (columns + 1, torch.int64), (columns, torch.int32), (nnz, torch.int32))
+    if out is not None and all(t.numel() == n and t.dtype == d and t.is_contiguous() for t, (n, d) in zip(out, want)):
+        t_cols, t_row_start, t_row_nnz, perm = out
+    else:
+        t_cols, t_row_start, t_row_nnz, perm = (torch.empty(n, dtype=d) for n, d in want)
+    # The last argument bounds the writes: a row_nnz changed by another thread since nnz was read
+    # raises instead of overflowing.
+    _C.build_transpose(
+        cols.data_ptr(),
+        index_bits(cols.dtype),
+        row_start.data_ptr(),
+        row_nnz.data_ptr(),
+        rows,
+        columns,
+        t_cols.data_ptr(),
+        index_bits(dtype),
+        t_row_start.data_ptr(),
+        t_row_nnz.data_ptr(),
+        perm.data_ptr(),
+        nnz,
+    )
+    return t_cols, t_row_start, t_row_nnz, perm
+
+
+class TransposedIndex:
+    """The transposed index of a :class:`~sparselab.PaddedCSR` ``w`` (``cols``, ``row_start``,
+    ``row_nnz``, ``perm``), remembering the topology it was built from (``source``)."""
+
+    def __init__(self, w, out: tuple[Tensor, ...] | None = None):
+        """``out``: the current index, overwritten in place when its sizes still fit (a rebuild
+        after a same-count topology change then allocates nothing)."""
+        w.check()  # before its pointers reach the extension
+        self.version = w.topology_version
+        self.source = index_versions(w)
+        self.cols, self.row_start, self.row_nnz, self.perm = _build(w, out)
+        self.index_dtype = self.cols.dtype
+
+    @classmethod
+    def of(cls, tensors: tuple[Tensor, ...], version: int = 0) -> "TransposedIndex":
+        """Wrap index tensors built elsewhere (a layer's buffers); ``source`` None marks them as
+        handed in, so :meth:`PaddedCSR.transposed` checks them against W before use."""
+        t = cls.__new__(cls)
+        t.cols, t.row_start, t.row_nnz, t.perm = tensors
+        t.index_dtype = t.cols.dtype
+        t.version = version
+        t.source = None
+        return t
+
+    def tensors(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        return self.cols, self.row_start, self.row_nnz, self.perm
+
+    def memory_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors())
+
+
+def no_transposed(cols: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """What a layer holds instead of a transposed index when it keeps none: four empty tensors
+    (the custom ops take the index as tensor arguments)."""
+    return (
+        cols.new_empty(0),
+        torch.empty(0, dtype=torch.int64),
+        torch.empty(0, dtype=torch.int32),
+        torch.empty(0, dtype=torch.int32),
+    )

@@ -1,0 +1,79 @@
+"""The planner's on-miss hook: tune a key the wisdom lacks, store the entry, return it.
+
+The planner (:mod:`sparselab.dispatch.planner`) finds :func:`on_miss` through the
+``sparselab.on_miss`` entry point and calls it once per distinct (op, shape, N, density,
+threads) whose key the table has no entry for, and in force mode once per key this process
+meets.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+from sparselab import settings
+from sparselab.dispatch import planner, wisdom
+
+from . import tuner
+from .problem import release_data
+
+__all__ = ["on_miss", "reset", "tuning_active"]
+
+_retuned: set[str] = set()  # keys tuned again by this process in force mode
+_tuning = threading.local()  # set while a tuning runs in this thread (re-entry guard)
+_failed_warned = False
+
+
+def _forget_retuned() -> None:
+    with wisdom.lock:
+        _retuned.clear()
+
+
+settings.on_change(_forget_retuned)  # entering force mode again tunes again
+
+
+def reset() -> None:
+    """Forget the process's table object, the plans and what force mode has tuned (tests, the CLI's
+    --clear)."""
+    _forget_retuned()
+    planner.reset()
+
+
+def tuning_active() -> bool:
+    """Whether this thread is inside a tuning run (its kernel calls must not tune again)."""
+    return getattr(_tuning, "active", False)
+
+
+def on_miss(key, shape) -> dict | None:
+    """The entry of ``key``, tuned at the missing call's ``shape`` unless this process already
+    has a usable one; None inside a tuning run or when tuning failed."""
+    if tuning_active():
+        return None
+    with wisdom.lock:
+        entry = wisdom.lookup(key)
+        if entry is not None and (settings.get_mode() != "force" or str(key) in _retuned):
+            return entry
+        return _tune_and_store(key, shape)
+
+
+def _tune_and_store(key, shape) -> dict | None:
+    global _failed_warned
+    _tuning.active = True
+    try:
+        entry = tuner.tune(key, shape=shape)
+    except Exception as e:  # never let tuning break a training step: fall back, say so once
+        if not _failed_warned:
+            _failed_warned = True
+            warnings.warn(
+                f"sparselab: tuning {key} failed ({type(e).__name__}: {e}); using the planner's rules",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+        return None
+    finally:
+        _tuning.active = False
+        release_data()  # a training process should not keep the tuning data alive
+    wisdom.get_cache().put(key, entry)
+    if settings.get_mode() == "force":
+        _retuned.add(str(key))
+    return entry
