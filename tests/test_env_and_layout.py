@@ -73,3 +73,13 @@ def test_library_prints_nothing_on_import_and_a_small_op():
     )
     done = _python(code, SPARSELAB_TUNING="off")
     assert done.returncode == 0 and done.stdout == "" and done.stderr == ""
+
+
+def test_the_library_never_imports_the_tuner():
+    """The planner finds the tuner through the sparselab.on_miss entry point, at its first miss."""
+    code = (
+        "import sys, torch, sparselab; layer = sparselab.SparseLinear(8, 4); layer(torch.randn(2, 8)); "
+        "print('sparselab.tuning' in sys.modules)"
+    )
+    assert _python(code, SPARSELAB_TUNING="off").stdout.strip() == "False"
+    assert _python(code, SPARSELAB_TUNING="on").stdout.strip() == "True"  # the miss loaded the hook
