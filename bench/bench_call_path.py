@@ -31,8 +31,8 @@ def per_call_us(fn, calls: int, clock=time.perf_counter) -> float:
 
 def raw_kernel(layer: sparselab.SparseLinear, x: torch.Tensor):
     """The kernel call the layer makes (its LayerPlan, its planned variant), output preallocated."""
-    d = layer._ensure_fresh()
-    v, threads = layer._plan(d, "spmm_fwd", x.shape[0])
+    d = layer.layer_cache()
+    v, threads = d.plan("spmm_fwd", x.shape[0])
     y = torch.empty(x.shape[0], layer.out_features)
     b = layer.bias.data_ptr()
     return lambda: d.kernels.spmm_fwd(v.id, x.shape[0], x.data_ptr(), x.shape[1], b, y.data_ptr(), y.shape[1], threads)
@@ -41,8 +41,8 @@ def raw_kernel(layer: sparselab.SparseLinear, x: torch.Tensor):
 def one_off_kernel(layer: sparselab.SparseLinear, x: torch.Tensor):
     """The same variant through the one-off binding, which reads the live counts and cuts the
     rows on every call (what the layer did before it kept a LayerPlan)."""
-    d = layer._ensure_fresh()
-    v, threads = layer._plan(d, "spmm_fwd", x.shape[0])
+    d = layer.layer_cache()
+    v, threads = d.plan("spmm_fwd", x.shape[0])
     y = torch.empty(x.shape[0], layer.out_features)
     args, b = d.w_args, layer.bias.data_ptr()
     return lambda: _C.spmm_fwd(v.id, *args, x.shape[0], x.data_ptr(), x.shape[1], b, y.data_ptr(), y.shape[1], threads)

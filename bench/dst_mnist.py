@@ -200,8 +200,10 @@ def run(method: str, data, args) -> dict:
     if hidden:
         res["hidden_sparsity"] = [round(m.sparsity, 4) for m in hidden]
         if method == "topkast":  # what the forward pass uses; the stored (backward) set is hidden_nnz
-            res["forward_nnz"] = [m.forward_nnz for m in hidden]
-            res["hidden_sparsity"] = [round(1 - m.forward_nnz / (m.in_features * m.out_features), 4) for m in hidden]
+            res["forward_nnz"] = [m.forward_subset.nnz for m in hidden]
+            res["hidden_sparsity"] = [
+                round(1 - m.forward_subset.nnz / (m.in_features * m.out_features), 4) for m in hidden
+            ]
         res["hidden_nnz"] = [m.nnz for m in hidden]
         res["hidden_capacity"] = [m.capacity for m in hidden]
         if method == "srigl":

@@ -64,11 +64,12 @@ def _layer_backward(n: int, seed: int = 0):
     """A fresh layer's forward + backward at batch n; returns (kernel calls, layer, x, dY)."""
     torch.manual_seed(seed)
     layer = SparseLinear(IN_F, OUT_F, sparsity=SPARSITY)
-    layer._d = layer._d._replace(kernels=_Recording(layer._d.kernels))
+    cache = layer.layer_cache()
+    cache.kernels = _Recording(cache.kernels)
     x = torch.randn(n, IN_F, requires_grad=True)
     g = torch.randn(n, OUT_F)
     layer(x).backward(g)
-    return layer._d.kernels.calls, layer, x, g
+    return layer.layer_cache().kernels.calls, layer, x, g
 
 
 def _put(cache, op: str, n: int, variant: str) -> None:
@@ -144,10 +145,10 @@ def test_first_use_tunes_the_backward_and_the_layer_follows_the_recorded_choice(
 
     # The decision is kept in the layer: later steps neither plan nor tune.
     monkeypatch.setattr(planner, "plan", lambda *a, **k: pytest.fail("planned on a cached call"))
-    d = layer._d
+    d = layer.layer_cache()
     x = torch.randn(64, IN_F, requires_grad=True)
     layer(x).backward(torch.randn(64, OUT_F))
-    assert d.kernels.calls[-1] == calls[0] and layer._d is d
+    assert d.kernels.calls[-1] == calls[0] and layer.layer_cache() is d
 
 
 def test_the_memory_preference_runs_the_pair_without_timing_a_backward(wisdom):
@@ -164,7 +165,7 @@ def test_a_layer_with_no_live_weight_plans_no_backward(wisdom):
     x = torch.randn(300, IN_F, requires_grad=True)
     layer(x).sum().backward()
     assert planner.BACKWARD not in {k.split("|")[0] for k in wisdom.entries()}
-    assert layer._d.kernel_ids[(planner.BACKWARD, 300, 1)] == -1
+    assert layer.layer_cache().kernel_ids[(planner.BACKWARD, 300, 1)] == -1
     assert not x.grad.any() and not layer.weight_values.grad.any()
 
 

@@ -535,9 +535,10 @@ def test_training_loss_decreases(name):
         losses.append(_train_step(model, opt, step).item())
         algo.step()
     first, last = sum(losses[:8]) / 8, sum(losses[-8:]) / 8
-    # GraNet prunes from 50% to 90% sparsity during these steps: its loss falls less (0.64-0.82 of
-    # the first steps' over six model seeds), the others' by more than 30%.
-    assert last < (0.85 if name == "granet" else 0.7) * first, (first, last)
+    # GraNet prunes from 50% to 90% sparsity during these steps, and SET (no end) rewires 30% of
+    # every layer at random every few steps to the last one: their loss falls less (0.64-0.82
+    # and 0.56-0.87 of the first steps' over model seeds), the others' by more than 30%.
+    assert last < (0.85 if name in ("granet", "set") else 0.7) * first, (first, last)
 
 
 def test_cosine_drop_is_the_rigl_default_with_end():

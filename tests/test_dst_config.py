@@ -441,7 +441,7 @@ def test_score_shapers():
 
 
 def test_topkast_group_stores_the_backward_set():
-    from sparselab.dst import Group, TopKASTLinear
+    from sparselab.dst import ForwardSet, Group
 
     torch.manual_seed(0)
     model = _net()
@@ -450,7 +450,7 @@ def test_topkast_group_stores_the_backward_set():
         [Group("blocks.*.mlp.*", 0.9, "topkast", backward_sparsity=0.8, update_freq=2), Group("blocks.*.attn.*", None)],
     )
     fc1 = model.blocks[0].mlp.fc1
-    assert isinstance(fc1, TopKASTLinear) and isinstance(model.blocks[0].attn.qkv, nn.Linear)
+    assert isinstance(fc1.forward_subset, ForwardSet) and isinstance(model.blocks[0].attn.qkv, nn.Linear)
     assert fc1.nnz == round(0.2 * fc1.in_features * fc1.out_features)
-    assert fc1.forward_nnz == round(0.1 * fc1.in_features * fc1.out_features)
+    assert fc1.forward_subset.nnz == round(0.1 * fc1.in_features * fc1.out_features)
     assert groups.dense == ["blocks.0.attn.qkv", "blocks.0.attn.proj", "blocks.1.attn.qkv", "blocks.1.attn.proj"]

@@ -7,7 +7,7 @@ from sparselab import SparseLinear
 from sparselab.dst import distribution, schedules
 from sparselab.dst.algorithms.snfs import allocate
 from sparselab.dst.rewrite import rewrite_layer
-from sparselab.dst.selection import keep_top_per_row, topk_indices, topk_per_row
+from sparselab.dst.topk import keep_top_per_row, topk_indices, topk_per_row
 
 pytestmark = pytest.mark.usefixtures("no_tuning_one_thread")
 

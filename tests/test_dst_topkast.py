@@ -6,7 +6,7 @@ from torch import nn
 
 import sparselab
 from sparselab import SparseLinear
-from sparselab.dst import TopKAST, TopKASTLinear
+from sparselab.dst import ForwardSet, TopKAST
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +29,7 @@ def _forward_mask(layer):
     live = w.live_mask()
     vals = w.values.detach().abs().clone()
     vals[~live] = -1
-    order = torch.argsort(-vals, stable=True)[: layer.forward_nnz]
+    order = torch.argsort(-vals, stable=True)[: layer.forward_subset.nnz]
     mask = torch.zeros(layer.out_features, layer.in_features, dtype=torch.bool)
     mask[w.slot_rows()[order], w.cols[order].long()] = True
     return mask
@@ -40,8 +40,8 @@ def test_gradients_match_dense_reference(dtype):
     layer = _layer(dtype=dtype)
     algo = TopKAST(0.75, backward_sparsity=0.5, update_freq=5, seed=1)
     algo.attach(layer)
-    assert isinstance(layer, TopKASTLinear)
-    assert layer.nnz == 120 and layer.forward_nnz == 60
+    assert isinstance(layer.forward_subset, ForwardSet) and type(layer) is SparseLinear
+    assert layer.nnz == 120 and layer.forward_subset.nnz == 60
     w = layer.weight
     dense_b = w.to_dense().double()
     mask_a = _forward_mask(layer)
@@ -82,7 +82,7 @@ def test_forward_ignores_weights_outside_the_forward_set():
     outside = live & ~mask_a[w.slot_rows(), w.cols.long().clamp_min(0)]
     with torch.no_grad():
         layer.weight_values[outside] *= 0.5  # smaller still: the forward set does not change
-    layer.select_forward_set()
+    layer.forward_subset.select(layer)
     torch.testing.assert_close(layer(x), y0, rtol=0, atol=0)
 
 
@@ -93,9 +93,9 @@ def test_storage_is_sparse_and_training_keeps_the_sets_nested():
     model.apply(algo)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     algo.attach_optimizer(opt)
-    layers = [m for m in model if isinstance(m, TopKASTLinear)]
+    layers = [m for m in model if isinstance(getattr(m, "forward_subset", None), ForwardSet)]
     nnz0 = [m.nnz for m in layers]
-    assert [m.forward_nnz for m in layers] == [round(0.1 * 64 * 48), round(0.1 * 48 * 10)]
+    assert [m.forward_subset.nnz for m in layers] == [round(0.1 * 64 * 48), round(0.1 * 48 * 10)]
     g = torch.Generator().manual_seed(0)
     updates = 0
     for _ in range(10):
@@ -106,15 +106,15 @@ def test_storage_is_sparse_and_training_keeps_the_sets_nested():
         updates += algo.step()
         for m in layers:
             assert m.nnz == nnz0[layers.index(m)]
-            a = m.forward_weight.to_dense() != 0
+            a = m.forward_subset.weight(m).to_dense() != 0
             assert torch.equal(a, _forward_mask(m) & a)  # A = top-K of |B| (zero-valued ties aside)
-            assert int(m.fwd_row_nnz.sum()) == m.forward_nnz
+            assert int(m.forward_subset.row_nnz.sum()) == m.forward_subset.nnz
             dense_numel = m.in_features * m.out_features
             for t in list(m.parameters()) + list(m.buffers()):
                 assert t.numel() < dense_numel // 2  # nothing dense-sized is held
     assert updates == 3
     rep = sparselab.memory_report(model, opt)
-    fwd_bytes = sum(t.numel() * t.element_size() for m in layers for t in m.extra_index_tensors())
+    fwd_bytes = sum(t.numel() * t.element_size() for m in layers for t in m.forward_subset.tensors())
     assert fwd_bytes > 0 and sum(m.cache for m in rep.layers) >= fwd_bytes
     assert sum(m.weight + m.grad + m.optimizer for m in rep.layers) < 0.5 * sum(
         m.dense_weight + m.dense_grad + m.dense_optimizer for m in rep.layers
@@ -138,7 +138,7 @@ def test_checks_and_checkpoint_config():
 def test_incremental_forward_selection_is_exact(monkeypatch):
     """The band search around the previous threshold picks exactly what a full top-K does."""
     import sparselab.dst.algorithms.topkast as topkast_module
-    from sparselab.dst.selection import topk_indices
+    from sparselab.dst.topk import topk_indices
 
     paths = {"band": 0, "full": 0}
 
@@ -160,10 +160,10 @@ def test_incremental_forward_selection_is_exact(monkeypatch):
                 v[live] = v[live].abs().round(decimals=2)
             if trial % 7 == 6:  # the threshold moves out of every band: full selection
                 v.mul_(3.0)
-        layer.select_forward_set()
-        want = topk_indices(layer.weight_values.detach().abs(), layer.forward_nnz, live)
-        assert torch.equal(layer.fwd_slots.long(), want), trial
-        assert int(layer.fwd_row_nnz.sum()) == layer.forward_nnz
+        layer.forward_subset.select(layer)
+        want = topk_indices(layer.weight_values.detach().abs(), layer.forward_subset.nnz, live)
+        assert torch.equal(layer.forward_subset.slots.long(), want), trial
+        assert int(layer.forward_subset.row_nnz.sum()) == layer.forward_subset.nnz
     assert paths["band"] > 15 and paths["full"] >= 1 + 4  # both paths ran (the first selection is full)
 
 
@@ -173,7 +173,7 @@ def test_exploration_penalty_matches_dense_formula():
     algo.attach(layer)
     mask_a = _forward_mask(layer)
     dense_b = layer.weight.to_dense()
-    d = layer.forward_nnz / (layer.in_features * layer.out_features)
+    d = layer.forward_subset.nnz / (layer.in_features * layer.out_features)
     want = (dense_b * mask_a).pow(2).sum() + (dense_b * ~mask_a).pow(2).sum() / d
     got = algo.exploration_penalty()
     torch.testing.assert_close(got, want)

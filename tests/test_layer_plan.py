@@ -150,7 +150,7 @@ def test_layer_uses_its_plan_for_every_op_and_follows_value_updates():
     layer = sparselab.SparseLinear(300, 200, sparsity=0.9)
     x = torch.randn(70, 300, requires_grad=True)
     threads = torch.get_num_threads()
-    d = layer._ensure_fresh()
+    d = layer.layer_cache()
     assert d.kernels is not None and d.kernels.has_transposed
     for op in kernels.OPS:
         v = next(v for v in kernels.variants(op, available_only=True) if v.prepares)
@@ -169,7 +169,7 @@ def test_layer_uses_its_plan_for_every_op_and_follows_value_updates():
         assert torch.equal(bits(y.detach()), bits(want_y))
         assert torch.equal(bits(x.grad), bits(want_dx))
         assert torch.equal(bits(layer.weight_values.grad), bits(want_dw))
-        assert layer._d is d  # no re-derivation: the plan and its index were reused
+        assert layer.layer_cache() is d  # no re-derivation: the plan and its index were reused
         with torch.no_grad():
             layer.weight_values.mul_(0.5).add_(0.01)
 
@@ -213,7 +213,7 @@ def test_inference_mode_layer_sees_its_index_edited_in_place():
         layer = sparselab.SparseLinear(64, 48, sparsity=0.5)
         x = torch.randn(5, 64)
         layer(x)
-        assert layer._d.kernels is None
+        assert layer.layer_cache().kernels is None
         layer.weight_row_nnz[0] = 0  # row 0 loses its weights
         want = ops.spmm_fwd(layer.weight, x, layer.bias)
         got = layer(x)

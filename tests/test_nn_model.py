@@ -231,7 +231,7 @@ def test_memory_report_matches_hand_count():
     assert m.index == cap * 2 + 41 * 8 + 40 * 4 + 2 * 8
     # transposed index: int16 cols + int32 perm per live entry, int64 row_start, int32 row_nnz per column
     # plus the kernel plan: live counts of W and W^T, and row partitions (no block-major index at N=8)
-    plan_bytes = layer._d.kernels.cached_bytes()
+    plan_bytes = layer.layer_cache().kernels.cached_bytes()
     assert (40 + 100) * 4 < plan_bytes <= (40 + 100) * 4 + 3 * 8 * 8  # three ops' partitions of a few rows
     assert m.cache == nnz * 2 + nnz * 4 + 101 * 8 + 100 * 4 + plan_bytes
     assert m.grad == cap * 4 + 40 * 4

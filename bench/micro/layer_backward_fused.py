@@ -1,6 +1,6 @@
 """SparseLinear forward + backward (input needs a grad) as planned (the backward plan: a fused
 kernel call or the two ops, tuned during the warm-up calls with tuning mode on and a throwaway
-cache) against the two planned ops forced (the layer's ``_run_backward_fused`` patched to decline),
+cache) against the two planned ops forced (the layer cache's ``backward`` patched to decline),
 and dense nn.Linear, side by side: interleaved rounds, process CPU time, medians.
 
     python bench/micro/layer_backward_fused.py [ROUNDS] [THREADS]
@@ -34,14 +34,15 @@ for in_f, out_f in [(640, 2560), (2560, 640), (4096, 4096)]:
         x.grad = None
         module(x).backward(g)
 
-    planned = layer._run_backward_fused  # follows the backward plan (fused at this N without tuning)
+    cache = layer.layer_cache()
+    planned = cache.backward  # follows the backward plan (fused at this N without tuning)
 
     def fused():
-        layer._run_backward_fused = planned
+        cache.backward = planned
         step(layer)
 
     def separate():
-        layer._run_backward_fused = lambda *a: None
+        cache.backward = lambda *a: None
         step(layer)
 
     calls = {
@@ -60,7 +61,7 @@ for in_f, out_f in [(640, 2560), (2560, 640), (4096, 4096)]:
                 t0 = time.process_time()
                 calls[k]()
                 t[k].append(time.process_time() - t0)
-    layer._run_backward_fused = planned
+    cache.backward = planned
     med = {k: statistics.median(v) for k, v in t.items()}
     print(
         f"SparseLinear({in_f}->{out_f}), N={N}, fwd+bwd, {torch.get_num_threads()} threads, CPU time, medians of {rounds}"

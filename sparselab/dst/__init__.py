@@ -8,7 +8,7 @@ See :mod:`sparselab.dst.base` for the contract of a new algorithm.
 
 from . import distribution, schedules
 from .algorithm import LayerState, SparsityAlgorithm, UpdateInfo
-from .algorithms import GMP, SET, SNFS, GraNet, RigL, SRigL, Static, TopKAST, TopKASTLinear
+from .algorithms import GMP, SET, SNFS, ForwardSet, GraNet, RigL, SRigL, Static, TopKAST
 from .config import ALGORITHMS, Group, SparsityGroups, configure
 from .schedules import (
     ConstantDrop,
@@ -36,7 +36,7 @@ __all__ = [
     "GraNet",
     "SNFS",
     "TopKAST",
-    "TopKASTLinear",
+    "ForwardSet",
     "UpdateSchedule",
     "DropSchedule",
     "ConstantDrop",

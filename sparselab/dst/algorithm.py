@@ -5,7 +5,7 @@ Usage (every algorithm)::
     model = nn.Sequential(sparselab.SparseLinear(784, 300, sparsity=0.9, padding=0.25), nn.ReLU(), ...)
     algo = sparselab.RigL(sparsity=0.9, drop_fraction=0.3, update_freq=100, end=total_steps)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)   # before or after attaching
-    algo.attach(model)                # every SparseLinear (TypeError if there is none)
+    algo.attach(model)                # every sparse layer (TypeError if there is none); or model.apply(algo)
     for x, y in data:
         opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
         algo.step()                   # counts the step; mutates the topology when the schedule says so
@@ -48,7 +48,10 @@ What the base does for you
 - **Schedules**: ``update_freq`` (int or :class:`UpdateSchedule` with
   ``start`` / ``end``), ``drop_fraction`` (float: constant, or cosine-decayed to 0
   at ``end``; or a :class:`DropSchedule`), ``sparsity`` (float or a
-  :class:`SparsitySchedule`, e.g. :class:`CubicSparsity`).
+  :class:`SparsitySchedule`, e.g. :class:`CubicSparsity`). The recommended recipe
+  (RigL's): ``distribution='erk'`` and ``end`` at 75% of training, or an LR scheduler
+  given to :meth:`~SparsityAlgorithm.attach_optimizer`, whose horizon sets ``end``; a
+  drop-and-grow algorithm without ``end`` warns at its first update.
 - **Per-layer budgets**: ``distribution`` ('uniform', 'erk' or a callable)
   splits the sparsity across the attached layers; ``target_nnz(layer, t)``.
   When attached, a layer whose live count differs from its budget is
@@ -69,7 +72,7 @@ What the base does for you
   callables reshape the scores every update selects on
   (:mod:`sparselab.dst.scores`; :meth:`shaped_drop_scores` is what
   ``update_layer`` implementations should select drops on).
-- **Topology mutation** (:func:`sparselab.dst.topology.rewrite_layer`): each
+- **Topology mutation** (:func:`sparselab.dst.rewrite.rewrite_layer`): each
   row's live prefix rewritten in place with sorted columns, grown weights
   start at **zero**; when a row lacks spare slots its block of rows is
   re-laid out in place (same tensors, same Parameter); a capacity change
@@ -89,7 +92,7 @@ What the base does for you
 - **Data parallelism**: attached while ``torch.distributed`` is initialized, the
   algorithm starts every rank from rank 0's topology and keeps the ranks
   identical (gradient scores all-reduced per row block, shared generator);
-  see :mod:`sparselab.distributed`.
+  see :mod:`sparselab.model.distributed`.
 - **Checkpointing**: ``state_dict()`` / ``load_state_dict()`` (step count, RNG
   state, schedule configuration). The topology itself is in the model's
   state_dict. Resume: load the model and the optimizer (made before or after the
@@ -133,20 +136,20 @@ with gradient-based growth::
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 import weakref
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from ..model import distributed as _distributed
-from ..nn import SparseLinear
+from ..nn.sparse_module import SparseModule
 from ..optim import holders
 from . import distribution as _distribution
 from . import scores as _scores
 from .capture import GradientCapture
-from .radix import mask_live_positions, radix_topk
+from .layer_state import LayerState, UpdateInfo
 from .rewrite import RewriteResult, rewrite_layer
 from .schedules import (
     ConstantDrop,
@@ -159,102 +162,43 @@ from .schedules import (
     check_sparsity,
     check_step,
 )
-from .selection import keep_top_per_row, topk_indices, topk_mask, topk_per_row
+from .selection import Selection
 
-__all__ = ["SparsityAlgorithm", "LayerState", "UpdateInfo"]
+__all__ = ["SparsityAlgorithm", "LayerState", "UpdateInfo", "horizon_of"]
 
-_NEG_INF = float("-inf")
 # layer -> weakref(algorithm): one algorithm per layer (kept off the module so pickling works).
-_OWNER: "weakref.WeakKeyDictionary[SparseLinear, weakref.ref]" = weakref.WeakKeyDictionary()
+_OWNER: "weakref.WeakKeyDictionary[SparseModule, weakref.ref]" = weakref.WeakKeyDictionary()
+#: Where the schedules end when an LR scheduler gives the training's length: RigL's recipe.
+END_FRACTION = 0.75
 
 
-class LayerState:
-    """What the hooks see of one attached layer."""
-
-    __slots__ = ("module", "name", "index", "capture")
-
-    def __init__(self, module: SparseLinear, name: str, index: int):
-        self.module = module
-        self.name = name
-        self.index = index
-        self.capture: GradientCapture | None = None
-
-    @property
-    def weight(self):
-        """The layer's PaddedCSR view (shares its tensors)."""
-        return self.module.weight
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.module.out_features, self.module.in_features)
-
-    @property
-    def numel(self) -> int:
-        return self.module.out_features * self.module.in_features
-
-    @property
-    def nnz(self) -> int:
-        return self.module.nnz
-
-    def dense_grad(self, rows: slice) -> Tensor:
-        """Dense ``dL/dW[rows, :]`` from the captured ``X`` and ``dY`` (a fresh tensor)."""
-        if self.capture is None or not self.capture.ready:
-            raise RuntimeError(
-                f"layer {self.name!r}: no captured gradient for this update. Gradient-based growth needs "
-                f"algo.step() called once after every optimizer step (forward + backward happen between "
-                f"two algo.step() calls), so the algorithm can capture X and dY on the step before an update"
-            )
-        return self.capture.dense_grad(rows)
-
-    def __repr__(self) -> str:
-        return f"LayerState({self.name!r}, shape={self.shape}, nnz={self.nnz})"
+_APPLY = nn.Module.apply.__code__
 
 
-@dataclass
-class UpdateInfo:
-    """What one update did to one layer (``algo.last_update`` holds a list of them)."""
-
-    name: str
-    step: int
-    dropped: int
-    grown: int
-    nnz: int
-    repacked: bool
-    resized: bool
-    grown_slots: Tensor
-
-
-class _NoSetup:
-    """What a pending-setup hook becomes in a copy or a pickle of the layer: the copy is not
-    attached to the algorithm, so its first forward sets nothing up."""
-
-    def __call__(self, *args) -> None:
-        return None
+def _apply_root() -> nn.Module | None:
+    """The module the ``nn.Module.apply`` traversal that called us started from (None: not
+    called by one). ``apply`` visits children first and its own module last, so the call for
+    that module is the traversal's last."""
+    root = None
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code is _APPLY:
+            root = frame.f_locals.get("self")
+        frame = frame.f_back
+    return root
 
 
-class _PendingSetup(_NoSetup):
-    """The forward and state_dict pre-hook ``model.apply(algo)`` leaves on each layer: the first
-    forward or state_dict sets the algorithm up (all layers are known by then)."""
-
-    def __init__(self, algo: "SparsityAlgorithm"):
-        self._algo = weakref.ref(algo)
-
-    def __call__(self, *args) -> None:
-        algo = self._algo()
-        if algo is None:
-            return
-        if torch.compiler.is_compiling():
-            raise RuntimeError(
-                f"{type(algo).__name__} was attached with model.apply and is set up at the first "
-                f"eager forward; call algo.attach(model) before torch.compile(model)"
-            )
-        algo._finish_attach()
-
-    def __reduce__(self):
-        return (_NoSetup, ())
+def horizon_of(scheduler) -> int | None:
+    """The number of steps an LR scheduler spans, where it says: ``total_steps`` (OneCycleLR),
+    ``T_max`` (CosineAnnealingLR), ``total_iters`` (LinearLR, PolynomialLR, ConstantLR); else None."""
+    for name in ("total_steps", "T_max", "total_iters"):
+        v = getattr(scheduler, name, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
 
 
-class SparsityAlgorithm:
+class SparsityAlgorithm(Selection):
     """Base class: see the module docstring for the contract and an example.
 
     Args:
@@ -283,7 +227,7 @@ class SparsityAlgorithm:
             defaults: unchanged scores, lowest index wins).
         process_group: the ranks that keep one topology (default: every rank,
             whenever ``torch.distributed`` is initialized when the algorithm is
-            attached); see :mod:`sparselab.distributed`.
+            attached); see :mod:`sparselab.model.distributed`.
         check_ranks: after attaching and after every update, all-gather a hash
             of each layer's topology and raise if the ranks differ (a debug aid).
     """
@@ -330,17 +274,14 @@ class SparsityAlgorithm:
         else:
             check_step(update_freq, "update_freq", minimum=1)
             self.update_schedule = UpdateSchedule(update_freq, start, end)
+        if drop_schedule not in (None, "constant", "cosine"):
+            raise ValueError(f"drop_schedule must be 'constant' or 'cosine', got {drop_schedule!r}")
+        self._drop_kind = drop_schedule  # None: the class's default once end is known
         if isinstance(drop_fraction, DropSchedule):
             self.drop_schedule = drop_fraction
         else:
-            f = check_fraction(drop_fraction)
-            kind = drop_schedule or (self.default_drop_schedule if end is not None else "constant")
-            if kind == "constant":
-                self.drop_schedule = ConstantDrop(f)
-            elif kind == "cosine":
-                self.drop_schedule = CosineDrop(f, end=end, start=start)
-            else:
-                raise ValueError(f"drop_schedule must be 'constant' or 'cosine', got {kind!r}")
+            self._drop_fraction = check_fraction(drop_fraction)
+            self.drop_schedule = self._make_drop_schedule(start, end)
         self._distribution = _distribution.resolve(distribution)
         self._distribution_name = (
             distribution
@@ -370,91 +311,84 @@ class SparsityAlgorithm:
         self._stepped = False  # step() called on this object: no more attaching
         self._density_cache: dict[float, list[float]] = {}
         self._warned_no_opt = False
+        self._warned_no_end = False
+        self._n_synced = 0  # layers whose topology rank 0 has broadcast
         self.last_update: list[UpdateInfo] = []
-        self._pending: dict[int, object] = {}  # layers attached by model.apply, not yet set up
-        self._apply_root: weakref.ref | None = None
-        self._n_set_up = -1  # layers set up so far (-1: never set up)
+
+    def _make_drop_schedule(self, start: int, end: int | None) -> DropSchedule:
+        kind = self._drop_kind or (self.default_drop_schedule if end is not None else "constant")
+        if kind == "cosine":
+            return CosineDrop(self._drop_fraction, end=end, start=start)
+        return ConstantDrop(self._drop_fraction)
 
     # ------------------------------------------------------------------ attaching
 
     def __call__(self, module: nn.Module) -> nn.Module:
-        """``model.apply(algo)``: torch calls this for every submodule, children first. Each
-        SparseLinear is attached; the budgets, spare slots and hooks are set up once all of
-        them are known, at the layers' next forward or the algorithm's next use.
-        ``algo.attach(model)`` is the documented form: it sets up at once, names the layers
-        by their module names, and raises ``TypeError`` for a model without SparseLinear."""
+        """``model.apply(algo)`` (or ``layer.apply(algo)``): torch calls this for every submodule,
+        children first and the model last. Each call attaches the sparse layer it meets; the
+        last sets them all up as :meth:`attach` does, so the model is ready, in the same state,
+        when ``apply`` returns. Called directly, it attaches and sets up at once."""
         if not isinstance(module, nn.Module):
             raise TypeError(f"{type(self).__name__} attaches to nn.Module objects, got {type(module).__name__}")
-        if isinstance(module, SparseLinear):
+        if isinstance(module, SparseModule):
             self._attach(module, "")
-            if id(module) not in self._pending:
-                hook = _PendingSetup(self)
-                self._pending[id(module)] = (
-                    module.register_forward_pre_hook(hook),
-                    module.register_state_dict_pre_hook(hook),
-                )
-        elif self._pending and any(isinstance(m, SparseLinear) and id(m) in self._pending for m in module.modules()):
-            # apply visits parents after children: the last such container is the model, whose
-            # module names name the layers.
-            self._apply_root = weakref.ref(module)
+        root = _apply_root()
+        if (root is None or root is module) and any(self._owns(m) for m in module.modules()):
+            self._set_up(module)
         return module
 
     def attach(self, module: nn.Module) -> nn.Module:
-        """Attach to every SparseLinear in ``module`` (a model or one layer) and set them up now."""
+        """Attach to every sparse layer in ``module`` (a model or one layer) and set them up:
+        budgets, spare slots, hooks, and under ``torch.distributed`` rank 0's topology on every
+        rank. Returns ``module``."""
         if not isinstance(module, nn.Module):
             raise TypeError(f"{type(self).__name__} attaches to nn.Module objects, got {type(module).__name__}")
-        sparse = [m for m in module.modules() if isinstance(m, SparseLinear)]
+        sparse = [m for m in module.modules() if isinstance(m, SparseModule)]
         if not sparse:
             raise TypeError(
-                f"{type(self).__name__} attaches to sparselab.SparseLinear layers, but "
+                f"{type(self).__name__} attaches to sparse layers (sparselab.SparseLinear, ...), but "
                 f"{type(module).__name__} is not one and contains none; convert dense layers first "
                 f"(sparselab.sparsify(model, sparsity) or SparseLinear.from_dense)"
             )
-        names = {id(m): n for n, m in module.named_modules()}
         for m in sparse:
-            self._attach(m, names.get(id(m), ""))
-            L = next(L for L in self._layers if L.module is m)
-            L.name = L.name or names.get(id(m), "")
-        self._apply_root = weakref.ref(module)
-        self._finish_attach()
+            self._attach(m, "")
+        self._set_up(module)
         return module
 
-    def _finish_attach(self) -> None:
-        """Set up the layers attached since the last setup (budgets, spare slots, hooks)."""
-        if not self._pending and self._n_set_up == len(self._layers):
-            return
-        for handles in self._pending.values():
-            for handle in handles:
-                handle.remove()
-        self._pending.clear()
-        root = self._apply_root() if self._apply_root is not None else None
+    def _owns(self, module: SparseModule) -> bool:
+        return any(L.module is module for L in self._layers)
+
+    def _set_up(self, root: nn.Module | None) -> None:
+        """Name the layers by ``root``'s module names, start every rank from rank 0's topology,
+        and bring every layer to its budget with its spare slots (before training only)."""
         names = {id(m): n for n, m in root.named_modules()} if root is not None else {}
-        self._apply_root = None
         for i, L in enumerate(self._layers):
             L.index = i
-            L.name = L.name or names.get(id(L.module)) or f"layer{i}"
-        self._n_set_up = len(self._layers)
-        with torch.inference_mode(False):  # a first forward under inference_mode must not make inference tensors
+            L.name = names.get(id(L.module)) or L.name or f"layer{i}"
+        with torch.inference_mode(False):  # a call under inference_mode must not make inference tensors
             self._sync_ranks(root)  # before _setup, so every rank re-budgets the same layers alike
             self._setup()
         if self._sync is not None:
             self._sync.verify(self, "attach")
 
     def _sync_ranks(self, root: nn.Module | None) -> None:
-        # Under torch.distributed every rank starts from rank 0's topology, values and generator.
+        # Under torch.distributed every rank starts from rank 0's topology, values and generator;
+        # layers already broadcast are not sent again.
         group = _distributed.resolve_group(self.process_group)
         self._sync = None if group is None else _distributed.RankSync(group, check=self.check_ranks)
         if self._sync is not None:
-            self._sync.on_attach(self, root)
+            self._sync.on_attach(self, root, self._layers[self._n_synced :])
+        self._n_synced = len(self._layers)
 
-    def _attach(self, module: SparseLinear, name: str) -> None:
-        if any(L.module is module for L in self._layers):
+    def _attach(self, module: SparseModule, name: str) -> None:
+        if self._owns(module):
             return
         ref = _OWNER.get(module)
         other = ref() if ref is not None else None
         if other is not None and other is not self:
             raise RuntimeError(
-                f"this SparseLinear is already attached to another {type(other).__name__}; call other.detach() first"
+                f"this {type(module).__name__} is already attached to another {type(other).__name__}; "
+                f"call other.detach() first"
             )
         if self._stepped:
             raise RuntimeError("attach every layer before training starts (algo.step() was already called)")
@@ -464,29 +398,47 @@ class SparsityAlgorithm:
 
     def detach(self) -> None:
         """Remove hooks and forget the layers (they keep their current topology)."""
-        for handles in self._pending.values():
-            for handle in handles:
-                handle.remove()
-        self._pending.clear()
         self._disarm()
         for L in self._layers:
             if _OWNER.get(L.module) is not None and _OWNER[L.module]() is self:
                 del _OWNER[L.module]
         self._layers = []
-        self._n_set_up = -1
+        self._n_synced = 0
 
-    def attach_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-        """Let updates move / reset ``optimizer``'s per-slot state (returns it)."""
+    def attach_optimizer(self, optimizer: torch.optim.Optimizer, *, scheduler=None) -> torch.optim.Optimizer:
+        """Let updates move and reset ``optimizer``'s per-slot state (returns it). An optimizer
+        that steps the layers is found at its first step anyway; attach it to move state sooner.
+
+        ``scheduler``: the optimizer's LR scheduler. When this algorithm was built without
+        ``end``, the scheduler's horizon (:func:`horizon_of`) sets it: updates stop, and a cosine
+        drop schedule reaches 0, at 75% of it."""
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
         if all(o is not optimizer for o in self._optimizers):
             self._optimizers.append(optimizer)
-        self._finish_attach()
+        if scheduler is not None:
+            self._take_end_from(scheduler)
         return optimizer
+
+    def _take_end_from(self, scheduler) -> None:
+        if self.update_schedule.end is not None:
+            return
+        horizon = horizon_of(scheduler)
+        if horizon is None:
+            raise ValueError(
+                f"{type(scheduler).__name__} does not say how many steps it spans (total_steps, T_max "
+                f"or total_iters); give the algorithm end=... instead"
+            )
+        if self._stepped:
+            raise RuntimeError("give the scheduler before training starts (algo.step() was already called)")
+        end = max(1, round(END_FRACTION * horizon))
+        u = self.update_schedule
+        self.update_schedule = UpdateSchedule(u.every, u.start, end, include_end=u.include_end)
+        if hasattr(self, "_drop_fraction"):
+            self.drop_schedule = self._make_drop_schedule(u.start, end)
 
     @property
     def layers(self) -> list[LayerState]:
-        self._finish_attach()
         return list(self._layers)
 
     @property
@@ -494,10 +446,9 @@ class SparsityAlgorithm:
         return self._step
 
     def _require_layers(self) -> None:
-        self._finish_attach()
         if not self._layers:
             raise RuntimeError(
-                f"{type(self).__name__} has no SparseLinear attached: call algo.attach(model) "
+                f"{type(self).__name__} has no sparse layer attached: call algo.attach(model) "
                 f"(or model.apply(algo)) first"
             )
 
@@ -505,7 +456,6 @@ class SparsityAlgorithm:
 
     def densities(self, t: int | None = None) -> list[float]:
         """Per-layer target densities at step ``t`` (default: now)."""
-        self._finish_attach()
         s = self.sparsity_schedule(self._step if t is None else t)
         d = self._density_cache.get(s)
         if d is None:
@@ -607,162 +557,6 @@ class SparsityAlgorithm:
         rows, cols = self.select_grow(layer, lambda r: self.grow_scores(layer, r), n_grow, dropped=drop)
         return self.rewrite(layer, drop, rows, cols)
 
-    # ------------------------------------------------------------------ building blocks
-
-    #: A score block holds at least this many entries (1 MiB of float32): small layers are
-    #: scored in one block (one pass), only big ones are cut by ``chunk_fraction``.
-    min_chunk_elements: int = 1 << 18
-
-    def chunk_rows(self, layer: LayerState) -> int:
-        """Rows per block handed to ``grow_scores``."""
-        out_f, in_f = layer.shape
-        el = layer.module.weight_values.element_size()
-        budget = max(int(out_f * in_f * el * self.chunk_fraction), self.min_chunk_elements * el)
-        return max(1, min(out_f, budget // (in_f * el)))
-
-    def grow_chunk_bytes(self, layer: LayerState) -> int:
-        """Bytes of one ``grow_scores`` block (the dominant transient of an update)."""
-        return self.chunk_rows(layer) * layer.shape[1] * layer.module.weight_values.element_size()
-
-    def select_drop(self, layer: LayerState, scores: Tensor, n: int) -> Tensor:
-        """Slot ids (ascending, int32) of the ``n`` live slots with the lowest ``scores`` (ties: lowest slot)."""
-        if n <= 0:
-            return torch.empty(0, dtype=torch.int64)
-        cols = layer.module.weight_cols  # padding holds column -1: never eligible
-        scores = scores.detach().reshape(-1)
-        if scores.dtype == torch.float32:
-            scores = scores.contiguous()
-            return radix_topk(lambda: [(scores, cols, 0)], n, largest=False)[0]  # capacity < 2**31
-        return topk_indices(scores, n, cols >= 0, largest=False).to(torch.int32)
-
-    def _blocked_positions(self, layer: LayerState, r0: int, r1: int, dropped: Tensor | None) -> Tensor:
-        """Flat positions (within rows r0:r1) that are live and not in ``dropped`` (sorted slot ids)."""
-        w = layer.weight
-        s0, s1 = int(w.row_start[r0]), int(w.row_start[r1])
-        cols = w.cols[s0:s1]
-        live = cols >= 0  # padding holds column -1
-        if dropped is not None and dropped.numel():
-            lo, hi = torch.searchsorted(dropped, torch.tensor([s0, s1], dtype=dropped.dtype)).tolist()
-            if hi > lo:
-                live[dropped[lo:hi] - s0] = False
-        rows = torch.repeat_interleave(torch.arange(r1 - r0), w.row_start[r0 + 1 : r1 + 1] - w.row_start[r0:r1])
-        return rows[live] * layer.shape[1] + cols[live].to(torch.int64)
-
-    def _block_scores(self, layer: LayerState, score_fn, r0: int, r1: int, dropped: Tensor | None) -> Tensor:
-        """``score_fn(slice(r0, r1))`` flattened, with positions live after the drop set to -inf."""
-        rows = slice(r0, r1)
-        block = score_fn(rows)
-        if self.grow_shaper is not None:
-            block = self.grow_shaper(block, layer, rows)
-        if self.tie_breaker is not None:
-            block = self.tie_breaker(block, self.generator)
-        flat = block.reshape(-1)
-        if flat.dtype == torch.float32:
-            flat = flat.contiguous()
-            mask_live_positions(flat, layer.module, r0, r1, dropped)
-        else:
-            flat.index_fill_(0, self._blocked_positions(layer, r0, r1, dropped), _NEG_INF)
-        return flat
-
-    def select_grow(
-        self, layer: LayerState, score_fn, n: int, *, dropped: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """``(rows, cols)`` of the ``n`` highest-scoring positions that are not live
-        (a position in ``dropped`` counts as free), sorted by row then column
-        (int32 when the layer has fewer than 2**31 positions); ties go to the
-        lowest flat position.
-
-        ``score_fn(rows: slice)`` is called per row block, so no dense score
-        matrix exists whole. float32 scores go through the three passes of
-        :func:`sparselab.dst.radix.radix_topk` (``score_fn`` is called up to
-        three times per block and must give the same scores again; the
-        algorithm's generator is rewound before each pass, so scores drawn
-        from it repeat): two histogram passes find the exact n-th largest
-        score, the third writes the winners straight into the output. A layer
-        scored in one block is scored once. Extra memory: one block plus the
-        selected list."""
-        out_f, in_f = layer.shape
-        idx_dtype = torch.int32 if out_f * in_f < 2**31 else torch.int64
-        empty = torch.empty(0, dtype=idx_dtype)
-        if n <= 0:
-            return empty, empty
-        R = self.chunk_rows(layer)
-        blocks = [(r0, min(out_f, r0 + R)) for r0 in range(0, out_f, R)]
-
-        def block_scores(r0: int, r1: int) -> Tensor:
-            return self._block_scores(layer, score_fn, r0, r1, dropped)
-
-        rewind = self.generator.get_state()
-        first = block_scores(*blocks[0])
-        if first.dtype != torch.float32:
-            self.generator.set_state(rewind)
-            return self._select_grow_pool(layer, block_scores, blocks, n, idx_dtype)
-        if len(blocks) == 1:
-            return radix_topk(lambda: [(first, None, 0)], n, div=in_f, out_dtype=idx_dtype)  # noqa: F821 (del below)
-        pending = [first]
-        del first
-
-        def passes():
-            if pending:  # the first pass goes on from the block already scored
-                yield pending.pop(), None, 0
-                rest = blocks[1:]
-            else:
-                self.generator.set_state(rewind)  # scores drawn from the generator repeat
-                rest = blocks
-            for r0, r1 in rest:
-                yield block_scores(r0, r1), None, r0
-
-        return radix_topk(passes, n, div=in_f, out_dtype=idx_dtype)
-
-    def _select_grow_pool(self, layer: LayerState, block_scores, blocks, n: int, idx_dtype):
-        """Single pass for non-float32 scores: a pool of the best ``n`` so far, merged per block."""
-        in_f = layer.shape[1]
-        pool_v: Tensor | None = None
-        pool_i = torch.empty(0, dtype=idx_dtype)
-        for r0, r1 in blocks:
-            flat = block_scores(r0, r1)
-            pick = flat > pool_v.min() if pool_v is not None and pool_v.numel() >= n else topk_mask(flat, n)
-            if bool(pick.any()):
-                pool_v = flat.masked_select(pick) if pool_v is None else torch.cat([pool_v, flat.masked_select(pick)])
-                pool_i = torch.cat([pool_i, (pick.nonzero().reshape(-1) + r0 * in_f).to(idx_dtype)])
-                if pool_v.numel() > n:
-                    keep = topk_mask(pool_v, n)
-                    pool_v, pool_i = pool_v.masked_select(keep), pool_i.masked_select(keep)
-        return pool_i // in_f, pool_i % in_f
-
-    def select_grow_per_row(
-        self, layer: LayerState, score_fn, n_per_row: Tensor, *, dropped: Tensor | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """Per row ``r`` the ``n_per_row[r]`` highest-scoring free positions (row blocks as in
-        :meth:`select_grow`); returns ``(rows, cols)`` sorted by row then column."""
-        out_f, in_f = layer.shape
-        R = self.chunk_rows(layer)
-        rows_out, cols_out = [], []
-        n_per_row = n_per_row.to(torch.int64)
-        for r0 in range(0, out_f, R):
-            r1 = min(out_f, r0 + R)
-            k = n_per_row[r0:r1]
-            if not bool((k > 0).any()):
-                continue
-            s = self._block_scores(layer, score_fn, r0, r1, dropped).view(r1 - r0, in_f)
-            r, c = topk_per_row(s, k)
-            rows_out.append(r + r0)
-            cols_out.append(c)
-        if not rows_out:
-            e = torch.empty(0, dtype=torch.int64)
-            return e, e
-        return torch.cat(rows_out), torch.cat(cols_out)
-
-    def keep_per_row(self, layer: LayerState, scores: Tensor, keep: Tensor) -> Tensor:
-        """Bool mask over slots: per row, the ``keep[r]`` live slots of highest score."""
-        w = layer.weight
-        return keep_top_per_row(scores.detach().reshape(-1), w.slot_rows(), w.row_start, w.live_mask(), keep)
-
-    def _random_scores(self, layer: LayerState):
-        return lambda rows: torch.rand(
-            len(range(*rows.indices(layer.shape[0]))), layer.shape[1], generator=self.generator
-        )
-
     def rewrite(
         self,
         layer: LayerState,
@@ -773,7 +567,7 @@ class SparsityAlgorithm:
         *,
         min_spare: int = 0,
     ) -> RewriteResult:
-        """Apply a drop / grow to the layer (see :func:`sparselab.dst.topology.rewrite_layer`)."""
+        """Apply a drop / grow to the layer (see :func:`sparselab.dst.rewrite.rewrite_layer`)."""
         spare = max(1, self._spare(layer))
         compact = False
         if self.compact and drop_slots.numel() and self._sync is None:  # DDP needs fixed Parameter shapes
@@ -808,6 +602,7 @@ class SparsityAlgorithm:
         t = self._step
         changed = False
         if self.is_update_step(t):
+            self._warn_without_end()
             if (
                 not self._optimizers
                 and not self._warned_no_opt
@@ -826,6 +621,21 @@ class SparsityAlgorithm:
         self._disarm()
         self._arm_if_update_next()
         return changed
+
+    def _warn_without_end(self) -> None:
+        """A drop-and-grow algorithm with a constant drop fraction and no end keeps rewiring a
+        large share of every layer to the last step, which costs accuracy: say so once."""
+        if self._warned_no_end or not self.regrow or self.update_schedule.end is not None:
+            return
+        if isinstance(self.drop_schedule, ConstantDrop) and self.drop_schedule.fraction > 0:
+            self._warned_no_end = True
+            warnings.warn(
+                f"{type(self).__name__} has no end: it will drop and regrow "
+                f"{self.drop_schedule.fraction:g} of every layer at every update until training stops. "
+                f"Give end= (about 75% of the training steps), or the LR scheduler: "
+                f"algo.attach_optimizer(opt, scheduler=sched)",
+                stacklevel=3,
+            )
 
     def _update(self, t: int) -> bool:
         counts = [self.layer_counts(L, t) for L in self._layers]
@@ -883,7 +693,6 @@ class SparsityAlgorithm:
         pass
 
     def state_dict(self) -> dict:
-        self._finish_attach()
         return {
             "version": 1,
             "config": self.config(),
@@ -931,7 +740,6 @@ class SparsityAlgorithm:
             raise
         self._step = step
         self._fresh = False
-        self._finish_attach()  # layers attached by model.apply: set up without re-budgeting
         self._disarm()
         self._arm_if_update_next()
 

@@ -1,11 +1,9 @@
-"""Deterministic top-k selection, vectorized (no Python loop over elements or rows).
+"""The building blocks of an update: which live slots to drop, which free positions to grow.
 
-Every DST decision is "take the k best by some score". ``torch.topk`` leaves the
-order of equal scores unspecified, so these helpers fix it: **ties at the
-threshold go to the lowest index** (lowest flat position, lowest column in a
-row, lowest slot). ``-inf`` and NaN scores are never selected, so callers mask
-ineligible positions with ``-inf``; fewer than ``k`` indices come back when
-fewer are eligible.
+Mixed into :class:`~sparselab.dst.SparsityAlgorithm`: the blocks read the algorithm's
+generator, score shapers, tie breaker and ``chunk_fraction``. No dense score matrix ever
+exists whole: growth scores come one row block at a time, and float32 selections run the
+histogram passes of :mod:`sparselab.dst.radix` instead of ``torch.topk``.
 """
 
 from __future__ import annotations
@@ -13,125 +11,168 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .radix import radix_topk
+from .layer_state import LayerState
+from .radix import mask_live_positions, radix_topk
+from .topk import keep_top_per_row, topk_indices, topk_mask, topk_per_row
 
-__all__ = ["kth_largest", "topk_mask", "topk_indices", "topk_per_row", "keep_top_per_row"]
+__all__ = ["Selection"]
 
 _NEG_INF = float("-inf")
 
 
-def _no_nan(scores: Tensor) -> Tensor:
-    return (
-        scores.nan_to_num(nan=_NEG_INF, posinf=float("inf"), neginf=_NEG_INF)
-        if bool(torch.isnan(scores).any())
-        else scores
-    )
+class Selection:
+    """Drop and grow selection over a layer (see the module docstring)."""
 
+    #: A score block holds at least this many entries (1 MiB of float32): small layers are
+    #: scored in one block (one pass), only big ones are cut by ``chunk_fraction``.
+    min_chunk_elements: int = 1 << 18
 
-_RADIX_MIN = 1 << 16  # below this, torch.topk is cheap enough
+    def chunk_rows(self, layer: LayerState) -> int:
+        """Rows per block handed to ``grow_scores``."""
+        out_f, in_f = layer.shape
+        el = layer.module.weight_values.element_size()
+        budget = max(int(out_f * in_f * el * self.chunk_fraction), self.min_chunk_elements * el)
+        return max(1, min(out_f, budget // (in_f * el)))
 
+    def grow_chunk_bytes(self, layer: LayerState) -> int:
+        """Bytes of one ``grow_scores`` block (the dominant transient of an update)."""
+        return self.chunk_rows(layer) * layer.shape[1] * layer.module.weight_values.element_size()
 
-def _radix(scores: Tensor) -> bool:
-    """Large float32 inputs go through the streamed radix select (:mod:`.radix`): torch.topk
-    on CPU holds a value/index pair per *input* element, 16 bytes each."""
-    return scores.dtype == torch.float32 and scores.numel() >= _RADIX_MIN
+    def select_drop(self, layer: LayerState, scores: Tensor, n: int) -> Tensor:
+        """Slot ids (ascending, int32) of the ``n`` live slots with the lowest ``scores`` (ties: lowest slot)."""
+        if n <= 0:
+            return torch.empty(0, dtype=torch.int64)
+        cols = layer.module.weight_cols  # padding holds column -1: never eligible
+        scores = scores.detach().reshape(-1)
+        if scores.dtype == torch.float32:
+            scores = scores.contiguous()
+            return radix_topk(lambda: [(scores, cols, 0)], n, largest=False)[0]  # capacity < 2**31
+        return topk_indices(scores, n, cols >= 0, largest=False).to(torch.int32)
 
+    def _blocked_positions(self, layer: LayerState, r0: int, r1: int, dropped: Tensor | None) -> Tensor:
+        """Flat positions (within rows r0:r1) that are live and not in ``dropped`` (sorted slot ids)."""
+        w = layer.weight
+        s0, s1 = int(w.row_start[r0]), int(w.row_start[r1])
+        cols = w.cols[s0:s1]
+        live = cols >= 0  # padding holds column -1
+        if dropped is not None and dropped.numel():
+            lo, hi = torch.searchsorted(dropped, torch.tensor([s0, s1], dtype=dropped.dtype)).tolist()
+            if hi > lo:
+                live[dropped[lo:hi] - s0] = False
+        rows = torch.repeat_interleave(torch.arange(r1 - r0), w.row_start[r0 + 1 : r1 + 1] - w.row_start[r0:r1])
+        return rows[live] * layer.shape[1] + cols[live].to(torch.int64)
 
-def kth_largest(scores: Tensor, k: int, valid: Tensor | None = None) -> Tensor:
-    """The ``k``-th largest entry of a 1-D tensor (among ``valid``; ``1 <= k <= count``)."""
-    if valid is not None:
-        scores = scores[valid]
-    n = scores.numel()
-    if k <= n // 2:
-        return torch.topk(scores, k, sorted=False).values.min()
-    return torch.topk(scores, n - k + 1, largest=False, sorted=False).values.max()
+    def _block_scores(self, layer: LayerState, score_fn, r0: int, r1: int, dropped: Tensor | None) -> Tensor:
+        """``score_fn(slice(r0, r1))`` flattened, with positions live after the drop set to -inf."""
+        rows = slice(r0, r1)
+        block = score_fn(rows)
+        if self.grow_shaper is not None:
+            block = self.grow_shaper(block, layer, rows)
+        if self.tie_breaker is not None:
+            block = self.tie_breaker(block, self.generator)
+        flat = block.reshape(-1)
+        if flat.dtype == torch.float32:
+            flat = flat.contiguous()
+            mask_live_positions(flat, layer.module, r0, r1, dropped)
+        else:
+            flat.index_fill_(0, self._blocked_positions(layer, r0, r1, dropped), _NEG_INF)
+        return flat
 
+    def select_grow(
+        self, layer: LayerState, score_fn, n: int, *, dropped: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """``(rows, cols)`` of the ``n`` highest-scoring positions that are not live
+        (a position in ``dropped`` counts as free), sorted by row then column
+        (int32 when the layer has fewer than 2**31 positions); ties go to the
+        lowest flat position.
 
-def topk_mask(scores: Tensor, k: int, eligible: Tensor | None = None, *, largest: bool = True) -> Tensor:
-    """Bool mask of the ``k`` largest (``largest=False``: smallest) entries of a
-    1-D tensor, among ``eligible`` if given. NaN, and -inf (+inf when
-    ``largest=False``), are never selected; ties at the threshold go to the
-    lowest indices. Extra memory: a few bools per entry."""
-    scores = scores.reshape(-1)
-    if _radix(scores) and k > 0:
-        mask = torch.zeros(scores.numel(), dtype=torch.bool)
-        mask[topk_indices(scores, k, eligible, largest=largest)] = True
-        return mask
-    valid = scores > _NEG_INF if largest else scores < float("inf")  # NaN compares False: excluded
-    if eligible is not None:
-        valid &= eligible.reshape(-1)
-    if k <= 0:
-        valid.zero_()
-        return valid
-    m = int(torch.count_nonzero(valid))  # (bool.sum() would upcast to int64)
-    if k >= m:
-        return valid
-    thr = kth_largest(scores, k if largest else m - k + 1, valid)
-    mask = scores > thr if largest else scores < thr
-    mask &= valid
-    need = k - int(torch.count_nonzero(mask))
-    if need > 0:
-        tie = scores == thr
-        tie &= valid
-        mask[tie.nonzero().reshape(-1)[:need]] = True
-    return mask
+        ``score_fn(rows: slice)`` is called per row block, so no dense score
+        matrix exists whole. float32 scores go through the three passes of
+        :func:`sparselab.dst.radix.radix_topk` (``score_fn`` is called up to
+        three times per block and must give the same scores again; the
+        algorithm's generator is rewound before each pass, so scores drawn
+        from it repeat): two histogram passes find the exact n-th largest
+        score, the third writes the winners straight into the output. A layer
+        scored in one block is scored once. Extra memory: one block plus the
+        selected list."""
+        out_f, in_f = layer.shape
+        idx_dtype = torch.int32 if out_f * in_f < 2**31 else torch.int64
+        empty = torch.empty(0, dtype=idx_dtype)
+        if n <= 0:
+            return empty, empty
+        R = self.chunk_rows(layer)
+        blocks = [(r0, min(out_f, r0 + R)) for r0 in range(0, out_f, R)]
 
+        def block_scores(r0: int, r1: int) -> Tensor:
+            return self._block_scores(layer, score_fn, r0, r1, dropped)
 
-def topk_indices(scores: Tensor, k: int, eligible: Tensor | None = None, *, largest: bool = True) -> Tensor:
-    """Ascending int64 indices of :func:`topk_mask`."""
-    if k <= 0 or scores.numel() == 0:
-        return torch.empty(0, dtype=torch.int64)
-    flat = scores.reshape(-1)
-    if _radix(flat):
-        flat = flat.contiguous()
-        ok = None if eligible is None else eligible.reshape(-1).to(torch.bool).contiguous()
-        return radix_topk(lambda: [(flat, ok, 0)], k, largest=largest, out_dtype=torch.int64)[0]
-    return topk_mask(flat, k, eligible, largest=largest).nonzero().reshape(-1)
+        rewind = self.generator.get_state()
+        first = block_scores(*blocks[0])
+        if first.dtype != torch.float32:
+            self.generator.set_state(rewind)
+            return self._select_grow_pool(layer, block_scores, blocks, n, idx_dtype)
+        if len(blocks) == 1:
+            return radix_topk(lambda: [(first, None, 0)], n, div=in_f, out_dtype=idx_dtype)  # noqa: F821 (del below)
+        pending = [first]
+        del first
 
+        def passes():
+            if pending:  # the first pass goes on from the block already scored
+                yield pending.pop(), None, 0
+                rest = blocks[1:]
+            else:
+                self.generator.set_state(rewind)  # scores drawn from the generator repeat
+                rest = blocks
+            for r0, r1 in rest:
+                yield block_scores(r0, r1), None, r0
 
-def topk_per_row(scores: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-    """Per row ``r`` of a 2-D ``scores``, the ``k[r]`` largest entries.
+        return radix_topk(passes, n, div=in_f, out_dtype=idx_dtype)
 
-    Returns ``(rows, cols)`` int64, sorted by row then column.
-    """
-    R, C = scores.shape
-    k = k.to(torch.int64).clamp(0, C)
-    empty = torch.empty(0, dtype=torch.int64)
-    kmax = int(k.max()) if k.numel() else 0
-    if kmax == 0:
-        return empty, empty
-    scores = _no_nan(scores)
-    vals = torch.topk(scores, kmax, dim=1, sorted=True).values  # (R, kmax), descending
-    has = k > 0
-    thr = vals.gather(1, (k - 1).clamp_min(0).unsqueeze(1)).squeeze(1)  # k-th largest per row
-    thr = torch.where(has, thr, torch.full_like(thr, float("inf")))
-    col_thr = thr.unsqueeze(1)
-    above = (scores > col_thr) & has.unsqueeze(1)
-    need = k - above.sum(1)
-    tie = (scores == col_thr) & (col_thr > _NEG_INF) & has.unsqueeze(1)
-    tr, tc = tie.nonzero(as_tuple=True)  # row-major: columns ascending within a row
-    if tr.numel():
-        rank = torch.arange(tr.numel()) - torch.searchsorted(tr, tr)  # position among the row's ties
-        take = rank < need[tr]
-        tr, tc = tr[take], tc[take]
-    ar, ac = above.nonzero(as_tuple=True)
-    rows, cols = torch.cat([ar, tr]), torch.cat([ac, tc])
-    order = torch.argsort(rows * C + cols)
-    return rows[order], cols[order]
+    def _select_grow_pool(self, layer: LayerState, block_scores, blocks, n: int, idx_dtype):
+        """Single pass for non-float32 scores: a pool of the best ``n`` so far, merged per block."""
+        in_f = layer.shape[1]
+        pool_v: Tensor | None = None
+        pool_i = torch.empty(0, dtype=idx_dtype)
+        for r0, r1 in blocks:
+            flat = block_scores(r0, r1)
+            pick = flat > pool_v.min() if pool_v is not None and pool_v.numel() >= n else topk_mask(flat, n)
+            if bool(pick.any()):
+                pool_v = flat.masked_select(pick) if pool_v is None else torch.cat([pool_v, flat.masked_select(pick)])
+                pool_i = torch.cat([pool_i, (pick.nonzero().reshape(-1) + r0 * in_f).to(idx_dtype)])
+                if pool_v.numel() > n:
+                    keep = topk_mask(pool_v, n)
+                    pool_v, pool_i = pool_v.masked_select(keep), pool_i.masked_select(keep)
+        return pool_i // in_f, pool_i % in_f
 
+    def select_grow_per_row(
+        self, layer: LayerState, score_fn, n_per_row: Tensor, *, dropped: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Per row ``r`` the ``n_per_row[r]`` highest-scoring free positions (row blocks as in
+        :meth:`select_grow`); returns ``(rows, cols)`` sorted by row then column."""
+        out_f, in_f = layer.shape
+        R = self.chunk_rows(layer)
+        rows_out, cols_out = [], []
+        n_per_row = n_per_row.to(torch.int64)
+        for r0 in range(0, out_f, R):
+            r1 = min(out_f, r0 + R)
+            k = n_per_row[r0:r1]
+            if not bool((k > 0).any()):
+                continue
+            s = self._block_scores(layer, score_fn, r0, r1, dropped).view(r1 - r0, in_f)
+            r, c = topk_per_row(s, k)
+            rows_out.append(r + r0)
+            cols_out.append(c)
+        if not rows_out:
+            e = torch.empty(0, dtype=torch.int64)
+            return e, e
+        return torch.cat(rows_out), torch.cat(cols_out)
 
-def keep_top_per_row(scores: Tensor, slot_rows: Tensor, row_start: Tensor, eligible: Tensor, keep: Tensor) -> Tensor:
-    """Bool mask over slots: in each row ``r`` the ``keep[r]`` eligible slots of
-    highest score (ties: lowest slot). ``slot_rows`` / ``row_start`` describe a
-    padded-CSR slot layout (each row's slots are contiguous)."""
-    s = _no_nan(scores).clone()
-    s[~eligible] = _NEG_INF
-    # Sort by score (descending, stable: ties keep slot order), then stably by row.
-    by_score = torch.argsort(-s, stable=True)
-    order = by_score[torch.argsort(slot_rows[by_score], stable=True)]
-    rows_sorted = slot_rows[order]
-    rank = torch.arange(order.numel()) - row_start[rows_sorted]
-    chosen = (rank < keep.to(torch.int64)[rows_sorted]) & eligible[order]
-    mask = torch.zeros_like(eligible)
-    mask[order[chosen]] = True
-    return mask
+    def keep_per_row(self, layer: LayerState, scores: Tensor, keep: Tensor) -> Tensor:
+        """Bool mask over slots: per row, the ``keep[r]`` live slots of highest score."""
+        w = layer.weight
+        return keep_top_per_row(scores.detach().reshape(-1), w.slot_rows(), w.row_start, w.live_mask(), keep)
+
+    def _random_scores(self, layer: LayerState):
+        return lambda rows: torch.rand(
+            len(range(*rows.indices(layer.shape[0]))), layer.shape[1], generator=self.generator
+        )

@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..nn import SparseLinear
+from ..nn.sparse_module import SparseModule
 
 __all__ = [
     "ignore_sparse_buffers",
@@ -60,7 +60,7 @@ def sparse_buffer_names(module: nn.Module) -> list[str]:
     """Qualified names of every buffer of every SparseLinear in ``module`` (itself included)."""
     names = []
     for prefix, m in module.named_modules():
-        if isinstance(m, SparseLinear):
+        if isinstance(m, SparseModule):
             names.extend(f"{prefix}.{n}" if prefix else n for n, _ in m.named_buffers(recurse=False))
     return names
 
@@ -84,7 +84,7 @@ def ignore_sparse_buffers(model: nn.Module) -> nn.Module:
 
 def _on_module_registered(parent: nn.Module, name: str, child):
     # Called by torch for every submodule assignment: list the child's sparse buffers in the parent.
-    if isinstance(child, nn.Module) and not isinstance(parent, SparseLinear):
+    if isinstance(child, nn.Module) and not isinstance(parent, SparseModule):
         names = sparse_buffer_names(child)
         if names:
             _merge_ignore(parent, [f"{name}.{n}" for n in names])
@@ -124,7 +124,7 @@ def _broadcast_tensors(tensors: list[Tensor], group, src: int) -> None:
             offset += n
 
 
-def _check_same_shapes(layers: list[SparseLinear], group) -> None:
+def _check_same_shapes(layers: list[SparseModule], group) -> None:
     sig = torch.tensor(
         [[m.out_features, m.in_features, m.capacity, m.weight_cols.element_size()] for m in layers], dtype=torch.int64
     ).reshape(-1)
@@ -152,7 +152,7 @@ def broadcast_topology(layers, group=None, src: int = 0) -> None:
     to every rank of ``group``, one message per layer; for a model trained without a DST algorithm
     whose ranks drew different topologies (``torch.manual_seed`` differs)."""
     if isinstance(layers, nn.Module):
-        layers = [m for m in layers.modules() if isinstance(m, SparseLinear)]
+        layers = [m for m in layers.modules() if isinstance(m, SparseModule)]
     group = resolve_group(group)
     if group is None or not layers:
         return
@@ -163,7 +163,7 @@ def broadcast_topology(layers, group=None, src: int = 0) -> None:
             m.topology_changed(validate=False)
 
 
-def topology_digest(layer: SparseLinear, *, values: bool = False) -> int:
+def topology_digest(layer: SparseModule, *, values: bool = False) -> int:
     """A 63-bit hash of a layer's topology (and values if asked): equal layers give equal digests."""
     h = hashlib.blake2b(digest_size=8)
     tensors = [layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz]
@@ -205,11 +205,14 @@ class RankSync:
         # Group rank 0 as a global rank (what broadcast's ``src`` means).
         return dist.get_global_rank(self.group, 0) if self.group is not dist.group.WORLD else 0
 
-    def on_attach(self, algo, root: nn.Module | None) -> None:
+    def on_attach(self, algo, root: nn.Module | None, new_layers) -> None:
+        """List the buffers for DDP, and broadcast rank 0's topology and values of ``new_layers``
+        (the layers not broadcast before) and its generator state and seed."""
         if root is not None:
             ignore_sparse_buffers(root)
-        layers = [L.module for L in algo.layers]
-        broadcast_topology(layers, self.group, self._src())
+        layers = [L.module for L in new_layers]
+        if layers:
+            broadcast_topology(layers, self.group, self._src())
         seed = torch.tensor([algo.seed], dtype=torch.int64)
         state = algo.generator.get_state()
         _broadcast_tensors([seed, state], self.group, self._src())

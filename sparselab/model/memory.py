@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import _C
-from ..nn.linear import _TRANSPOSED, SparseLinear
+from ..nn.sparse_module import SparseModule
 
 __all__ = ["LayerMemory", "MemoryReport", "layer_memory", "memory_report"]
 
@@ -85,8 +85,8 @@ class LayerMemory:
 
 def layer_memory(layer, optimizer: torch.optim.Optimizer | None = None, name: str = "") -> LayerMemory:
     """The :class:`LayerMemory` of one ``SparseLinear``."""
-    if not isinstance(layer, SparseLinear):
-        raise TypeError(f"layer must be a SparseLinear, got {type(layer).__name__}")
+    if not isinstance(layer, SparseModule):
+        raise TypeError(f"layer must be a sparse layer (SparseLinear, ...), got {type(layer).__name__}")
     v, b = layer.weight_values, layer.bias
     el = v.element_size()
     dense_w = layer.out_features * layer.in_features * el
@@ -95,12 +95,7 @@ def layer_memory(layer, optimizer: torch.optim.Optimizer | None = None, name: st
     m.index = sum(
         _nbytes(t) for t in (layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz, layer.weight_shape)
     )
-    m.cache = sum(_nbytes(getattr(layer, n)) for n in _TRANSPOSED)
-    # Index tensors a SparseLinear subclass keeps besides its own (e.g. Top-KAST's forward set).
-    m.cache += sum(_nbytes(t) for t in getattr(layer, "extra_index_tensors", tuple)())
-    kernels = layer._d.kernels if "_d" in layer.__dict__ else None
-    if kernels is not None:
-        m.cache += kernels.cached_bytes()
+    m.cache = layer.cache_bytes()
     m.grad = _nbytes(v.grad) + (_nbytes(b.grad) if b is not None else 0)
     m.dense_weight = dense_w + _nbytes(b)
     m.dense_grad = (dense_w if v.grad is not None else 0) + (_nbytes(b.grad) if b is not None else 0)
@@ -212,7 +207,7 @@ def memory_report(
     rep = MemoryReport()
     seen: set[int] = set()
     for name, mod in model.named_modules():
-        if isinstance(mod, SparseLinear):
+        if isinstance(mod, SparseModule):
             rep.layers.append(layer_memory(mod, optimizer, name or type(mod).__name__))
             for t in list(mod.parameters(recurse=False)) + list(mod.buffers(recurse=False)):
                 seen.add(id(t))

@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterable, Mapping
 import torch
 from torch import nn
 
-from ..nn.linear import METHODS, SparseLinear, _check_sparsity
+from ..nn.linear import METHODS, SparseLinear
+from ..nn.sparse_module import check_sparsity as _check_sparsity
 
 __all__ = ["sparsify", "load_dense_state_dict"]
 

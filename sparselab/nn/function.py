@@ -1,33 +1,23 @@
-"""The three sparse ops as ``torch.library`` custom ops, with autograd.
+"""The autograd of a sparse product ``y = x W^T + b``: one backward for eager, compiled and
+double-backward calls.
 
-``torch.ops.sparselab.spmm_fwd`` / ``spmm_dx`` / ``sddmm_dw`` take the padded
-CSR's tensors as explicit arguments (no Python object crosses the op
-boundary), so ``torch.compile(model, fullgraph=True)`` traces them as opaque
-nodes with fake (meta) implementations, and AOTAutograd sees the backward
-registered with ``torch.library.register_autograd``.
+A weight enters the product as an *operand*: anything with ``fwd(x, bias)``, ``dx(dy)``,
+``dw(dy, x)``, ``backward(dy, x, bias_grad)`` (the fused kernel's ``(dX, dW, dB)``, or None where
+the two ops run) and ``differentiable(values)``:
 
-Weight arguments, in this order everywhere:
+- a layer's :class:`~sparselab.nn.cache.LayerCache` runs its planned kernels on raw pointers
+  (eager calls);
+- :class:`TensorOperand` calls the ``torch.ops.sparselab`` custom ops, which ``torch.compile``
+  traces and which are differentiable themselves (compiled calls, double backward).
 
-- ``values``    float32/float64, length ``capacity`` (padding slots included)
-- ``cols``      int16/int32, length ``capacity`` (-1 at padding slots)
-- ``row_start`` int64, length ``out_features + 1``
-- ``row_nnz``   int32, length ``out_features``
+:func:`linear_backward` is the one backward. :class:`SparseProduct` is the eager autograd
+Function; the custom op ``spmm_fwd`` registers the same backward for compiled graphs. A layer
+whose forward runs on a subset of its weights (Top-KAST) passes one operand for the forward and
+dX and another, the whole weight, for dW.
 
-and for the ops that may run on W^T (``spmm_fwd`` saves it for its backward,
-``spmm_dx`` runs on it) the *transposed index*, built from the topology only:
-
-- ``t_cols`` (int16/int32, nnz), ``t_row_start`` (int64, in_features + 1),
-  ``t_row_nnz`` (int32, in_features), ``t_perm`` (int32, nnz: slot of W that
-  transposed slot k comes from; values are gathered fresh at every call).
-
-The transposed index is an explicit input so its owner (``SparseLinear``
-keeps it as non-persistent buffers) rebuilds it only when the topology
-changes, never per call. :func:`build_transposed` builds one.
-
-Gradients: ``spmm_fwd`` is differentiable in ``x``, ``values`` and ``bias``;
-the values gradient is zero at padding slots (``sddmm_dw`` writes 0 there), so
-padding stays inert under any optimizer whose update is zero for a zero
-gradient and zero state (SGD, Adam; AdamW weight decay only scales them).
+Gradients: the product is differentiable in ``x``, ``values`` and ``bias``; the values gradient
+is zero at padding slots (``sddmm_dw`` writes 0 there), so padding stays inert under any
+optimizer whose update is zero for a zero gradient and zero state.
 """
 
 from __future__ import annotations
@@ -37,170 +27,113 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .. import ops as _ops
-from ..storage import PaddedCSR, TransposedIndex, build_transposed
+from ..storage import build_transposed
+from . import custom_ops  # noqa: F401  (registers the torch.ops.sparselab ops)
 
-__all__ = ["spmm_fwd", "spmm_dx", "sddmm_dw", "sparse_linear"]
+__all__ = ["TensorOperand", "SparseProduct", "linear_backward", "sparse_linear"]
 
-
-# ---- helpers (eager only: they touch data pointers) ----
-
-
-def _csr(
-    values: Tensor,
-    cols: Tensor,
-    row_start: Tensor,
-    row_nnz: Tensor,
-    out_features: int,
-    in_features: int,
-    transposed: tuple | None = None,
-) -> PaddedCSR:
-    """A PaddedCSR wrapper around existing tensors: no copy, no validation.
-    ``transposed`` (t_cols, t_row_start, t_row_nnz, t_perm) is installed as its
-    cached transposed index so ops never rebuild it. An empty placeholder (a layer that keeps
-    no transposed index, see :func:`sparselab.settings.get_prefer`) installs nothing: an op that needs the
-    index then builds it for that call only."""
-    w = PaddedCSR(values, cols, row_start, row_nnz, (out_features, in_features), check=False)
-    if transposed is not None and transposed[1].numel() > 0:
-        w._transposed = TransposedIndex.of(transposed, w.topology_version)  # checked against W before use
-    return w
+_ops = torch.ops.sparselab
 
 
-def _row_major(t: Tensor) -> Tensor:
-    if t.dim() == 2 and t.shape[0] > 0 and (t.stride(1) != 1 or t.stride(0) < t.shape[1]):
-        return t.contiguous()
-    return t
+class TensorOperand:
+    """A weight as the custom ops take it: values, index tensors, transposed index, shape."""
+
+    __slots__ = ("values", "index", "transposed", "shape")
+
+    def __init__(self, values: Tensor, index: tuple, transposed: tuple, shape: tuple[int, int]):
+        self.values, self.index, self.transposed, self.shape = values, index, transposed, shape
+
+    def fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
+        return _ops.spmm_fwd(x, self.values, *self.index, *self.transposed, bias, *self.shape)
+
+    def dx(self, dy: Tensor) -> Tensor:
+        return _ops.spmm_dx(dy, self.values, *self.index, *self.transposed, *self.shape)
+
+    def dw(self, dy: Tensor, x: Tensor) -> Tensor:
+        return _ops.sddmm_dw(dy, x, self.values, *self.index, *self.shape)
+
+    def backward(self, dy: Tensor, x: Tensor, bias_grad: bool):
+        return None  # the custom ops have no fused form
+
+    def differentiable(self, values: Tensor) -> "TensorOperand":
+        return TensorOperand(values, self.index, self.transposed, self.shape)
 
 
-# ---- custom ops ----
+def linear_backward(dy: Tensor, x, fwd_w, dw_w, need_x: bool, need_w: bool, need_b: bool) -> tuple:
+    """``(dX, dValues, dBias)`` of ``y = x W^T + b`` (None where not needed): dX through
+    ``fwd_w``, dValues through ``dw_w``. One fused kernel computes all three where a single
+    operand serves both and it has one (it also sums the bias gradient from the dY it packs)."""
+    dy = dy.contiguous()
+    dx = dw = db = None
+    if need_x and need_w and fwd_w is dw_w:
+        dx, dw, db = fwd_w.backward(dy, x, need_b) or (None, None, None)
+    if need_x and dx is None:
+        dx = fwd_w.dx(dy)
+    if need_w and dw is None:
+        dw = dw_w.dw(dy, x)
+    if need_b and db is None:
+        db = dy.sum(0)
+    return dx, dw, db
 
 
-@torch.library.custom_op("sparselab::spmm_fwd", mutates_args=(), device_types="cpu")
-def spmm_fwd(
-    x: Tensor,
-    values: Tensor,
-    cols: Tensor,
-    row_start: Tensor,
-    row_nnz: Tensor,
-    t_cols: Tensor,
-    t_row_start: Tensor,
-    t_row_nnz: Tensor,
-    t_perm: Tensor,
-    bias: Optional[Tensor],
-    out_features: int,
-    in_features: int,
-) -> Tensor:
-    """``Y[N, out] = x[N, in] @ W^T (+ bias)``. The transposed index is not
-    read here; it is an input so the backward can use it."""
-    w = _csr(values.detach(), cols, row_start, row_nnz, out_features, in_features)
-    return _ops.spmm_fwd(w, _row_major(x.detach()), None if bias is None else bias.detach())
+class SparseProduct(torch.autograd.Function):
+    """Eager ``y = x W^T + b`` through operands (see the module docstring). ``fwd_w`` runs the
+    forward and dX, ``dw_w`` the weight gradient; both check, at the backward, that the weight
+    they were made for has not changed since the forward."""
+
+    @staticmethod
+    def forward(ctx, x, values, bias, fwd_w, dw_w):
+        ctx.fwd_w, ctx.dw_w = fwd_w, dw_w
+        ctx.save_for_backward(x if values.requires_grad else None, values)
+        return fwd_w.fwd(x, bias)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, values = ctx.saved_tensors
+        fwd_w, dw_w = ctx.fwd_w, ctx.dw_w
+        with fwd_w.lock:
+            fwd_w.check_unchanged()
+            dw_w.check_unchanged()
+            if torch.is_grad_enabled():  # double backward: the differentiable custom ops
+                same = fwd_w is dw_w
+                fwd_w = fwd_w.differentiable(values)
+                dw_w = fwd_w if same else dw_w.differentiable(values)
+            need = ctx.needs_input_grad
+            dx, dw, db = linear_backward(dy, x, fwd_w, dw_w, need[0], need[1], need[2])
+        return dx, dw, db, None, None
 
 
-@spmm_fwd.register_fake
-def _(x, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, bias, out_features, in_features):
-    torch._check(x.dim() == 2, lambda: f"x must be 2-D, got {x.dim()}-D")
-    torch._check(x.shape[1] == in_features, lambda: f"x must have {in_features} columns")
-    return x.new_empty((x.shape[0], out_features))
-
-
-@torch.library.custom_op("sparselab::spmm_dx", mutates_args=(), device_types="cpu")
-def spmm_dx(
-    dy: Tensor,
-    values: Tensor,
-    cols: Tensor,
-    row_start: Tensor,
-    row_nnz: Tensor,
-    t_cols: Tensor,
-    t_row_start: Tensor,
-    t_row_nnz: Tensor,
-    t_perm: Tensor,
-    out_features: int,
-    in_features: int,
-) -> Tensor:
-    """``dX[N, in] = dy[N, out] @ W``, on the given transposed index."""
-    w = _csr(
-        values.detach(), cols, row_start, row_nnz, out_features, in_features, (t_cols, t_row_start, t_row_nnz, t_perm)
-    )
-    return _ops.spmm_dx(w, _row_major(dy.detach()))
-
-
-@spmm_dx.register_fake
-def _(dy, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, out_features, in_features):
-    return dy.new_empty((dy.shape[0], in_features))
-
-
-@torch.library.custom_op("sparselab::sddmm_dw", mutates_args=(), device_types="cpu")
-def sddmm_dw(
-    dy: Tensor,
-    x: Tensor,
-    values: Tensor,
-    cols: Tensor,
-    row_start: Tensor,
-    row_nnz: Tensor,
-    out_features: int,
-    in_features: int,
-) -> Tensor:
-    """Gradient of the loss w.r.t. ``values``: ``dW[k] = dy[:, row(k)] . x[:, col(k)]``
-    at live slots, 0 at padding slots. Shaped like ``values``."""
-    w = _csr(values.detach(), cols, row_start, row_nnz, out_features, in_features)
-    return _ops.sddmm_dw(w, _row_major(dy.detach()), _row_major(x.detach()))
-
-
-@sddmm_dw.register_fake
-def _(dy, x, values, cols, row_start, row_nnz, out_features, in_features):
-    return values.new_empty(values.shape)
-
-
-# ---- autograd ----
+# ---- the custom ops' autograd (compiled graphs, and the double backward's own derivatives) ----
 
 
 def _fwd_setup_context(ctx, inputs, output):
-    (x, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, bias, out_features, in_features) = (
-        inputs
-    )
-    need_w = ctx.needs_input_grad[1]
+    x, values, *index_and_t, bias, out_features, in_features = inputs
     # x only if dW is needed (the one saved tensor that costs activation memory).
-    ctx.save_for_backward(
-        x if need_w else None, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm
-    )
+    ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, values, *index_and_t)
     ctx.shape = (out_features, in_features)
 
 
 def _fwd_backward(ctx, dy):
-    x, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm = ctx.saved_tensors
-    out_f, in_f = ctx.shape
-    need_x, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[9]
-    dy = dy.contiguous()
-    dx = dw = db = None
-    if need_x:
-        dx = torch.ops.sparselab.spmm_dx(
-            dy, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, out_f, in_f
-        )
-    if need_w:
-        dw = torch.ops.sparselab.sddmm_dw(dy, x, values, cols, row_start, row_nnz, out_f, in_f)
-    if need_b:
-        db = dy.sum(0)
+    x, values, cols, row_start, row_nnz, *t = ctx.saved_tensors
+    w = TensorOperand(values, (cols, row_start, row_nnz), tuple(t), ctx.shape)
+    need = ctx.needs_input_grad
+    dx, dw, db = linear_backward(dy, x, w, w, need[0], need[1], need[9])
     return dx, dw, None, None, None, None, None, None, None, db, None, None
 
 
 def _dx_setup_context(ctx, inputs, output):
-    (dy, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, out_features, in_features) = inputs
-    ctx.save_for_backward(dy, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm)
+    dy, values, *index_and_t, out_features, in_features = inputs
+    ctx.save_for_backward(dy, values, *index_and_t)
     ctx.shape = (out_features, in_features)
 
 
 def _dx_backward(ctx, g):
-    # dX = dY @ W  =>  d(dY) = g @ W^T (a forward), d(values) = sddmm(dY^T-side): g . dY
-    dy, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm = ctx.saved_tensors
-    out_f, in_f = ctx.shape
+    # dX = dY @ W  =>  d(dY) = g @ W^T (a forward), d(values) = sddmm of dY and g.
+    dy, values, cols, row_start, row_nnz, *t = ctx.saved_tensors
+    w = TensorOperand(values, (cols, row_start, row_nnz), tuple(t), ctx.shape)
     g = g.contiguous()
-    d_dy = d_vals = None
-    if ctx.needs_input_grad[0]:
-        d_dy = torch.ops.sparselab.spmm_fwd(
-            g, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, None, out_f, in_f
-        )
-    if ctx.needs_input_grad[1]:
-        d_vals = torch.ops.sparselab.sddmm_dw(dy, g, values, cols, row_start, row_nnz, out_f, in_f)
+    d_dy = w.fwd(g, None) if ctx.needs_input_grad[0] else None
+    d_vals = w.dw(dy, g) if ctx.needs_input_grad[1] else None
     return d_dy, d_vals, None, None, None, None, None, None, None, None, None
 
 
@@ -211,18 +144,14 @@ def _dw_setup_context(ctx, inputs, output):
 
 
 def _dw_backward(ctx, g):
-    # dW[k] = sum_b dy[b, r(k)] x[b, c(k)]: linear in dy and in x with the
-    # sparse matrix G (values g on W's topology): d(dy) = x @ G^T, d(x) = dy @ G.
+    # dW[k] = sum_b dy[b, r(k)] x[b, c(k)]: linear in dy and in x with the sparse matrix G
+    # (values g on W's topology): d(dy) = x @ G^T, d(x) = dy @ G.
     dy, x, values, cols, row_start, row_nnz = ctx.saved_tensors
-    out_f, in_f = ctx.shape
-    g = g.contiguous()
-    d_dy = d_x = None
     # Double backward only (rare, eager): build W^T's index here rather than carry it in every step.
-    t = build_transposed(cols, row_start, row_nnz, out_f, in_f)
-    if ctx.needs_input_grad[0]:
-        d_dy = torch.ops.sparselab.spmm_fwd(x.contiguous(), g, cols, row_start, row_nnz, *t, None, out_f, in_f)
-    if ctx.needs_input_grad[1]:
-        d_x = torch.ops.sparselab.spmm_dx(dy.contiguous(), g, cols, row_start, row_nnz, *t, out_f, in_f)
+    t = build_transposed(cols, row_start, row_nnz, *ctx.shape)
+    w = TensorOperand(g.contiguous(), (cols, row_start, row_nnz), t, ctx.shape)
+    d_dy = w.fwd(x.contiguous(), None) if ctx.needs_input_grad[0] else None
+    d_x = w.dx(dy.contiguous()) if ctx.needs_input_grad[1] else None
     return d_dy, d_x, None, None, None, None, None, None
 
 
@@ -242,11 +171,9 @@ def sparse_linear(
     out_features: int,
     in_features: int,
 ) -> Tensor:
-    """Functional ``y = x @ W^T + bias`` for ``x`` of shape ``(*, in_features)``,
-    differentiable in ``x``, ``values`` and ``bias``. ``transposed`` is
-    :func:`build_transposed` of the same topology."""
+    """Functional ``y = x @ W^T + bias`` for ``x`` of shape ``(*, in_features)`` through the custom
+    ops (what ``torch.compile`` traces), differentiable in ``x``, ``values`` and ``bias``.
+    ``transposed`` is :func:`~sparselab.storage.build_transposed` of the same topology."""
     lead = x.shape[:-1]
-    y = torch.ops.sparselab.spmm_fwd(
-        x.reshape(-1, in_features), values, cols, row_start, row_nnz, *transposed, bias, out_features, in_features
-    )
-    return y.reshape(*lead, out_features)
+    w = TensorOperand(values, (cols, row_start, row_nnz), tuple(transposed), (out_features, in_features))
+    return w.fwd(x.reshape(-1, in_features), bias).reshape(*lead, out_features)

@@ -1,13 +1,14 @@
 """Sparse weight storage: the padded-CSR format, its transposed index, and the checks of both."""
 
 from .checks import INT16_MAX_COLUMNS, PADDING, VALUE_DTYPES, index_bits, index_dtype_for
-from .padded_csr import PaddedCSR, build_transposed
+from .padded_csr import PaddedCSR, build_transposed, live_count
 from .transposed import TransposedIndex, no_transposed
 
 __all__ = [
     "PaddedCSR",
     "TransposedIndex",
     "build_transposed",
+    "live_count",
     "no_transposed",
     "PADDING",
     "VALUE_DTYPES",

@@ -43,7 +43,15 @@ __all__ = ["PaddedCSR", "build_transposed"]
 _LIVE_COUNTS: dict[int, tuple] = {}
 
 
-def live_count(row_nnz: torch.Tensor) -> int:
+def live_count(out_features: int, in_features: int, sparsity: float) -> int:
+    """How many live weights an ``out_features x in_features`` weight of this ``sparsity`` keeps:
+    ``round((1 - sparsity) * out_features * in_features)``. The one rule of every layer, conversion
+    and DST budget, so a layer made at a sparsity is never re-pruned by an algorithm aiming at it."""
+    numel = out_features * in_features
+    return max(0, min(numel, round((1.0 - sparsity) * numel)))
+
+
+def _nnz_of(row_nnz: torch.Tensor) -> int:
     """``int(row_nnz.sum())``, cached until ``row_nnz`` is modified in place."""
     key = id(row_nnz)
     hit = _LIVE_COUNTS.get(key)
@@ -173,8 +181,8 @@ class PaddedCSR:
         index_dtype: torch.dtype | None = None,
         init_std: float | None = None,
     ) -> "PaddedCSR":
-        """Uniformly random positions with the same live count in every row
-        (``round((1 - sparsity) * in_features)``) and normal values.
+        """:func:`live_count` live entries at uniformly random positions, spread over the rows as
+        evenly as they divide (the rows that get one more are drawn at random), with normal values.
 
         ``init_std`` defaults to ``1/sqrt(fan_in)`` of the *live* fan-in, which
         keeps the output scale of a dense layer at any sparsity.
@@ -193,16 +201,24 @@ class PaddedCSR:
         ):
             raise ValueError(f"init_std must be a finite number >= 0 or None, got {init_std!r}")
         index_dtype = cls._check_index_dtype(index_dtype, in_features)
-        per_row = max(0, min(in_features, round((1.0 - sparsity) * in_features)))
+        total = live_count(out_features, in_features, sparsity)
+        per_row, longer = divmod(total, out_features)
+        k = per_row + (1 if longer else 0)
         g = torch.Generator().manual_seed(seed)
-        # A uniform per_row-subset of columns per row, sorted, in O(nnz) (no dense random keys).
-        cols = random_row_columns(out_features, in_features, per_row, g)
+        # A uniform k-subset of columns per row, sorted, in O(nnz) (no dense random keys).
+        cols = random_row_columns(out_features, in_features, k, g)
+        row_nnz = torch.full((out_features,), k, dtype=torch.int64)
+        if longer:
+            # All but `longer` random rows drop one of their k columns at random: each row's
+            # columns stay a uniform subset of its size.
+            shorter = torch.randperm(out_features, generator=g)[: out_features - longer]
+            keep = torch.ones(out_features, k, dtype=torch.bool)
+            keep[shorter, torch.randint(0, k, (shorter.numel(),), generator=g)] = False
+            row_nnz[shorter] = per_row
+            cols = cols[keep]
         std = init_std if init_std is not None else 1.0 / math.sqrt(max(per_row, 1))
-        vals = torch.randn(out_features, per_row, generator=g, dtype=torch.float64).mul_(std).to(dtype)
-        row_nnz = torch.full((out_features,), per_row, dtype=torch.int64)
-        return cls._from_rows(
-            (out_features, in_features), row_nnz, cols.reshape(-1), vals.reshape(-1), padding, index_dtype
-        )
+        vals = torch.randn(total, generator=g, dtype=torch.float64).mul_(std).to(dtype)
+        return cls._from_rows((out_features, in_features), row_nnz, cols.reshape(-1), vals, padding, index_dtype)
 
     @classmethod
     def from_torch_sparse_csr(
@@ -259,7 +275,7 @@ class PaddedCSR:
 
     @property
     def nnz(self) -> int:
-        return live_count(self.row_nnz)
+        return _nnz_of(self.row_nnz)
 
     @property
     def capacity(self) -> int:
@@ -364,9 +380,11 @@ class PaddedCSR:
         check_weight_layout(self)
         check_topology(self)
 
-    def raw_args(self) -> tuple:
-        """Pointers and sizes for the extension, after :meth:`check`."""
-        self.check()
+    def raw_args(self, *, check: bool = True) -> tuple:
+        """Pointers and sizes for the extension, after :meth:`check` (``check=False``: for an
+        owner that checked the topology itself)."""
+        if check:
+            self.check()
         return (
             self.values.data_ptr(),
             self.cols.data_ptr(),

@@ -7,6 +7,6 @@ from .set import SET
 from .snfs import SNFS
 from .srigl import SRigL
 from .static import Static
-from .topkast import TopKAST, TopKASTLinear
+from .topkast import ForwardSet, TopKAST
 
-__all__ = ["Static", "SET", "RigL", "SRigL", "SNFS", "GMP", "GraNet", "TopKAST", "TopKASTLinear"]
+__all__ = ["Static", "SET", "RigL", "SRigL", "SNFS", "GMP", "GraNet", "TopKAST", "ForwardSet"]

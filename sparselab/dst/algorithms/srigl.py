@@ -33,7 +33,7 @@ from collections.abc import Iterable
 import torch
 
 from ..algorithm import LayerState
-from ..selection import topk_indices
+from ..topk import topk_indices
 from .rigl import RigL
 
 __all__ = ["SRigL"]

@@ -20,10 +20,11 @@ pointers, transposed index and the slot map into ``B``, no second copy of the
 values: they are gathered from ``B`` at each forward). Cost per step: the
 forward and ``dX`` run on ``A`` (``nnz(A)``), ``dW`` on ``B`` (``nnz(B)``).
 A masked view of ``B`` would be simpler but run the forward and ``dX`` over
-``nnz(B)``. Re-selecting ``A`` is O(capacity) (a band search around the
-previous threshold, exact, then ``A``'s transposed index); on a 1024x1024
-layer it cost about one forward + backward at batch 256 on a shared 2-core
-machine, so ``refresh_freq`` > 1 amortizes it.
+``nnz(B)``. ``A`` is the layer's :attr:`~sparselab.nn.sparse_module.SparseModule.forward_subset`
+(a :class:`ForwardSet`), a state of the layer: the layer stays a ``SparseLinear``.
+Re-selecting ``A`` is O(capacity) (a band search around the previous threshold, exact, then
+``A``'s transposed index), about the cost of one forward and backward at a moderate batch, so
+``refresh_freq`` > 1 amortizes it.
 
 Deviation, to stay truly sparse: the paper keeps a dense parameter and takes
 ``B`` as the top-``(D + M)`` of all of it, so a weight that left ``B`` keeps
@@ -38,156 +39,83 @@ by default).
 Usage::
 
     algo = sparselab.TopKAST(sparsity=0.9, backward_sparsity=0.8, update_freq=100, end=total_steps)
-    model.apply(algo)    # layers become TopKASTLinear (a SparseLinear subclass) in place
+    algo.attach(model)   # each layer's forward_subset is its forward set
 """
 
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from ...nn import SparseLinear
-from ...storage import PaddedCSR, build_transposed, no_transposed
+from ... import ops
+from ...nn.function import TensorOperand
+from ...storage import PaddedCSR, TransposedIndex, build_transposed
 from ..algorithm import LayerState, SparsityAlgorithm
 from ..schedules import check_sparsity, check_step
-from ..selection import topk_indices
+from ..topk import topk_indices
 
-__all__ = ["TopKAST", "TopKASTLinear"]
-
-_FORWARD = (
-    "fwd_cols",
-    "fwd_row_start",
-    "fwd_row_nnz",
-    "fwd_slots",
-    "fwd_t_cols",
-    "fwd_t_row_start",
-    "fwd_t_row_nnz",
-    "fwd_t_perm",
-)
+__all__ = ["TopKAST", "ForwardSet"]
 
 
-class _TopKASTFunction(torch.autograd.Function):
-    """``y = x W_A^T + b``; ``dX`` through ``W_A``; ``dW`` on every slot of ``B``."""
-
-    @staticmethod
-    def forward(ctx, x, values, bias, b_index, a_index, shape):
-        cols, row_start, row_nnz = b_index
-        a_cols, a_rs, a_nnz, a_slots, *a_t = a_index
-        out_f, in_f = shape
-        a_values = values.detach()[a_slots]  # the forward set's weights, gathered (nnz(A) floats)
-        y = torch.ops.sparselab.spmm_fwd(
-            x, a_values, a_cols, a_rs, a_nnz, *a_t, None if bias is None else bias.detach(), out_f, in_f
-        )
-        ctx.save_for_backward(
-            x if ctx.needs_input_grad[1] else None,
-            values,
-            a_values,
-            cols,
-            row_start,
-            row_nnz,
-            a_cols,
-            a_rs,
-            a_nnz,
-            *a_t,
-        )
-        ctx.shape = shape
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, values, a_values, cols, row_start, row_nnz, a_cols, a_rs, a_nnz, *a_t = ctx.saved_tensors
-        out_f, in_f = ctx.shape
-        dy = dy.contiguous()
-        dx = dw = db = None
-        if ctx.needs_input_grad[0]:
-            dx = torch.ops.sparselab.spmm_dx(dy, a_values, a_cols, a_rs, a_nnz, *a_t, out_f, in_f)
-        if ctx.needs_input_grad[1]:
-            dw = torch.ops.sparselab.sddmm_dw(dy, x, values, cols, row_start, row_nnz, out_f, in_f)
-        if ctx.needs_input_grad[2]:
-            db = dy.sum(0)
-        return dx, dw, db, None, None, None
-
-
-class TopKASTLinear(SparseLinear):
-    """A SparseLinear whose stored topology is Top-KAST's backward set and whose
-    forward uses only its ``forward_nnz`` largest-magnitude weights.
-
-    Made by :class:`TopKAST` when attached (``TopKASTLinear.convert(layer, k)``
-    turns a SparseLinear into one in place, keeping its Parameters). ``weight``
-    is the backward set (what DST updates act on); ``forward_weight`` and
-    ``dense_weight()`` are the forward set.
-    """
-
-    @classmethod
-    def convert(cls, layer: SparseLinear, forward_nnz: int) -> "TopKASTLinear":
-        """Make ``layer`` a TopKASTLinear in place (same object, same Parameters and buffers)."""
-        if not isinstance(layer, SparseLinear):
-            raise TypeError(f"TopKASTLinear.convert expects a SparseLinear, got {type(layer).__name__}")
-        if not isinstance(layer, cls):
-            layer.__class__ = cls
-            for name in _FORWARD:
-                layer.register_buffer(name, torch.empty(0, dtype=torch.int64), persistent=False)
-            layer._fwd_key = None
-            layer._fwd_threshold = None
-            layer._forward_nnz = 0
-            layer._refresh_transposed()  # drops B's transposed index: dX runs on A's
-        layer.forward_nnz = forward_nnz
-        return layer
-
-    # B's transposed index is never used (dX runs on the forward set's own), so none is kept.
-    def _build_transposed(self, out=None):
-        self._t_built = True
-        return no_transposed(self.weight_cols)
-
-    @property
-    def forward_nnz(self) -> int:
-        """``K``: how many of the stored weights the forward pass uses (at most ``nnz``)."""
-        return min(self._forward_nnz, self.nnz)
-
-    @forward_nnz.setter
-    def forward_nnz(self, k: int) -> None:
-        check_step(k, "forward_nnz")
-        if k != self._forward_nnz:
-            self._forward_nnz = int(k)
-            self._fwd_key = None
-
-    @torch.no_grad()
-    def select_forward_set(self) -> None:
-        """Re-select the forward set: the ``forward_nnz`` live slots of largest ``|w|``
-        (ties: lowest slot), as a compact padded CSR over the same slots."""
-        live = self.weight_cols >= 0
-        k = self.forward_nnz
-        if k >= self.nnz:
-            slots = live.nonzero().reshape(-1)
-            self._fwd_threshold = None
-        else:
-            mag = self.weight_values.detach().abs()
-            slots = self._top_slots(mag, live, k)
-            self._fwd_threshold = float(mag[slots].min()) if slots.numel() else None
-        rows = torch.searchsorted(self.weight_row_start, slots, right=True) - 1
-        a_nnz = torch.bincount(rows, minlength=self.out_features)
-        a_rs = torch.zeros(self.out_features + 1, dtype=torch.int64)
-        torch.cumsum(a_nnz, 0, out=a_rs[1:])
-        a_cols = self.weight_cols[slots]
-        a_nnz = a_nnz.to(torch.int32)
-        t = build_transposed(a_cols, a_rs, a_nnz, self.out_features, self.in_features)
-        for name, v in zip(_FORWARD, (a_cols, a_rs, a_nnz, slots.to(torch.int32), *t)):
-            setattr(self, name, v)
-        self._fwd_key = self._forward_key()
+class ForwardSet:
+    """Top-KAST's forward set ``A`` of one layer: its ``k`` stored weights of largest magnitude
+    (ties: the lowest slot), as a compact padded-CSR index over the layer's slots with its own
+    transposed index. The values are not copied: they are gathered from the layer's at each
+    forward. Made by :class:`TopKAST`; the layer holds it as its ``forward_subset``."""
 
     #: Relative widths of the bands tried around the previous threshold before a full selection.
-    _BANDS = (1 / 64, 1 / 8, 1 / 2)
+    BANDS = (1 / 64, 1 / 8, 1 / 2)
+
+    def __init__(self, k: int):
+        self.k = check_step(k, "forward_nnz")
+        self.cols = self.row_start = self.row_nnz = self.slots = None
+        self.transposed: tuple = ()
+        self._key = None  # (topology version, values id, k) the set was selected for
+        self._threshold = None  # the k-th largest magnitude at the last selection
+
+    @property
+    def nnz(self) -> int:
+        """How many weights the forward uses (at most the layer's live count when last selected)."""
+        return self.k if self.row_nnz is None else int(self.row_nnz.sum())
+
+    def tensors(self) -> tuple:
+        """The set's index tensors (counted as the layer's cache by :func:`sparselab.memory_report`)."""
+        if self.cols is None:
+            return ()
+        return (self.cols, self.row_start, self.row_nnz, self.slots) + tuple(self.transposed)
+
+    @torch.no_grad()
+    def select(self, layer) -> None:
+        """Select the set again from the layer's current magnitudes."""
+        live = layer.weight_cols >= 0
+        k = min(self.k, layer.nnz)
+        if k >= layer.nnz:
+            slots = live.nonzero().reshape(-1)
+            self._threshold = None
+        else:
+            mag = layer.weight_values.detach().abs()
+            slots = self._top_slots(mag, live, k)
+            self._threshold = float(mag[slots].min()) if slots.numel() else None
+        out_f, in_f = layer.out_features, layer.in_features
+        rows = torch.searchsorted(layer.weight_row_start, slots, right=True) - 1
+        row_nnz = torch.bincount(rows, minlength=out_f)
+        row_start = torch.zeros(out_f + 1, dtype=torch.int64)
+        torch.cumsum(row_nnz, 0, out=row_start[1:])
+        self.cols, self.row_start, self.row_nnz = layer.weight_cols[slots], row_start, row_nnz.to(torch.int32)
+        self.slots = slots.to(torch.int32)
+        self.transposed = build_transposed(self.cols, self.row_start, self.row_nnz, out_f, in_f)
+        self._key = self._key_of(layer)
 
     def _top_slots(self, mag: Tensor, live: Tensor, k: int) -> Tensor:
         """Ascending slots of the ``k`` largest ``mag`` among ``live`` (ties: lowest slot).
 
         Magnitudes move little between refreshes, so the ``k``-th largest is searched in a band
-        ``[lo, hi]`` around the previous one first: everything above ``hi`` is in, and the
-        rest comes from the band (exact whenever the band holds the k-th value, which the
-        counts prove); otherwise the full selection over all slots runs."""
-        tau = self._fwd_threshold
+        ``[lo, hi]`` around the previous one first: everything above ``hi`` is in, and the rest
+        comes from the band (exact whenever the band holds the k-th value, which the counts
+        prove); otherwise the full selection over all slots runs."""
+        tau = self._threshold
         if tau is not None and tau > 0:
-            for eps in self._BANDS:
+            for eps in self.BANDS:
                 lo, hi = tau * (1 - eps), tau * (1 + eps)
                 above = (mag > hi) & live
                 a = int(above.sum())
@@ -200,56 +128,65 @@ class TopKASTLinear(SparseLinear):
                 return above.nonzero().reshape(-1)
         return topk_indices(mag, k, live)
 
-    def _forward_key(self):
-        return (self.topology_version, id(self.weight_values), self._forward_nnz)
+    def _key_of(self, layer) -> tuple:
+        return (layer.topology_version, id(layer.weight_values), self.k)
 
-    def _forward_index(self) -> tuple:
-        if self._fwd_key != self._forward_key():
-            self.select_forward_set()
-        return tuple(getattr(self, n) for n in _FORWARD)
+    def _current(self, layer) -> None:
+        if self._key != self._key_of(layer):  # a new topology (an update, a load): select again
+            self.select(layer)
 
-    def extra_index_tensors(self) -> tuple:
-        """The forward set's index tensors (counted as cache by :func:`sparselab.memory_report`)."""
-        return tuple(getattr(self, n) for n in _FORWARD)
-
-    @property
-    def forward_weight(self):
+    def weight(self, layer) -> PaddedCSR:
         """The forward set as a PaddedCSR (a copy of its values)."""
-        cols, rs, nnz, slots = self._forward_index()[:4]
-        return PaddedCSR(self.weight_values.detach()[slots], cols, rs, nnz, (self.out_features, self.in_features))
+        self._current(layer)
+        values = layer.weight_values.detach()[self.slots]
+        return PaddedCSR(values, self.cols, self.row_start, self.row_nnz, (layer.out_features, layer.in_features))
 
-    def dense_weight(self) -> Tensor:
+    def dense_weight(self, layer) -> Tensor:
         """The forward weight ``W_A`` as a dense tensor (a copy)."""
-        return self.forward_weight.to_dense()
+        return self.weight(layer).to_dense()
 
-    def forward(self, x: Tensor) -> Tensor:
-        self._check_input(x)
-        a = self._forward_index()
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features)
-        if x2.dim() == 2 and x2.shape[0] > 0 and x2.stride(1) != 1:
-            x2 = x2.contiguous()
-        y = _TopKASTFunction.apply(
-            x2,
-            self.weight_values,
-            self.bias,
-            (self.weight_cols, self.weight_row_start, self.weight_row_nnz),
-            a,
-            (self.out_features, self.in_features),
-        )
-        return y.reshape(*lead, self.out_features)
+    def operand(self, layer, cache) -> "_ForwardSetOperand":
+        """The forward set as the operand of one forward and its dX (see :mod:`sparselab.nn.function`)."""
+        self._current(layer)
+        return _ForwardSetOperand(self, layer.weight_values.detach()[self.slots], cache)
 
-    def extra_repr(self) -> str:
-        return super().extra_repr() + f", forward_nnz={self.forward_nnz}"
+
+class _ForwardSetOperand:
+    """One forward's view of ``A``: its values gathered once, the planned one-off ops over them."""
+
+    def __init__(self, subset: ForwardSet, values: Tensor, cache):
+        self.subset, self.cache, self.lock = subset, cache, cache.lock
+        self.csr = PaddedCSR(values, subset.cols, subset.row_start, subset.row_nnz, cache.shape, check=False)
+        self.csr._transposed = TransposedIndex.of(subset.transposed)
+
+    def fwd(self, x: Tensor, bias) -> Tensor:
+        return ops.spmm_fwd(self.csr, x, bias)
+
+    def dx(self, dy: Tensor) -> Tensor:
+        return ops.spmm_dx(self.csr, dy)
+
+    def backward(self, dy, x, bias_grad):
+        return None  # dW covers the whole backward set: the layer's cache computes it
+
+    def check_unchanged(self) -> None:
+        self.cache.check_unchanged()
+
+    def differentiable(self, values: Tensor) -> TensorOperand:
+        s = self.subset
+        return TensorOperand(values[s.slots.long()], (s.cols, s.row_start, s.row_nnz), s.transposed, self.cache.shape)
 
 
 class TopKAST(SparsityAlgorithm):
-    """``TopKAST(sparsity=0.9, backward_sparsity=0.8, refresh_freq=1, grow='random', **base_kwargs)``.
+    """Top-KAST: the forward uses the top-K weights of each layer, the backward updates a larger set.
 
-    ``sparsity``: of the forward set (what inference uses), a float.
-    ``backward_sparsity``: of the stored backward set (a float or a
-    :class:`SparsitySchedule`; at most ``sparsity``); the base class's budgets,
-    distribution, drop schedule and update schedule apply to it.
+    Args:
+        sparsity: of the forward set (what inference uses), a float.
+        backward_sparsity: of the stored backward set (a float or a :class:`SparsitySchedule`; at
+            most ``sparsity``); the base class's budgets, distribution, drop schedule and update
+            schedule apply to it.
+        refresh_freq: steps between re-selections of the forward set (1: every step, as in the paper).
+        grow: how the backward set regrows: ``'random'`` or ``'gradient'`` (the dense gradient).
+        **kwargs: the arguments of :class:`~sparselab.dst.SparsityAlgorithm`.
     """
 
     default_drop_schedule = "cosine"
@@ -285,19 +222,12 @@ class TopKAST(SparsityAlgorithm):
         d = self._distribution(shapes, 1.0 - self.forward_sparsity)[layer.index]
         return min(layer.nnz, int(round(min(1.0, max(0.0, float(d))) * layer.numel)))
 
-    def __call__(self, module: nn.Module) -> nn.Module:
-        out = super().__call__(module)
-        if isinstance(module, SparseLinear):
-            # model.apply sets up at the first forward, which torch has already bound to the
-            # layer's class: the class must be right now (setup then sets the forward size).
-            TopKASTLinear.convert(module, module.nnz)
-        return out
-
     def _setup(self) -> None:
         super()._setup()  # budgets the backward sets
-        self._k = [self.forward_nnz(L) for L in self._layers]
-        for L, k in zip(self._layers, self._k):
-            TopKASTLinear.convert(L.module, k)
+        for L in self._layers:
+            subset = ForwardSet(self.forward_nnz(L))
+            subset.select(L.module)
+            L.module.set_forward_subset(subset)
 
     def exploration_penalty(self) -> Tensor:
         """The paper's exploration regularizer, to add (times a coefficient) to the loss:
@@ -307,12 +237,13 @@ class TopKAST(SparsityAlgorithm):
         self._require_layers()
         total = None
         for L in self._layers:
-            m = L.module
-            v = m.weight_values
-            a_slots = m._forward_index()[3].long()
+            subset = L.module.forward_subset
+            subset._current(L.module)
+            v = L.module.weight_values
+            a = v[subset.slots.long()]
             sq_all = (v * v).sum()  # padding slots hold 0
-            sq_a = (v[a_slots] * v[a_slots]).sum()
-            d = max(m.forward_nnz, 1) / L.numel
+            sq_a = (a * a).sum()
+            d = max(subset.nnz, 1) / L.numel
             term = sq_a + (sq_all - sq_a) / d
             total = term if total is None else total + term
         return total
@@ -325,7 +256,8 @@ class TopKAST(SparsityAlgorithm):
     def step(self) -> bool:
         changed = super().step()
         if changed or self._step % self.refresh_freq == 0:
-            for L, k in zip(self._layers, self._k):
-                L.module.forward_nnz = k  # the layer caps it at its live count
-                L.module.select_forward_set()
+            for L in self._layers:
+                subset = L.module.forward_subset
+                subset.k = self.forward_nnz(L)
+                subset.select(L.module)
         return changed

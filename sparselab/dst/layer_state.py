@@ -1,0 +1,68 @@
+"""What a DST algorithm's hooks see of one attached layer, and what an update did to it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from ..nn.sparse_module import SparseModule
+from .capture import GradientCapture
+
+__all__ = ["LayerState", "UpdateInfo"]
+
+
+class LayerState:
+    """What the hooks see of one attached layer."""
+
+    __slots__ = ("module", "name", "index", "capture")
+
+    def __init__(self, module: SparseModule, name: str, index: int):
+        self.module = module
+        self.name = name
+        self.index = index
+        self.capture: GradientCapture | None = None
+
+    @property
+    def weight(self):
+        """The layer's PaddedCSR view (shares its tensors)."""
+        return self.module.weight
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.module.out_features, self.module.in_features)
+
+    @property
+    def numel(self) -> int:
+        return self.module.out_features * self.module.in_features
+
+    @property
+    def nnz(self) -> int:
+        return self.module.nnz
+
+    def dense_grad(self, rows: slice) -> Tensor:
+        """Dense ``dL/dW[rows, :]`` from the captured ``X`` and ``dY`` (a fresh tensor)."""
+        if self.capture is None or not self.capture.ready:
+            raise RuntimeError(
+                f"layer {self.name!r}: no captured gradient for this update. Gradient-based growth needs "
+                f"algo.step() called once after every optimizer step (forward + backward happen between "
+                f"two algo.step() calls), so the algorithm can capture X and dY on the step before an update"
+            )
+        return self.capture.dense_grad(rows)
+
+    def __repr__(self) -> str:
+        return f"LayerState({self.name!r}, shape={self.shape}, nnz={self.nnz})"
+
+
+@dataclass
+class UpdateInfo:
+    """What one update did to one layer (``algo.last_update`` holds a list of them)."""
+
+    name: str
+    step: int
+    dropped: int
+    grown: int
+    nnz: int
+    repacked: bool
+    resized: bool
+    grown_slots: Tensor

@@ -1,0 +1,223 @@
+"""What a layer's calls reuse while its weight stays the same: one record, one version.
+
+A :class:`LayerCache` is made from a sparse layer's tensors whenever its weight changes (a new
+topology, new storage, a setting that moves the plans), and everything it holds belongs to that
+version: W's raw pointers and live count, the kernel plan (``_C.LayerPlan``: live counts, row
+partitions and block-major indexes), the plans and variant ids per (op, batch, threads), and the
+storages its pointers point into, which it pins so a call in another thread never reads freed
+memory. The layer swaps in a new record whole.
+
+The cache is the layer's operand for :mod:`sparselab.nn.function`: ``fwd``, ``dx``, ``dw`` and
+``backward`` run the planned kernels on raw pointers.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ..dispatch import planner
+from ..dispatch.registry import BACKWARD, SEPARATE_PAIR
+from ..dispatch.runners import kernel_plan, leading_dim, run_sddmm_dw, run_spmm_dx, run_spmm_fwd
+from ..storage import PaddedCSR, TransposedIndex
+from ..storage.checks import version_of
+from .function import TensorOperand
+
+__all__ = ["LayerCache", "storage_state"]
+
+_PLANS_MAX = 64  # batch sizes vary (the last batch of an epoch, eval): keep the maps bounded
+
+
+def storage_state(module) -> tuple:
+    """What a layer's cache depends on: identity, in-place version and storage of the index
+    tensors, the values' storage and dtype, and the planner's epoch (last). Costs under a
+    microsecond: it runs on every call."""
+    d = module.__dict__  # nn.Module.__getattr__ costs a microsecond a name on this path
+    v, b = d["_parameters"]["weight_values"], d["_buffers"]
+    c, rs, rn = b["weight_cols"], b["weight_row_start"], b["weight_row_nnz"]
+    try:
+        cv, rsv, rnv = c._version, rs._version, rn._version
+    except RuntimeError:  # an inference tensor has no counter
+        cv, rsv, rnv = version_of(c), version_of(rs), version_of(rn)
+    # ids are safe to compare: the cache keeps the tensors alive while it holds them.
+    return (
+        id(c),
+        cv,
+        c.data_ptr(),
+        c.numel(),
+        id(rs),
+        rsv,
+        rs.data_ptr(),
+        id(rn),
+        rnv,
+        rn.data_ptr(),
+        v.data_ptr(),
+        v.numel(),
+        v.dtype,
+        planner.epoch,
+    )
+
+
+class LayerCache:
+    """One version of what a layer's calls reuse (see the module docstring)."""
+
+    def __init__(self, module, version: int):
+        self._module = weakref.ref(module)  # the layer, for check_unchanged
+        self.lock = module._lock
+        self.version = version
+        self.shape = (module.out_features, module.in_features)
+        values, cols, rs, rn = module.weight_values, module.weight_cols, module.weight_row_start, module.weight_row_nnz
+        self.view = PaddedCSR(values, cols, rs, rn, self.shape, check=False)
+        self.transposed_tensors = module._transposed_tensors()
+        self.transposed = TransposedIndex.of(self.transposed_tensors)
+        self.w_args = self.view.raw_args(check=False)  # the layer checked its topology
+        self.density = int(rn.sum()) / (self.shape[0] * self.shape[1])
+        # Inference tensors have no version counter, so the state would not see them edited in
+        # place (in inference mode): such a layer reads its index on every call instead.
+        inference = any(t.is_inference() for t in (cols, rs, rn))
+        keep_t = self.transposed_tensors[0].numel() > 0
+        self.kernels = None
+        if cols.numel() > 0 and values.dtype is torch.float32 and not inference:
+            # A layer that keeps no transposed index (the memory preference) keeps no block-major index either.
+            self.kernels = kernel_plan(self.w_args, self.transposed if keep_t else None, keep_prepared=keep_t)
+        self.plans: dict = {}  # (op, n, threads) -> planner.Plan
+        self.kernel_ids: dict = {}  # (op, n, threads) -> id the kernel plan runs, or -1: the general runners
+        tensors = (values, cols, rs, rn) + self.transposed_tensors
+        # The storages, not just the tensor objects: a capacity change swaps storage under the same
+        # objects, and a call still running in another thread must keep reading memory that exists.
+        self.storages = tuple(t.untyped_storage() for t in tensors)
+        self.held = tensors
+        self.state = storage_state(module)
+
+    def check_unchanged(self) -> None:
+        """Raise if the layer's weight changed since this version was made (a backward after a
+        topology update must not run on the new one)."""
+        module = self._module()
+        if module is not None and storage_state(module)[:-1] != self.state[:-1]:
+            raise RuntimeError(
+                "SparseLinear: the topology changed between this forward and its backward; "
+                "change it after backward (e.g. algo.step() after opt.step())"
+            )
+
+    def differentiable(self, values: Tensor) -> TensorOperand:
+        c = self.view
+        return TensorOperand(values, (c.cols, c.row_start, c.row_nnz), self.transposed_tensors, self.shape)
+
+    # ---- planning ----
+
+    def plan(self, op: str, n: int):
+        """(variant, threads) for this op at batch ``n``: kept per version, else the planner's."""
+        threads = torch.get_num_threads()
+        if n == 0 or self.state[-2] is torch.float64:
+            return None, threads  # no kernel choice: empty batch, or the scalar float64 path
+        key = (op, n, threads)
+        p = self.plans.get(key)
+        if p is None:
+            p = planner.plan(op, self.shape[0], self.shape[1], n, self.density, threads)
+            if len(self.plans) >= _PLANS_MAX:
+                self.plans.clear()
+            self.plans[key] = p
+        return p.variant, threads
+
+    def kernel_id(self, op: str, n: int, threads: int) -> int:
+        """The variant id the kernel plan runs for this call, or -1 when the general runners take
+        it (float64, empty batches, dense variants, an empty W; for the backward: the pair)."""
+        key = (op, n, threads)
+        kid = self.kernel_ids.get(key)
+        if kid is None:
+            plan = self.kernels
+            if op == BACKWARD:
+                # A fused call reads the kept transposed index: without one nothing is planned.
+                kid = -1
+                if plan is not None and plan.has_transposed and self.transposed.cols.numel() > 0:
+                    v, _ = self.plan(op, n)
+                    kid = v.id if v is not None and v is not SEPARATE_PAIR else -1
+            else:
+                v, _ = self.plan(op, n)
+                usable = v is not None and not v.is_dense and plan is not None
+                if usable and v.dx_layout == "transposed":
+                    usable = plan.has_transposed
+                kid = v.id if usable else -1
+            if len(self.kernel_ids) >= _PLANS_MAX:
+                self.kernel_ids.clear()
+            self.kernel_ids[key] = kid
+        return kid
+
+    # ---- the operand: planned kernels on raw pointers ----
+
+    def fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
+        n, threads = len(x), torch.get_num_threads()
+        kid = self.kernel_ids.get(("spmm_fwd", n, threads))
+        if kid is None:
+            kid = self.kernel_id("spmm_fwd", n, threads)
+        if kid < 0:
+            v, threads = self.plan("spmm_fwd", n)
+            return run_spmm_fwd(v, self.view, self.w_args, x, bias, threads)
+        out_f, in_f = self.shape
+        y = x.new_empty(n, out_f)  # x is a float32 CPU tensor (checked): not torch's default dtype
+        ldx = in_f if x.is_contiguous() else leading_dim(x)
+        self.kernels.spmm_fwd(
+            kid, n, x.data_ptr(), ldx, 0 if bias is None else bias.data_ptr(), y.data_ptr(), out_f, threads
+        )
+        return y
+
+    def dx(self, dy: Tensor) -> Tensor:
+        n, threads = dy.shape[0], torch.get_num_threads()
+        kid = self.kernel_id("spmm_dx", n, threads)
+        if kid < 0:
+            v, threads = self.plan("spmm_dx", n)
+            t = self.transposed if v is not None and v.dx_layout == "transposed" else None
+            if t is not None and t.cols.numel() != self.view.nnz:  # the memory preference keeps no index here
+                t = self.view.transposed()
+            return run_spmm_dx(v, self.view, self.w_args, t, dy, threads)
+        in_f = self.shape[1]
+        dx = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
+        self.kernels.spmm_dx(kid, n, dy.data_ptr(), leading_dim(dy), dx.data_ptr(), in_f, threads)
+        return dx
+
+    def dw(self, dy: Tensor, x: Tensor) -> Tensor:
+        n, threads = dy.shape[0], torch.get_num_threads()
+        kid = self.kernel_id("sddmm_dw", n, threads)
+        if kid < 0:
+            v, threads = self.plan("sddmm_dw", n)
+            return run_sddmm_dw(v, self.view, self.w_args, dy, x, threads)
+        dw = torch.empty(self.view.capacity, dtype=torch.float32, device="cpu")
+        self.kernels.sddmm_dw(
+            kid, n, dy.data_ptr(), leading_dim(dy), x.data_ptr(), leading_dim(x), dw.data_ptr(), threads
+        )
+        return dw
+
+    def backward(self, dy: Tensor, x: Tensor, bias_grad: bool) -> Optional[tuple]:
+        """(dX, dW, dB) from one fused kernel call where the backward plan names one (dB None
+        unless ``bias_grad``), else None: the plan's separate pair, an empty W, no kept index."""
+        n, threads = dy.shape[0], torch.get_num_threads()
+        kid = self.kernel_ids.get((BACKWARD, n, threads))
+        if kid is None:
+            kid = self.kernel_id(BACKWARD, n, threads)
+        if kid < 0:
+            return None
+        out_f, in_f = self.shape
+        dx = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
+        dw = torch.empty(self.view.capacity, dtype=torch.float32, device="cpu")
+        db = torch.empty(out_f, dtype=torch.float32, device="cpu") if bias_grad else None
+        self.kernels.backward_fused(
+            kid,
+            n,
+            dy.data_ptr(),
+            leading_dim(dy),
+            x.data_ptr(),
+            leading_dim(x),
+            dx.data_ptr(),
+            in_f,
+            dw.data_ptr(),
+            threads,
+            0 if db is None else db.data_ptr(),
+        )
+        return dx, dw, db
+
+    def cached_bytes(self) -> int:
+        """Bytes the kernel plan holds beyond the layer's tensors."""
+        return 0 if self.kernels is None else self.kernels.cached_bytes()
