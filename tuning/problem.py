@@ -9,16 +9,15 @@ largest batch tile of any variant (128: the AVX-512 tiles), so that kernels tile
 timed on full tiles, as they run at the large N the cap stands for (an N of 19 made tile-64
 kernels look bad on 4096 x 4096 layers; N=64 or 192 timed the T=128 tiles half-empty). Data is seeded, so every tuning of a key sees the same problem.
 
-TIMING_MACS is 2**28: at 2**26 a 4096 x 4096 layer at 90% sparsity was timed at N=64, one or two
-batch tiles, where the kernels that pack activations per tile rank differently than at the
-N >= 2048 they stand for; at 2**28 it is timed at N=128 and layers up to ~0.5M live weights at
-the full MAX_N_TIME.
+TIMING_MACS is 2**28, so that even the largest standard layers are timed on a few whole batch
+tiles: at one or two tiles, the kernels that pack activations per tile rank differently than at
+the large N they stand for.
 
 The check part (``Problem.check_part``): when one call on the whole problem costs more than
 CHECK_MACS multiply-adds, correctness is checked on the layer's first rows only, at the same N
 (so every batch tile and the full input width are exercised). The scalar reference then runs on
-that part instead of the whole layer: at 4096 x 4096, 80% sparse, N=64 its one call took 0.16 s
-(forward) to 0.5 s (dW) of a 1.5-2.5 s tuning.
+that part instead of the whole layer, where its one call would cost a large share of the key's
+tuning time.
 
 The backward key (op ``backward_fused``) races every fused variant against the separate pair:
 the ``spmm_dx`` and ``sddmm_dw`` variants the cache holds for the same layer, batch and threads
@@ -55,9 +54,8 @@ MIN_TARGET_RATIO = 1.5
 def timing_n(key, shape=None) -> int:
     """The batch size the race times: the call's (or the key's representative) N, capped.
 
-    An N up to ``MIN_TARGET_RATIO`` times the cap is timed as it is: rounding it down
-    to whole tiles timed a key at N=100 at N=64, where a kernel 1.12-1.2x slower at N=100 won
-    (sddmm_dw 3000x1500, 60% dense, in 3 of 4 quality runs). Beyond that the second point
+    An N up to ``MIN_TARGET_RATIO`` times the cap is timed as it is: rounded down to whole tiles
+    it would be timed where a kernel slower at its own N can win. Beyond that the second point
     (second_point.py) measures the ranking nearer the key's N."""
     out_f, in_f, n_call, density = shape or (key.out_features, key.in_features, key.n, key.density)
     nnz = max(1, round(out_f * in_f * density))
@@ -151,8 +149,7 @@ class Problem:
         self.W, self.X, self.dY, self.bias = W, X, dY, bias
         if self.key.op in ("spmm_dx", "backward_fused"):
             # Built once per topology in training, so not part of any candidate's time: built
-            # here, the first transposed-layout candidate's warm-up no longer pays it (22 ms at
-            # 4096 x 4096, 10% dense: more than one call of the best kernel at N=32).
+            # here, the first transposed-layout candidate's warm-up does not pay it.
             W.transposed()
         self.reference_output = None
         # Length of the dot products each output element sums (for the tolerance).

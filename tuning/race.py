@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 # Cut thresholds: after the warm-up run, then after each timed round; the last value repeats.
 # The warm-up cut is generous: one run can be cold (first-touch scratch, transposed index) or,
-# on a busy 2-core machine, lose a whole scheduler slice (measured: 1 ms kernels seen at 25 ms).
+# on a busy 2-core machine, lose a whole scheduler slice.
 CUT_RATIOS = (8.0, 1.6, 1.3, 1.15)
 TIE_BAND = 0.03
 # Close finishes: the best two within CLOSE_BAND duel for up to DUEL_REPS more runs each.

@@ -11,12 +11,11 @@ check part (problem.Problem.check_part: the layer's first rows at the same N):
    run once more first (a single run can be cold or lose a scheduler slice), and its faster run
    counts; beyond that one run is enough, as in the race's warm-up cut (race.CUT_RATIOS[0]).
 
-The ratio is generous. Over the large layers measured on the reference machine (4096x4096,
-4096x1024, 640x2560, 2560x640; 2 threads) a sparse candidate's ratio to the best on the part was
-0.53-1.71x its ratio on the whole layer (dense candidates 0.33-1.04x: densifying a part is
-relatively cheaper), and every candidate that a race could choose (within 1.5x on the whole layer,
-second_point.FINALIST_RATIO) was within 1.71x on the part. What 4x cuts there is the scalar, plain
-and unrolled loops (6-40x) and dense candidates far from winning.
+The ratio is generous: a candidate's standing on the part differs from its standing on the whole
+layer (densifying a part is relatively cheaper for the dense candidates), but not by enough for a
+candidate the race could choose (within second_point.FINALIST_RATIO on the whole layer) to fall
+beyond it. What it cuts is the scalar, plain and unrolled loops and dense candidates far from
+winning.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """A second timing point for keys whose batch was capped: rank the finalists at the key's own N.
 
 The race times a capped N (problem.py) so that every candidate, the scalar reference included,
-stays cheap. Kernels differ in per-call cost (copying W's values into their order, packing activations) as well as in
-per-row cost, so the ranking at the capped N can flip by the N the key stands for. Measured on the
-reference machine (2 threads, 90% sparse, medians of 7 interleaved runs):
-
-    spmm_fwd 4096x4096   N=128: avx2_tile32 1.29x faster than avx2_bm64_cb128
-                         N=512: tie;  N=2048: avx2_bm64_cb128 1.29x faster
-    spmm_dx  2560x640    N=512: avx2_bm32_cb256 first; N=2048: avx2_bm64_cb128 first (by 1.11x)
+stays cheap. Kernels differ in per-call cost (copying W's values into their order, packing
+activations) as well as in per-row cost, so the ranking at the capped N can flip by the N the key
+stands for: a tiled form that leads at N=128 can trail a block-major one at N=2048.
 
 So when the key's N is at least 1.5x the timed N, the race's finalists run a second, shorter race
 at a larger N, and each finalist's time at the key's N is read off the straight line through its
@@ -16,7 +12,7 @@ at that N (race.RaceResult.fastest: with a few samples per point, a burst of loa
 them moves a median enough to turn the line; noise only ever adds time). The choice is the fastest
 prediction, ties within ``TIE_BAND`` going to the simpler candidate as in the race.
 
-Under the tuner's deadline (tuner.DEADLINE_S) the second N shrinks to what the time left affords
+Under the tuner's deadline (:func:`sparselab.settings.tuning_deadline_s`) the second N shrinks to what the time left affords
 (``fit_n``) rather than losing a finalist: the finalist that is slowest at the first N is the one
 that may win at the key's N.
 """
@@ -87,9 +83,9 @@ def finalists(
 ) -> list[str]:
     """The candidates worth a second point, fastest first: the fastest of each ``family`` (kernel
     form) within max(``ratio``, LEADER_RATIO) of the best, then the rest within ``ratio``. Kernels
-    of one form share a cost structure, a per-call copy of W or not; ranked by speed alone, the
-    three finalists of a 4096x4096 forward at N=128 were all tiled, and the block-major kernel
-    that is 1.29x faster at N=2048 never got its second point."""
+    of one form share a cost structure, a per-call copy of W or not; ranked by speed alone, all
+    finalists could be of one form, and a form that leads only at the key's N would never get its
+    second point."""
     best = min(medians.values())
     ordered = leaders_first(medians, rank, family)
     leaders = ordered[: len({family(n) for n in medians})]

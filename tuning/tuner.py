@@ -24,9 +24,8 @@ from the start of tune, set-up included): more rounds, the close-finish duel and
 A key with a second point keeps SECOND_POINT_RESERVE of the deadline for it; its N shrinks to what
 the time left affords (second_point.fit_n), or it is skipped (the entry says so in
 second_point_skipped). The problem's N is capped (problem.py) so the slowest candidates stay
-cheap, and they are cut after one or two runs. The mandatory part takes 0.5-0.8 s on the largest
-standard layers (4096 x 4096) on the reference machine; on a busy machine it stretches (the entry
-records the load).
+cheap, and they are cut after one or two runs. On a busy machine the mandatory part stretches (the
+entry records the load).
 """
 
 from __future__ import annotations
@@ -46,8 +45,8 @@ from .problem import Problem
 from .race import CUT_RATIOS, DUEL_REPS, TIE_BAND, Candidate, NoValidCandidate, race
 
 BUDGET_S = 0.4
-# Share of the deadline the first race leaves for the second point: on a 4096 x 4096 dW the first
-# race alone chose a kernel 4-5x slower at N=2048.
+# Share of the deadline the first race leaves for the second point, which large keys need most:
+# there the first race alone can choose a kernel several times slower at the key's N.
 SECOND_POINT_RESERVE = 0.35
 # Candidates at most in the first race of a screened key that gets a second point.
 FIRST_RACE_MAX = 10
@@ -300,149 +299,45 @@ def _affordable(estimates: dict[str, float], rank, family, left: float, always: 
     return keep
 
 
-def tune(
-    key,
-    *,
-    shape: tuple | None = None,
-    variants=None,
-    problem=None,
-    reference: str | None = None,
-    budget_s: float = BUDGET_S,
-    deadline: float | None = None,
-    clock=time.perf_counter,
-) -> dict:
-    """Measure and return the cache entry for ``key``, timed at ``shape`` = (out_features,
-    in_features, n, density) if given (the call that missed), else at the key's representative
-    shape. ``deadline``: seconds for this key (default :func:`sparselab.settings.tuning_deadline_s`). The other parameters
-    are for tests."""
-    started = time.perf_counter()
-    deadline_total = settings.tuning_deadline_s() if deadline is None else deadline
-    deadline_at = clock() + deadline_total
-    if reference is None:
-        reference = cand.reference_of(key.op)
-    if variants is None:
-        variants = cand.available_variants(key.op)
-    if problem is None:
-        problem = Problem(key, shape=shape)
-
-    infos = {v.name: v for v in variants}
-
-    def form(name: str) -> str:
-        return getattr(infos[name], "form", name)
-
-    # The planner's default (a backward's tie rule, a screened key's first race, the second
-    # point), and a backward's separate pair.
-    if key.op == "backward_fused":
-        pair, prior = reference, _backward_prior_of(key, shape)
-    else:
-        pair, prior = None, _op_prior_of(key, shape)
-    if reference not in infos:
-        raise RuntimeError(f"reference variant {reference!r} of {key.op} is not available")
-    racers = []
-    for v in variants:
-        racers.append(Candidate(v.name, cand.rank(v, reference), problem.runner(v.name), cand.kind(v, reference)))
-
-    # A large layer: check every candidate on its first rows, and race only those that are not
-    # far behind there (screen.py); outputs on the whole layer are then checked for shape and
-    # finiteness only.
-    phases = {"setup": time.perf_counter() - started}
-    part = problem.check_part()
-    check = _checker(problem, reference)
-    screened = None
-    if part is not None:
-        screened = screen.screen(
-            [Candidate(r.name, r.rank, part.runner(r.name), r.kind) for r in racers],
-            _checker(part, reference),
-            clock=clock,
-        )
-        racers = [r for r in racers if r.name in screened.kept]
-        check = _sanity_checker(problem)
-        phases["check_part"] = time.perf_counter() - started - sum(phases.values())
-
-    # A capped batch: the finalists get a second point at a larger N (second_point.py). The
-    # first race then only has to find them (and time them for the line), so it runs on part
-    # of the budget and skips its close-finish duel: the two races together cost about one.
-    target = min(shape[2] if shape else key.n, N_CAP)
-    n2 = second_point.second_n(problem.n, target)
-    if n2 is not None and screened is not None and len(racers) > FIRST_RACE_MAX:
-        # The first round of a race is not bounded by the deadline: 30 candidates of a 4096 x 4096
-        # key at N=128 used all of it, the second point was skipped, and the choice was made at
-        # N=128 (once a tiled kernel for dX). Race the fastest of each form on the part, then the
-        # fastest others, as the second point picks finalists.
-        rank = {r.name: r.rank for r in racers}
-        keep = set(
-            second_point.finalists(
-                {r.name: screened.times[r.name] for r in racers},
-                rank.__getitem__,
-                form,
-                ratio=float("inf"),
-                max_count=FIRST_RACE_MAX,
-            )
-        )
+def _first_racers(racers, screened, part, problem, form, prior, n2, first_deadline: float, clock) -> list:
+    """The candidates the first race of a screened key with a second point takes. Its first
+    round is not bounded by the deadline, and on a large layer a full field would leave no time
+    for the second point: at most FIRST_RACE_MAX (each form's fastest on the check part first,
+    the planner's default always), then only those whose first round the time left affords."""
+    if n2 is None or screened is None:
+        return racers
+    rank = {r.name: r.rank for r in racers}.__getitem__
+    if len(racers) > FIRST_RACE_MAX:
+        times = {r.name: screened.times[r.name] for r in racers}
+        keep = set(second_point.finalists(times, rank, form, ratio=float("inf"), max_count=FIRST_RACE_MAX))
         keep.add(prior)  # the second point may need its time (_with_prior, the backward's tie rule)
         racers = [r for r in racers if r.name in keep]
-    first_budget = budget_s * (second_point.BUDGET_FRACTION if n2 is not None else 1.0)
-    first_deadline = deadline_at - (SECOND_POINT_RESERVE * deadline_total if n2 is not None else 0.0)
-    if n2 is not None and screened is not None and len(racers) > FIRST_RACE_MIN:
+    if len(racers) > FIRST_RACE_MIN:
         scale = problem.W.out_features / max(part.W.out_features, 1)
-        keep = _affordable(
-            {r.name: screened.times[r.name] * scale for r in racers},
-            {r.name: r.rank for r in racers}.__getitem__,
-            form,
-            first_deadline - clock(),
-            always=prior,
-        )
+        estimates = {r.name: screened.times[r.name] * scale for r in racers}
+        keep = _affordable(estimates, rank, form, first_deadline - clock(), always=prior)
         racers = [r for r in racers if r.name in keep]
-    # After a screen, a warm-up on the whole layer is no colder than the run on the part was (code,
-    # X and the transposed index are warm), so it cuts at the screen's ratio rather than the
-    # race's generous first one: at 4096x4096, N=32 the plain and unrolled loops and dense_torch
-    # were 3.7x the best on the part and 4.5x on the whole layer, 60 ms a call.
-    cut_ratios = (screen.CUT_RATIO,) + CUT_RATIOS[1:] if screened is not None else CUT_RATIOS
-    result = race(
-        racers,
-        check,
-        budget_s=first_budget,
-        deadline=first_deadline,
-        clock=clock,
-        duel_reps=0 if n2 is not None else DUEL_REPS,
-        cut_ratios=cut_ratios,
-    )
+    return racers
 
-    phases["race"] = time.perf_counter() - started - sum(phases.values())
+
+def _backward_choice(key, shape, winner: str, runner_up, first, second: dict) -> tuple:
+    """(winner, runner_up) of a backward key after its tie rule (see _backward_tie_to_prior);
+    marks ``second`` when the tie kept the planner's prior."""
+    times = second.get("predicted_s") or first.medians
+    # A cut candidate's few early samples are not comparable with the finalists' medians.
+    times = {name: t for name, t in times.items() if name not in first.cut}
+    # Times from the first N alone are a weak guide to a key's N far above it (the pair and the
+    # fused kernels differ most in fixed cost per call): the prior keeps a wider band.
+    band = SKIPPED_TIE_BAND if "second_point_skipped" in second else TIE_BAND
+    winner, runner_up, kept = _backward_tie_to_prior(key, shape, winner, runner_up, times, band)
+    if kept:
+        second["tie_kept_prior"] = True
+    return winner, runner_up
+
+
+def _entry(problem, infos, reference: str, winner: str, runner_up, result, screened, part, second: dict) -> dict:
+    """The cache entry's choice and evidence (timing fields are added by :func:`tune`)."""
     med = result.medians
-    winner, runner_up = result.winner, result.runner_up
-    second = {}
-    if n2 is not None:
-        second = _second_race(
-            key,
-            problem,
-            racers,
-            result,
-            n2,
-            target,
-            budget_s,
-            deadline_at,
-            clock,
-            family=form,
-            flavor=lambda name: _flavor(infos[name]),
-            pair=pair,
-            prior=prior,
-        )
-        phases["second_point"] = time.perf_counter() - started - sum(phases.values())
-        if "winner" in second:
-            winner, runner_up = second.pop("winner"), second.pop("runner_up") or runner_up
-    if key.op == "backward_fused":
-        times = second.get("predicted_s") or med
-        # A cut candidate's few early samples are not comparable with the finalists' medians.
-        times = {name: t for name, t in times.items() if name not in result.cut}
-        # Times from the first N alone, the key's N far above it, are a weak guide to the key's
-        # N (the pair leads the fused kernels at N=128 and loses at N=2048 on large layers): the
-        # prior keeps a wider band.
-        band = SKIPPED_TIE_BAND if "second_point_skipped" in second else TIE_BAND
-        winner, runner_up, kept = _backward_tie_to_prior(key, shape, winner, runner_up, times, band)
-        if kept:
-            second["tie_kept_prior"] = True
-
     dense = sorted((n for n in med if cand.is_dense(infos[n])), key=lambda n: med[n])
     dense_name, dense_s = (dense[0], med[dense[0]]) if dense else (None, None)
     reference_s = med.get(reference)
@@ -454,7 +349,7 @@ def tune(
         if dense_name is None and "dense_s_scaled_from_check_part" in checked:
             dense_name = checked["dense_scaled_from_check_part"]
             dense_s = checked["dense_s_scaled_from_check_part"]
-    entry = {
+    return {
         "variant": winner,
         "median_s": med[winner],
         "runner_up": runner_up,
@@ -471,12 +366,107 @@ def tune(
         # The backward key: the (spmm_dx, sddmm_dw) variants its separate pair ran.
         **({"pair": list(problem.pair)} if getattr(problem, "pair", None) else {}),
         "race_s": round(result.elapsed_s, 4),
-        "tuning_s": round(time.perf_counter() - started, 4),  # set-up included
-        "deadline_s": deadline_total,
-        "phases_s": {k: round(v, 4) for k, v in phases.items()},  # where tuning_s went
-        "load": _load(),  # a busy machine makes the choice noisy: keep the evidence
-        "tuned_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+
+
+def tune(
+    key,
+    *,
+    shape: tuple | None = None,
+    variants=None,
+    problem=None,
+    reference: str | None = None,
+    budget_s: float = BUDGET_S,
+    deadline: float | None = None,
+    clock=time.perf_counter,
+) -> dict:
+    """Measure and return the cache entry for ``key``.
+
+    Args:
+        key: the :class:`~sparselab.dispatch.keys.TuningKey` to tune.
+        shape: ``(out_features, in_features, n, density)`` of the call that missed, timed instead
+            of the key's representative shape.
+        deadline: seconds for this key (default :func:`sparselab.settings.tuning_deadline_s`).
+        variants, problem, reference, budget_s, clock: for tests.
+    """
+    started = time.perf_counter()
+    deadline_total = settings.tuning_deadline_s() if deadline is None else deadline
+    deadline_at = clock() + deadline_total
+    reference = reference or cand.reference_of(key.op)
+    variants = cand.available_variants(key.op) if variants is None else variants
+    problem = Problem(key, shape=shape) if problem is None else problem
+    infos = {v.name: v for v in variants}
+    if reference not in infos:
+        raise RuntimeError(f"reference variant {reference!r} of {key.op} is not available")
+
+    def form(name: str) -> str:
+        return getattr(infos[name], "form", name)
+
+    # The planner's default (a backward's tie rule, a screened key's first race, the second
+    # point), and a backward's separate pair.
+    if key.op == "backward_fused":
+        pair, prior = reference, _backward_prior_of(key, shape)
+    else:
+        pair, prior = None, _op_prior_of(key, shape)
+    racers = [
+        Candidate(v.name, cand.rank(v, reference), problem.runner(v.name), cand.kind(v, reference)) for v in variants
+    ]
+    phases = {"setup": time.perf_counter() - started}
+
+    # A large layer: check every candidate on its first rows, and race only those that are not
+    # far behind there (screen.py); outputs on the whole layer are then checked for shape and
+    # finiteness only.
+    part = problem.check_part()
+    check, screened = _checker(problem, reference), None
+    if part is not None:
+        part_racers = [Candidate(r.name, r.rank, part.runner(r.name), r.kind) for r in racers]
+        screened = screen.screen(part_racers, _checker(part, reference), clock=clock)
+        racers = [r for r in racers if r.name in screened.kept]
+        check = _sanity_checker(problem)
+        phases["check_part"] = time.perf_counter() - started - sum(phases.values())
+
+    # A capped batch: the finalists get a second point at a larger N (second_point.py). The
+    # first race then only has to find them (and time them for the line), so it runs on part
+    # of the budget and skips its close-finish duel: the two races together cost about one.
+    target = min(shape[2] if shape else key.n, N_CAP)
+    n2 = second_point.second_n(problem.n, target)
+    first_budget = budget_s * (second_point.BUDGET_FRACTION if n2 is not None else 1.0)
+    first_deadline = deadline_at - (SECOND_POINT_RESERVE * deadline_total if n2 is not None else 0.0)
+    racers = _first_racers(racers, screened, part, problem, form, prior, n2, first_deadline, clock)
+    # After a screen, a warm-up on the whole layer is no colder than the run on the part was (code,
+    # X and the transposed index are warm), so it cuts at the screen's ratio rather than the
+    # race's generous first one.
+    cut_ratios = (screen.CUT_RATIO,) + CUT_RATIOS[1:] if screened is not None else CUT_RATIOS
+    duel_reps = 0 if n2 is not None else DUEL_REPS
+    result = race(
+        racers,
+        check,
+        budget_s=first_budget,
+        deadline=first_deadline,
+        clock=clock,
+        duel_reps=duel_reps,
+        cut_ratios=cut_ratios,
+    )
+    phases["race"] = time.perf_counter() - started - sum(phases.values())
+
+    winner, runner_up, second = result.winner, result.runner_up, {}
+    if n2 is not None:
+        args = (key, problem, racers, result, n2, target, budget_s, deadline_at, clock)
+        second = _second_race(*args, family=form, flavor=lambda name: _flavor(infos[name]), pair=pair, prior=prior)
+        phases["second_point"] = time.perf_counter() - started - sum(phases.values())
+        if "winner" in second:
+            winner, runner_up = second.pop("winner"), second.pop("runner_up") or runner_up
+    if key.op == "backward_fused":
+        winner, runner_up = _backward_choice(key, shape, winner, runner_up, result, second)
+
+    entry = _entry(problem, infos, reference, winner, runner_up, result, screened, part, second)
+    entry.update(
+        tuning_s=round(time.perf_counter() - started, 4),  # set-up included
+        deadline_s=deadline_total,
+        phases_s={k: round(v, 4) for k, v in phases.items()},  # where tuning_s went
+        load=_load(),  # a busy machine makes the choice noisy: keep the evidence
+        tuned_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    )
     _log_entry(key, entry)
     return entry
 

@@ -56,8 +56,8 @@ _ONE_N = {  # one batch row: row dots, x built from lane loads (the gather instr
 _SCATTER = ("avx512_scatter_bm128_cb64", "avx2_scatter_bm64_cb64", "scalar_scatter")
 SMALL_N, TILE16_N, MEDIUM_N = 8, 32, 64
 
-#: Without wisdom the fused backward runs from this batch on: below it the fused call's fixed
-#: cost lost to the pair on the Xeon it was measured on.
+#: Without wisdom the fused backward runs from this batch on: below it the fused call's fixed cost
+#: outweighs what one pass over W saves.
 FUSED_MIN_N = 256
 
 

@@ -121,17 +121,16 @@ def _is_linear(m: nn.Module) -> bool:
 
 
 def _accepted(cls) -> set[str] | None:
-    """Keyword names ``cls(...)`` accepts (None: any), following ``**kwargs`` up the MRO."""
+    """Keyword names ``cls(...)`` accepts (None: any), following ``**kwargs`` up the MRO, without
+    the options the class sets itself (``fixed_options``)."""
     names: set[str] = set()
     for klass in cls.__mro__:
         if "__init__" not in vars(klass):
             continue
         params = inspect.signature(vars(klass)["__init__"]).parameters.values()
         names |= {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-        if not any(p.kind == p.VAR_KEYWORD for p in params):
-            return names
-        if klass is SparsityAlgorithm:
-            return names
+        if not any(p.kind == p.VAR_KEYWORD for p in params) or klass is SparsityAlgorithm:
+            return names - set(getattr(cls, "fixed_options", ()))
     return None
 
 

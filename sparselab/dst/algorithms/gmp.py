@@ -1,73 +1,35 @@
 """GMP: gradual magnitude pruning, sparse to sparser.
 
-Zhu & Gupta, *To prune, or not to prune: exploring the efficacy of pruning for
-model compression*, ICLR workshop 2018, arXiv:1710.01878.
+Zhu & Gupta, *To prune, or not to prune: exploring the efficacy of pruning for model
+compression*, ICLR workshop 2018, arXiv:1710.01878.
 
-The sparsity follows the cubic ramp ``s_t = s_f + (s_i - s_f) (1 - (t - start)
-/ (end - start))^3``; at every update step (every ``update_freq`` steps in
-``[start, end]``, and at ``end`` itself) each layer prunes its smallest-magnitude
-weights down to its budget at ``s_t``. Nothing is regrown. Here the layers
-start sparse (``initial_sparsity``, 0.5 by default; 0 gives the paper's
-dense-to-sparse setting with ``SparseLinear(sparsity=0)``), and pruned slots
-are returned to memory: a layer is repacked when its capacity exceeds 1.5x what
-it needs.
+The layers follow the cubic ramp of :mod:`~sparselab.dst.algorithms.gradual`; at every update
+each layer prunes its smallest-magnitude weights down to its budget, and nothing is regrown. Here
+the layers start sparse (``initial_sparsity``, 0.5 by default; 0 gives the paper's dense-to-sparse
+setting with ``SparseLinear(sparsity=0)``).
 """
 
 from __future__ import annotations
 
-from ..algorithm import SparsityAlgorithm
-from ..schedules import CubicSparsity, SparsitySchedule, UpdateSchedule, check_step
+from .gradual import GradualPruning
 
 __all__ = ["GMP"]
 
 
-class GMP(SparsityAlgorithm):
-    """``GMP(sparsity=0.9, initial_sparsity=0.5, start=0, end=..., update_freq=100)``.
+class GMP(GradualPruning):
+    """``GMP(sparsity=0.9, initial_sparsity=0.5, start=0, end=..., update_freq=100)``: prune only.
 
-    ``sparsity`` may also be a :class:`SparsitySchedule` (e.g. ``PolynomialSparsity`` or
-    ``CosineSparsity``), which replaces the cubic ramp (``initial_sparsity`` is then unused)."""
+    Takes the arguments of :class:`~sparselab.dst.algorithms.gradual.GradualPruning` (the ramp)
+    and of :class:`~sparselab.dst.SparsityAlgorithm`, except the drop fraction and its schedule:
+    GMP drops what the ramp asks and grows nothing."""
 
     regrow = False
-    compact = True
     default_padding = 0.0
+    #: Options of SparsityAlgorithm that GMP sets itself (sparselab.dst.configure leaves them out).
+    fixed_options = ("drop_fraction", "drop_schedule")
 
-    def __init__(
-        self,
-        sparsity=0.9,
-        *,
-        initial_sparsity=0.5,
-        end: int | None = None,
-        start: int = 0,
-        update_freq: int = 100,
-        distribution="uniform",
-        seed: int = 0,
-        padding: float | None = None,
-        chunk_fraction: float = 1 / 16,
-        compact: bool = True,
-        check: bool = False,
-        drop_shaper=None,
-        grow_shaper=None,
-        tie_breaker=None,
-    ):
-        self.compact = bool(compact)
-        if end is None:
-            raise ValueError("GMP needs end: the step at which the final sparsity is reached")
-        check_step(update_freq, "update_freq", minimum=1)
-        ramp = (
-            sparsity
-            if isinstance(sparsity, SparsitySchedule)
-            else CubicSparsity(initial_sparsity, sparsity, start, end)
-        )
-        super().__init__(
-            ramp,
-            update_freq=UpdateSchedule(update_freq, start, end, include_end=True),
-            drop_fraction=1.0,
-            distribution=distribution,
-            seed=seed,
-            padding=padding,
-            chunk_fraction=chunk_fraction,
-            check=check,
-            drop_shaper=drop_shaper,
-            grow_shaper=grow_shaper,
-            tie_breaker=tie_breaker,
-        )
+    def __init__(self, sparsity=0.9, **options):
+        given = [k for k in self.fixed_options if k in options]
+        if given:
+            raise TypeError(f"GMP prunes only: it takes no {', '.join(given)}")
+        super().__init__(sparsity, drop_fraction=1.0, **options)
