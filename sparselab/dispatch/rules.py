@@ -19,6 +19,7 @@ __all__ = [
     "backward_prior",
     "heuristic",
     "allowed",
+    "named_variants",
 ]
 
 #: At or above this density the rules pick dense torch: the dense candidates densify W on every
@@ -59,6 +60,16 @@ SMALL_N, TILE16_N, MEDIUM_N = 8, 32, 64
 #: Without wisdom the fused backward runs from this batch on: below it the fused call's fixed cost
 #: outweighs what one pass over W saves.
 FUSED_MIN_N = 256
+
+
+def named_variants() -> dict[str, set[str]]:
+    """Every variant name the fixed orders above mention, per op (a test holds them against
+    ``csrc/variants.def``, the one list of variants)."""
+    out: dict[str, set[str]] = {}
+    for table in (_LARGE_N, _MEDIUM_N, _TILE16_N, _SMALL_N, _ONE_N, {"spmm_dx": _SCATTER}):
+        for op, names in table.items():
+            out.setdefault(op, set()).update(names)
+    return out
 
 
 def _first_available(op: str, names) -> str:
