@@ -10,10 +10,6 @@
 #include "ops/run_ops.h"
 #include "registry.h"
 
-#include <chrono>
-
-#include "common/parallel.h"
-
 namespace py = pybind11;
 using namespace sparselab;
 
@@ -24,56 +20,7 @@ using namespace sparselab;
 #define SPARSELAB_SANITIZED 0
 #endif
 
-#if defined(SPARSELAB_X86)
-namespace sparselab {
-namespace isa_avx2 {
-float fma_probe(int64_t iters);
-int fma_probe_lanes();
-}  // namespace isa_avx2
-namespace isa_avx512 {
-float fma_probe(int64_t iters);
-int fma_probe_lanes();
-}  // namespace isa_avx512
-}  // namespace sparselab
-#endif
-
 namespace {
-
-// Peak FP32 FMA rate of the widest available x86 ISA on `threads` threads:
-// every thread runs register-only FMA chains; GFLOP/s over wall time.
-py::dict probe_fma(int threads, double seconds) {
-  py::dict d;
-#if defined(SPARSELAB_X86)
-  const bool z = isa_unavailable_reason("avx512").empty();
-  const bool y = isa_unavailable_reason("avx2").empty();
-  if (!z && !y) throw std::runtime_error("no FMA ISA (AVX2 or AVX-512) available on this CPU");
-  auto run = [&](int64_t iters) {
-    py::gil_scoped_release nogil;
-    const auto t0 = std::chrono::steady_clock::now();
-    parallel_for(threads, threads, [&](int64_t, int) {
-      volatile float sink = z ? isa_avx512::fma_probe(iters) : isa_avx2::fma_probe(iters);
-      (void)sink;
-    });
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  const int lanes = z ? isa_avx512::fma_probe_lanes() : isa_avx2::fma_probe_lanes();
-  int64_t iters = 1 << 16;
-  double t = run(iters);
-  while (t < seconds / 4 && iters < (int64_t(1) << 40)) {
-    iters *= 2;
-    t = run(iters);
-  }
-  double best = 1e300;
-  for (int r = 0; r < 3; ++r) best = std::min(best, run(iters));
-  d["gflops"] = double(iters) * 12 * lanes * 2 * threads / best / 1e9;
-  d["isa"] = z ? "avx512" : "avx2";
-  d["method"] = std::string("register-only FMA chains (12 per thread, ") + (z ? "zmm" : "ymm") +
-                "), best of 3 timed runs on " + std::to_string(threads) + " threads";
-#else
-  throw std::runtime_error("the FMA probe is implemented for x86 only");
-#endif
-  return d;
-}
 
 const Variant& variant_at(int64_t id) {
   const auto& t = variants();
@@ -303,15 +250,6 @@ PYBIND11_MODULE(_C, m) {
       py::arg("cols"), py::arg("idx_bits"), py::arg("row_start"), py::arg("row_nnz"), py::arg("rows"), py::arg("ncols"),
       py::arg("t_cols"), py::arg("t_idx_bits"), py::arg("t_row_start"), py::arg("t_row_nnz"), py::arg("perm"),
       py::arg("t_capacity") = -1, "t_capacity: the slots t_cols and perm hold (-1: unchecked); more live slots raise.");
-  m.def("probe_fma", &probe_fma, py::arg("threads"), py::arg("seconds") = 0.5,
-        "Peak FP32 FMA GFLOP/s of the widest x86 ISA here: {'gflops', 'isa', 'method'}.");
-  m.def(
-      "probe_fma_gflops",
-      [](int threads, double seconds) {
-        const py::dict d = probe_fma(threads, seconds);
-        return d["gflops"].cast<double>();
-      },
-      py::arg("threads"), py::arg("seconds") = 0.5);
   m.def(
       "scatter_to_dense",
       [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz, int64_t rows,
