@@ -6,6 +6,20 @@ namespace py = pybind11;
 
 namespace sparselab {
 
+namespace {
+
+// A plan's op(v, rest...) bound as plan.<op>(variant id, rest...), the GIL released for the call.
+template <typename... Rest>
+auto by_id(void (LayerPlan::*op)(const Variant&, Rest...)) {
+  return [op](LayerPlan& p, int64_t id, Rest... rest) {
+    const Variant& v = variant_at(id);
+    py::gil_scoped_release nogil;
+    (p.*op)(v, rest...);
+  };
+}
+
+}  // namespace
+
 void bind_layer_plan(py::module_& m) {
   py::class_<LayerPlan>(m, "LayerPlan",
                         "What a layer's calls reuse while its topology holds (csrc/ops/layer_plan.h). The "
@@ -22,27 +36,9 @@ void bind_layer_plan(py::module_& m) {
            py::arg("values"), py::arg("cols"), py::arg("idx_bits"), py::arg("row_start"), py::arg("row_nnz"),
            py::arg("rows"), py::arg("ncols"), py::arg("t_cols"), py::arg("t_idx_bits"), py::arg("t_row_start"),
            py::arg("t_row_nnz"), py::arg("perm"), py::arg("keep_prepared"))
-      .def("spmm_fwd",
-           [](LayerPlan& p, int64_t id, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy,
-              int threads) {
-             const Variant& v = variant_at(id);
-             py::gil_scoped_release nogil;
-             p.spmm_fwd(v, n, x, ldx, bias, y, ldy, threads);
-           })
-      .def(
-          "spmm_dx",
-          [](LayerPlan& p, int64_t id, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
-            const Variant& v = variant_at(id);
-            py::gil_scoped_release nogil;
-            p.spmm_dx(v, n, dy, lddy, dx, lddx, threads);
-          })
-      .def("sddmm_dw",
-           [](LayerPlan& p, int64_t id, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw,
-              int threads) {
-             const Variant& v = variant_at(id);
-             py::gil_scoped_release nogil;
-             p.sddmm_dw(v, n, dy, lddy, x, ldx, dw, threads);
-           })
+      .def("spmm_fwd", by_id(&LayerPlan::spmm_fwd))
+      .def("spmm_dx", by_id(&LayerPlan::spmm_dx))
+      .def("sddmm_dw", by_id(&LayerPlan::sddmm_dw))
       .def(
           "backward_fused",
           [](LayerPlan& p, int64_t id, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx,

@@ -6,15 +6,35 @@ namespace py = pybind11;
 
 namespace sparselab {
 
-void bind_ops(py::module_& m) {
-  m.def("spmm_fwd", [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
-                       uintptr_t row_nnz, int64_t rows, int64_t ncols, int64_t n, uintptr_t x, int64_t ldx,
-                       uintptr_t bias, uintptr_t y, int64_t ldy, int threads) {
+namespace {
+
+// run(v, W, rest...) bound as _C.<op>(variant id, W's fields, rest...), the GIL released for the call.
+template <typename... Rest>
+auto one_off(void (*run)(const Variant&, const RawCsr&, Rest...)) {
+  return [run](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz,
+               int64_t rows, int64_t ncols, Rest... rest) {
     const Variant& v = variant_at(id);
     const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
     py::gil_scoped_release nogil;
-    run_spmm_fwd(v, w, n, x, ldx, bias, y, ldy, threads);
-  });
+    run(v, w, rest...);
+  };
+}
+
+// A float64 path run(W, rest...) bound as _C.<op>_f64(W's fields, rest...).
+template <typename... Rest>
+auto float64(void (*run)(const RawCsr&, Rest...)) {
+  return [run](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz, int64_t rows,
+               int64_t ncols, Rest... rest) {
+    const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+    py::gil_scoped_release nogil;
+    run(w, rest...);
+  };
+}
+
+}  // namespace
+
+void bind_ops(py::module_& m) {
+  m.def("spmm_fwd", one_off(&run_spmm_fwd));
   m.def("spmm_dx",
         [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz,
            int64_t rows, int64_t ncols, uintptr_t t_cols, int t_idx_bits, uintptr_t t_row_start, uintptr_t t_row_nnz,
@@ -27,14 +47,7 @@ void bind_ops(py::module_& m) {
           py::gil_scoped_release nogil;
           run_spmm_dx(v, w, wt, perm, n, dy, lddy, dx, lddx, threads);
         });
-  m.def("sddmm_dw", [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
-                       uintptr_t row_nnz, int64_t rows, int64_t ncols, int64_t n, uintptr_t dy, int64_t lddy,
-                       uintptr_t x, int64_t ldx, uintptr_t dw, int threads) {
-    const Variant& v = variant_at(id);
-    const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
-    py::gil_scoped_release nogil;
-    run_sddmm_dw(v, w, n, dy, lddy, x, ldx, dw, threads);
-  });
+  m.def("sddmm_dw", one_off(&run_sddmm_dw));
 
   m.def(
       "backward_fused",
@@ -55,27 +68,9 @@ void bind_ops(py::module_& m) {
       py::arg("t_row_nnz"), py::arg("perm"), py::arg("n"), py::arg("dy"), py::arg("lddy"), py::arg("x"), py::arg("ldx"),
       py::arg("dx"), py::arg("lddx"), py::arg("dw"), py::arg("threads"), py::arg("db") = 0);
 
-  m.def("spmm_fwd_f64",
-        [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz, int64_t rows,
-           int64_t ncols, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy, int threads) {
-          const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
-          py::gil_scoped_release nogil;
-          run_spmm_fwd_f64(w, n, x, ldx, bias, y, ldy, threads);
-        });
-  m.def("spmm_dx_f64",
-        [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz, int64_t rows,
-           int64_t ncols, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
-          const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
-          py::gil_scoped_release nogil;
-          run_spmm_dx_f64(w, n, dy, lddy, dx, lddx, threads);
-        });
-  m.def("sddmm_dw_f64",
-        [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz, int64_t rows,
-           int64_t ncols, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw, int threads) {
-          const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
-          py::gil_scoped_release nogil;
-          run_sddmm_dw_f64(w, n, dy, lddy, x, ldx, dw, threads);
-        });
+  m.def("spmm_fwd_f64", float64(&run_spmm_fwd_f64));
+  m.def("spmm_dx_f64", float64(&run_spmm_dx_f64));
+  m.def("sddmm_dw_f64", float64(&run_sddmm_dw_f64));
 
   m.def(
       "build_transpose",
