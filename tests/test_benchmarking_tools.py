@@ -429,7 +429,7 @@ def test_crossovers_interpolate_where_speedup_meets_one():
 
 
 def test_probes_fall_back_to_dense_gemm_and_say_so(monkeypatch):
-    monkeypatch.setattr(probes, "_native_probe", lambda: None)
+    monkeypatch.setattr(probes, "fma_peak", lambda threads, seconds: None)
     result = probes.run_probes(threads=1, seconds=0.05, nbytes=8 * 2**20, gemm_size=128)
     assert result["threads"] == 1
     assert result["bandwidth_gbs"] > 0 and result["peak_gflops"] > 0
@@ -437,12 +437,19 @@ def test_probes_fall_back_to_dense_gemm_and_say_so(monkeypatch):
     assert result["peak_method"].startswith("peak = best dense GEMM measured, not FMA peak")
 
 
-def test_probes_prefer_the_native_fma_probe(monkeypatch):
+def test_probes_prefer_the_fma_peak_program(monkeypatch):
     calls = []
-    monkeypatch.setattr(probes, "_native_probe", lambda: lambda t, s: calls.append((t, s)) or 123.0)
+    measured = {"gflops": 123.0, "isa": "avx2", "threads": 2, "method": "register-only FMA chains (...)"}
+    monkeypatch.setattr(probes, "fma_peak", lambda t, s: calls.append((t, s)) or measured)
     result = probes.peak_gflops(threads=2, seconds=0.5)
     assert result["peak_gflops"] == 123.0 and calls == [(2, 0.5)]
-    assert "probe_fma_gflops" in result["peak_method"]
+    assert result["peak_method"] == "bench/micro/fma_peak.cpp (threads=2, seconds=0.5): register-only FMA chains (...)"
+
+
+def test_probes_without_a_compiler_fall_back(monkeypatch):
+    """No g++ (or no source): no native figure, and no error."""
+    monkeypatch.setattr(probes, "_fma_peak_binary", lambda: None)
+    assert probes.fma_peak(1, 0.05) is None
 
 
 # --- compare -----------------------------------------------------------------------------------

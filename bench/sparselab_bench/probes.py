@@ -1,14 +1,24 @@
 """Machine ceilings for the roofline: memory bandwidth and peak FMA rate.
 
-Measured with torch on the thread count the benchmarks used, cached per CPU in
-reports/<slug>/probes.json because they take a few seconds.
+Measured on the thread count the benchmarks used (bandwidth with torch, the FMA peak by
+bench/micro/fma_peak.cpp, compiled here with g++, else the best dense GEMM), cached per CPU
+in reports/<slug>/probes.json because they take a few seconds.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
+import os
+import platform
+import shlex
+import shutil
 import statistics
+import subprocess
+import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -60,12 +70,53 @@ def _as_bytes(size) -> int | None:
     return int(size) if isinstance(size, (int, float)) and size > 0 else None
 
 
-def _native_probe():
-    try:
-        from sparselab import _C
-    except ImportError:
+def _fma_peak_source() -> Path | None:
+    """bench/micro/fma_peak.cpp of a source tree, else the copy the wheel installs beside this file."""
+    here = Path(__file__).resolve().parent
+    for path in (here.parent / "micro" / "fma_peak.cpp", here / "fma_peak.cpp"):
+        if path.is_file():
+            return path
+    return None
+
+
+@functools.cache
+def _fma_peak_binary() -> Path | None:
+    """fma_peak compiled once per process into a temporary directory removed at exit, or None
+    where it cannot be (not x86-64, no source, no compiler, or the compile fails)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
         return None
-    return getattr(_C, "probe_fma_gflops", None)
+    source = _fma_peak_source()
+    cxx = shlex.split(os.environ.get("CXX") or "g++")
+    if source is None or shutil.which(cxx[0]) is None:
+        return None
+    out = Path(tempfile.mkdtemp(prefix="sparselab-fma-peak-"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    binary = out / "fma_peak"
+    proc = subprocess.run(
+        [*cxx, "-O3", "-std=c++17", "-pthread", str(source), "-o", str(binary)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode != 0:
+        warnings.warn(f"could not compile {source}: {proc.stderr[-2000:]}", stacklevel=2)
+        return None
+    return binary
+
+
+def fma_peak(threads: int, seconds: float = 0.5) -> dict | None:
+    """The FP32 FMA peak of this CPU's widest x86 ISA on `threads` threads, measured by
+    bench/micro/fma_peak.cpp: {'gflops', 'isa', 'threads', 'method'}; None where that program
+    cannot be built, or the CPU has neither AVX-512 nor AVX2+FMA."""
+    binary = _fma_peak_binary()
+    if binary is None:
+        return None
+    proc = subprocess.run([str(binary), str(threads), str(seconds)], capture_output=True, text=True, timeout=600)
+    if proc.returncode == 2:  # no FMA ISA on this CPU
+        return None
+    if proc.returncode != 0:
+        raise RuntimeError(f"{binary} exited {proc.returncode}: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _best_gflops(fn, flops: float, seconds: float) -> float:
@@ -80,11 +131,11 @@ def _best_gflops(fn, flops: float, seconds: float) -> float:
 
 
 def peak_gflops(threads: int, seconds: float = 1.0, size: int = 2048) -> dict:
-    native = _native_probe()
-    if native is not None:
+    measured = fma_peak(threads, seconds)
+    if measured is not None:
         return {
-            "peak_gflops": float(native(threads, seconds)),
-            "peak_method": f"sparselab._C.probe_fma_gflops(threads={threads}, seconds={seconds})",
+            "peak_gflops": float(measured["gflops"]),
+            "peak_method": f"bench/micro/fma_peak.cpp (threads={threads}, seconds={seconds}): {measured['method']}",
         }
     a = torch.randn(size, size)
     b = torch.randn(size, size)

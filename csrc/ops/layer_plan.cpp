@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "typed_view.h"
+
 namespace sparselab {
 
 namespace {
@@ -44,16 +46,12 @@ CallW LayerPlan::call_view(const Variant& v, int side, int64_t n, int threads) {
     auto p = prepared_.find(pk);
     if (p == prepared_.end()) {
       std::vector<float> buf(v.prepared_floats(s.w.rows, s.w.ncols, s.nnz) + 16);
-      if (s.w.idx_bits == 16)
-        v.prepare16(
-            CsrView<int16_t>{nullptr, reinterpret_cast<const int16_t*>(s.w.cols),
-                             reinterpret_cast<const int64_t*>(s.w.row_start), s.live.data(), s.w.rows, s.w.ncols},
-            buf.data(), threads);
-      else
-        v.prepare32(
-            CsrView<int32_t>{nullptr, reinterpret_cast<const int32_t*>(s.w.cols),
-                             reinterpret_cast<const int64_t*>(s.w.row_start), s.live.data(), s.w.rows, s.w.ncols},
-            buf.data(), threads);
+      with_index(s.w.idx_bits, [&](auto idx) {
+        using Idx = decltype(idx);
+        CsrView<Idx> topology = view<Idx>(s.w);
+        topology.values = nullptr;  // prepared data depends on W's topology only
+        pick<Idx>(v.prepare16, v.prepare32)(topology, buf.data(), threads);
+      });
       p = prepared_.emplace(pk, std::move(buf)).first;
     }
     c.prepared = p->second.data();

@@ -11,6 +11,7 @@
 #include "../common/parallel.h"
 #include "../common/scratch_memory.h"
 #include "../kernels/scalar_reference.h"
+#include "typed_view.h"
 
 namespace sparselab {
 
@@ -62,16 +63,6 @@ struct Arena {
 };
 thread_local Arena arena;
 
-template <typename Idx, typename Val = float>
-CsrView<Idx, Val> view(const RawCsr& m) {
-  return CsrView<Idx, Val>{reinterpret_cast<const Val*>(m.values),
-                           reinterpret_cast<const Idx*>(m.cols),
-                           reinterpret_cast<const int64_t*>(m.row_start),
-                           reinterpret_cast<const int32_t*>(m.row_nnz),
-                           m.rows,
-                           m.ncols};
-}
-
 }  // namespace
 
 // Each row's live count, read once: clamped to [0, capacity] and trimmed so
@@ -94,10 +85,7 @@ static void snapshot_typed(const RawCsr& m, int32_t* out) {
 }
 
 void snapshot_live_counts(const RawCsr& m, int32_t* out) {
-  if (m.idx_bits == 16)
-    snapshot_typed<int16_t>(m, out);
-  else
-    snapshot_typed<int32_t>(m, out);
+  with_index(m.idx_bits, [&](auto idx) { snapshot_typed<decltype(idx)>(m, out); });
 }
 
 // Row chunks with roughly equal live counts: small enough to balance two or
@@ -143,6 +131,126 @@ void check_runnable(const Variant& v) {
                              ") cannot run on this CPU: " + isa_unavailable_reason(v.isa));
 }
 
+void check_op(const Variant& v, Op op) {
+  check_runnable(v);
+  if (v.op != op) throw std::runtime_error("variant '" + v.name + "' is not a " + op_name(op) + " variant");
+}
+
+namespace {
+
+const float* src(uintptr_t p) { return reinterpret_cast<const float*>(p); }
+float* dst(uintptr_t p) { return reinterpret_cast<float*>(p); }
+
+// One kernel call, the sequence every driver below shares: scratch from the calling thread's
+// arena, `kernel_floats` for the kernel and then `staged_floats` that `stage` fills before the
+// call (W's values in another order) and whose returned address becomes m's values; the entry
+// point of m's index width (f16 or f32) called with the arguments `make` writes from m's view
+// and the kernel's scratch; the arena trimmed to what it may keep.
+template <template <typename> class Args, typename Stage, typename Make>
+void invoke(void (*f16)(const Args<int16_t>&), void (*f32)(const Args<int32_t>&), RawCsr m, size_t kernel_floats,
+            size_t staged_floats, Stage&& stage, Make&& make) {
+  // Staged values start 64-byte aligned after the kernel's own scratch.
+  const size_t own = staged_floats ? (kernel_floats + 15) / 16 * 16 : kernel_floats;
+  float* base = arena.get(own + staged_floats);
+  if (staged_floats) m.values = reinterpret_cast<uintptr_t>(stage(base + own));
+  float* scratch = kernel_floats ? base : nullptr;
+  with_index(m.idx_bits, [&](auto idx) {
+    using Idx = decltype(idx);
+    Args<Idx> a{};
+    make(a, view<Idx>(m), scratch);
+    pick<Idx>(f16, f32)(a);
+  });
+  arena.trim();
+}
+
+template <template <typename> class Args, typename Make>
+void invoke(void (*f16)(const Args<int16_t>&), void (*f32)(const Args<int32_t>&), const RawCsr& m, size_t kernel_floats,
+            Make&& make) {
+  invoke(f16, f32, m, kernel_floats, 0, [](float* p) { return p; }, make);
+}
+
+size_t kernel_floats(const Variant& v, const CallW& c, int64_t n, int threads) {
+  return v.scratch(n, c.w.ncols, c.w.rows, c.nnz, threads);
+}
+
+}  // namespace
+
+void call_spmm_fwd(const Variant& v, const CallW& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y,
+                   int64_t ldy, int threads) {
+  invoke(v.fwd16, v.fwd32, w.w, kernel_floats(v, w, n, threads), [&](auto& a, auto wv, float* scratch) {
+    a = {wv, n, src(x), ldx, src(bias), dst(y), ldy, w.chunks, w.nchunks, scratch, threads, w.prepared};
+  });
+}
+
+void call_spmm_dx_scatter(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx,
+                          int64_t lddx, int threads) {
+  invoke(v.dx16, v.dx32, w.w, kernel_floats(v, w, n, threads), [&](auto& a, auto wv, float* scratch) {
+    a = {wv, n, src(dy), lddy, dst(dx), lddx, w.chunks, w.nchunks, scratch, threads, w.prepared};
+  });
+}
+
+void call_sddmm_dw(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
+                   uintptr_t dw, int threads) {
+  invoke(v.dw16, v.dw32, w.w, kernel_floats(v, w, n, threads), [&](auto& a, auto wv, float* scratch) {
+    a = {wv, n, src(dy), lddy, src(x), ldx, dst(dw), w.chunks, w.nchunks, scratch, threads, w.prepared};
+  });
+}
+
+void call_spmm_dx_transposed(const Variant& v, const CallW& wt, uintptr_t w_values, uintptr_t perm, int64_t n,
+                             uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
+  // The forward kernel on W^T: dX = dY @ (W^T)^T, with W's current values in transposed order.
+  // A kernel with a prepared index copies the values into its own order anyway: it reads them
+  // through perm (value_perm), so no gathered copy is made first.
+  const int32_t* pm = reinterpret_cast<const int32_t*>(perm);
+  const int64_t nnz_t = reinterpret_cast<const int64_t*>(wt.w.row_start)[wt.w.rows];
+  auto gather = [&](float* vals_t) {
+    const float* vals = src(w_values);
+    const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(threads * 4, nnz_t / 65536));
+    parallel_for(threads, tasks, [&](int64_t t, int) {
+      const int64_t lo = nnz_t * t / tasks, hi = nnz_t * (t + 1) / tasks;
+      for (int64_t k = lo; k < hi; ++k) vals_t[k] = vals[pm[k]];
+    });
+    return vals_t;
+  };
+  RawCsr t = wt.w;
+  t.values = w_values;
+  invoke(v.fwd16, v.fwd32, t, kernel_floats(v, wt, n, threads), wt.prepared ? 0 : size_t(nnz_t) + 16, gather,
+         [&](auto& a, auto tv, float* scratch) {
+           a = {tv, n, src(dy), lddy, nullptr, dst(dx), lddx, wt.chunks, wt.nchunks, scratch, threads, wt.prepared};
+           a.value_perm = wt.prepared ? pm : nullptr;
+         });
+}
+
+void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, uintptr_t perm, int64_t n, uintptr_t dy,
+                         int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
+                         int threads) {
+  // With a prepared index the kernel reads W's values through perm as it copies them into block
+  // order (BwdArgs), so no gathered copy is made first. Else they are gathered (as for spmm_dx)
+  // into scratch sized by W^T's capacity: the gather writes at row offsets, whatever the live
+  // counts say.
+  const int32_t* pm = reinterpret_cast<const int32_t*>(perm);
+  const int64_t* t_start = reinterpret_cast<const int64_t*>(wt.w.row_start);
+  auto gather = [&](float* vals_t) {
+    const float* vals = src(w.w.values);
+    const int32_t* t_live = reinterpret_cast<const int32_t*>(wt.w.row_nnz);
+    parallel_for(threads, wt.w.rows, [&](int64_t j, int) {
+      const int64_t s = t_start[j];
+      for (int32_t k = 0; k < t_live[j]; ++k) vals_t[s + k] = vals[pm[s + k]];
+    });
+    return vals_t;
+  };
+  const auto* w_start = reinterpret_cast<const int64_t*>(w.w.row_start);
+  const auto* w_live = reinterpret_cast<const int32_t*>(w.w.row_nnz);
+  RawCsr t = wt.w;
+  t.values = w.w.values;
+  const size_t floats = v.scratch(n, w.w.ncols, w.w.rows, wt.nnz, threads);
+  invoke(v.bwd16, v.bwd32, t, floats, wt.prepared ? 0 : size_t(t_start[wt.w.rows]) + 16, gather,
+         [&](auto& a, auto tv, float* scratch) {
+           a = {tv,  pm,      w_start, w_live,  w.w.rows, n,       src(dy),     lddy,   src(x),
+                ldx, dst(dx), lddx,    dst(dw), scratch,  threads, wt.prepared, dst(db)};
+         });
+}
+
 namespace {
 
 // A one-off call's view of m: its live counts read once, the row partition, no prepared data.
@@ -162,134 +270,7 @@ struct OneOffCall {
   }
 };
 
-template <typename Idx>
-void fwd_typed(FwdFn<Idx> fn, const Variant& v, const CallW& c, int64_t n, const float* x, int64_t ldx,
-               const float* bias, float* y, int64_t ldy, int threads) {
-  FwdArgs<Idx> a{view<Idx>(c.w), n, x, ldx, bias, y, ldy, c.chunks, c.nchunks, nullptr, threads, c.prepared};
-  a.scratch = arena.get(v.scratch(n, c.w.ncols, c.w.rows, c.nnz, threads));
-  fn(a);
-  arena.trim();
-}
-
 }  // namespace
-
-void call_spmm_fwd(const Variant& v, const CallW& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y,
-                   int64_t ldy, int threads) {
-  auto* xp = reinterpret_cast<const float*>(x);
-  auto* bp = reinterpret_cast<const float*>(bias);
-  auto* yp = reinterpret_cast<float*>(y);
-  if (w.w.idx_bits == 16)
-    fwd_typed<int16_t>(v.fwd16, v, w, n, xp, ldx, bp, yp, ldy, threads);
-  else
-    fwd_typed<int32_t>(v.fwd32, v, w, n, xp, ldx, bp, yp, ldy, threads);
-}
-
-void call_spmm_dx_scatter(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx,
-                          int64_t lddx, int threads) {
-  auto go = [&](auto fn, auto wv) {
-    using Idx = std::remove_const_t<std::remove_pointer_t<decltype(wv.cols)>>;
-    DxArgs<Idx> a{wv,
-                  n,
-                  reinterpret_cast<const float*>(dy),
-                  lddy,
-                  reinterpret_cast<float*>(dx),
-                  lddx,
-                  w.chunks,
-                  w.nchunks,
-                  nullptr,
-                  threads,
-                  w.prepared};
-    a.scratch = arena.get(v.scratch(n, w.w.ncols, w.w.rows, w.nnz, threads));
-    fn(a);
-    arena.trim();
-  };
-  if (w.w.idx_bits == 16)
-    go(v.dx16, view<int16_t>(w.w));
-  else
-    go(v.dx32, view<int32_t>(w.w));
-}
-
-void call_spmm_dx_transposed(const Variant& v, const CallW& wt, uintptr_t w_values, uintptr_t perm, int64_t n,
-                             uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
-  // The forward kernel on W^T: dX = dY @ (W^T)^T, with W's current values in transposed order.
-  const int32_t* pm = reinterpret_cast<const int32_t*>(perm);
-  const int64_t nnz_t = reinterpret_cast<const int64_t*>(wt.w.row_start)[wt.w.rows];
-  const size_t kernel_floats = (v.scratch(n, wt.w.ncols, wt.w.rows, wt.nnz, threads) + 15) / 16 * 16;
-  CallW c = wt;
-  float* base = nullptr;
-  const int32_t* value_perm = nullptr;
-  if (c.prepared) {
-    // A kernel with a prepared index copies the values into its own order anyway: it reads
-    // them through the permutation, so no gathered copy is made first.
-    base = arena.get(kernel_floats);
-    c.w.values = w_values;
-    value_perm = pm;
-  } else {
-    // Gathered into scratch placed after the kernel's own.
-    base = arena.get(kernel_floats + size_t(nnz_t) + 16);
-    float* vals_t = base + kernel_floats;
-    const float* vals = reinterpret_cast<const float*>(w_values);
-    const int64_t gather_tasks = std::max<int64_t>(1, std::min<int64_t>(threads * 4, nnz_t / 65536));
-    parallel_for(threads, gather_tasks, [&](int64_t t, int) {
-      const int64_t lo = nnz_t * t / gather_tasks, hi = nnz_t * (t + 1) / gather_tasks;
-      for (int64_t k = lo; k < hi; ++k) vals_t[k] = vals[pm[k]];
-    });
-    c.w.values = reinterpret_cast<uintptr_t>(vals_t);
-  }
-  auto go = [&](auto fn, auto tv) {
-    using Idx = std::remove_const_t<std::remove_pointer_t<decltype(tv.cols)>>;
-    FwdArgs<Idx> a{tv,
-                   n,
-                   reinterpret_cast<const float*>(dy),
-                   lddy,
-                   nullptr,
-                   reinterpret_cast<float*>(dx),
-                   lddx,
-                   c.chunks,
-                   c.nchunks,
-                   kernel_floats ? base : nullptr,
-                   threads,
-                   c.prepared,
-                   value_perm};
-    fn(a);
-    arena.trim();
-  };
-  if (c.w.idx_bits == 16)
-    go(v.fwd16, view<int16_t>(c.w));
-  else
-    go(v.fwd32, view<int32_t>(c.w));
-}
-
-void call_sddmm_dw(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
-                   uintptr_t dw, int threads) {
-  auto go = [&](auto fn, auto wv) {
-    using Idx = std::remove_const_t<std::remove_pointer_t<decltype(wv.cols)>>;
-    DwArgs<Idx> a{wv,
-                  n,
-                  reinterpret_cast<const float*>(dy),
-                  lddy,
-                  reinterpret_cast<const float*>(x),
-                  ldx,
-                  reinterpret_cast<float*>(dw),
-                  w.chunks,
-                  w.nchunks,
-                  nullptr,
-                  threads,
-                  w.prepared};
-    a.scratch = arena.get(v.scratch(n, w.w.ncols, w.w.rows, w.nnz, threads));
-    fn(a);
-    arena.trim();
-  };
-  if (w.w.idx_bits == 16)
-    go(v.dw16, view<int16_t>(w.w));
-  else
-    go(v.dw32, view<int32_t>(w.w));
-}
-
-void check_op(const Variant& v, Op op) {
-  check_runnable(v);
-  if (v.op != op) throw std::runtime_error("variant '" + v.name + "' is not a " + op_name(op) + " variant");
-}
 
 void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y,
                   int64_t ldy, int threads) {
@@ -317,6 +298,14 @@ void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, in
   call_sddmm_dw(v, c.w, n, dy, lddy, x, ldx, dw, threads);
 }
 
+void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t n, uintptr_t dy,
+                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
+                        int threads) {
+  check_op(v, Op::BackwardFused);
+  const OneOffCall cw(w, n, threads), ct(wt, n, threads);
+  call_backward_fused(v, cw.w, ct.w, perm, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);
+}
+
 namespace {
 // m with row_nnz replaced by its snapshot, kept in the calling thread's buffer
 // until its next call.
@@ -330,109 +319,37 @@ RawCsr with_live_counts(const RawCsr& m) {
 }
 }  // namespace
 
-void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, uintptr_t perm, int64_t n, uintptr_t dy,
-                         int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
-                         int threads) {
-  const int32_t* pm = reinterpret_cast<const int32_t*>(perm);
-  const size_t kernel_floats = (v.scratch(n, w.w.ncols, w.w.rows, wt.nnz, threads) + 15) / 16 * 16;
-  RawCsr wtv = wt.w;
-  float* base = nullptr;
-  if (wt.prepared) {
-    // With a prepared index the kernel reads W's values through perm as it copies them into
-    // block order (BwdArgs), so no gathered copy is made first.
-    base = arena.get(kernel_floats);
-    wtv.values = w.w.values;
-  } else {
-    // W's values in transposed order (as spmm_dx), in scratch after the kernel's own, sized by
-    // W^T's capacity: the gather writes at row offsets, whatever the live counts say.
-    const int32_t* t_live = reinterpret_cast<const int32_t*>(wt.w.row_nnz);
-    const int64_t t_capacity = reinterpret_cast<const int64_t*>(wt.w.row_start)[wt.w.rows];
-    base = arena.get(kernel_floats + size_t(t_capacity) + 16);
-    float* vals_t = base + kernel_floats;
-    const float* vals = reinterpret_cast<const float*>(w.w.values);
-    const int64_t* t_start = reinterpret_cast<const int64_t*>(wt.w.row_start);
-    parallel_for(threads, wt.w.rows, [&](int64_t j, int) {
-      const int64_t s = t_start[j];
-      for (int32_t k = 0; k < t_live[j]; ++k) vals_t[s + k] = vals[pm[s + k]];
-    });
-    wtv.values = reinterpret_cast<uintptr_t>(vals_t);
-  }
-  auto go = [&](auto fn, auto tv) {
-    BwdArgs<std::remove_const_t<std::remove_pointer_t<decltype(tv.cols)>>> a{
-        tv,
-        pm,
-        reinterpret_cast<const int64_t*>(w.w.row_start),
-        reinterpret_cast<const int32_t*>(w.w.row_nnz),
-        w.w.rows,
-        n,
-        reinterpret_cast<const float*>(dy),
-        lddy,
-        reinterpret_cast<const float*>(x),
-        ldx,
-        reinterpret_cast<float*>(dx),
-        lddx,
-        reinterpret_cast<float*>(dw),
-        base,
-        threads,
-        wt.prepared,
-        reinterpret_cast<float*>(db)};
-    fn(a);
-    arena.trim();
-  };
-  if (wtv.idx_bits == 16)
-    go(v.bwd16, view<int16_t>(wtv));
-  else
-    go(v.bwd32, view<int32_t>(wtv));
-}
-
-void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t n, uintptr_t dy,
-                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
-                        int threads) {
-  check_op(v, Op::BackwardFused);
-  const OneOffCall cw(w, n, threads), ct(wt, n, threads);
-  call_backward_fused(v, cw.w, ct.w, perm, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);
-}
-
 // ---- float64 ----
 
 void run_spmm_fwd_f64(const RawCsr& w_in, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy,
                       int threads) {
   const RawCsr w = with_live_counts(w_in);
   const auto ch = row_chunks(w, n, threads);
-  auto go = [&](auto wv) {
-    scalar::fwd(wv, n, reinterpret_cast<const double*>(x), ldx, reinterpret_cast<const double*>(bias),
-                reinterpret_cast<double*>(y), ldy, ch.data(), int64_t(ch.size()) - 1, threads);
-  };
-  if (w.idx_bits == 16)
-    go(view<int16_t, double>(w));
-  else
-    go(view<int32_t, double>(w));
+  with_index(w.idx_bits, [&](auto idx) {
+    scalar::fwd(view<decltype(idx), double>(w), n, reinterpret_cast<const double*>(x), ldx,
+                reinterpret_cast<const double*>(bias), reinterpret_cast<double*>(y), ldy, ch.data(),
+                int64_t(ch.size()) - 1, threads);
+  });
 }
 
 void run_spmm_dx_f64(const RawCsr& w_in, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx,
                      int threads) {
   const RawCsr w = with_live_counts(w_in);
-  auto go = [&](auto wv) {
-    scalar::dx_scatter(wv, n, reinterpret_cast<const double*>(dy), lddy, reinterpret_cast<double*>(dx), lddx, threads);
-  };
-  if (w.idx_bits == 16)
-    go(view<int16_t, double>(w));
-  else
-    go(view<int32_t, double>(w));
+  with_index(w.idx_bits, [&](auto idx) {
+    scalar::dx_scatter(view<decltype(idx), double>(w), n, reinterpret_cast<const double*>(dy), lddy,
+                       reinterpret_cast<double*>(dx), lddx, threads);
+  });
 }
 
 void run_sddmm_dw_f64(const RawCsr& w_in, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw,
                       int threads) {
   const RawCsr w = with_live_counts(w_in);
   const auto ch = row_chunks(w, n, threads);
-  auto go = [&](auto wv) {
-    scalar::dw(wv, n, reinterpret_cast<const double*>(dy), lddy, reinterpret_cast<const double*>(x), ldx,
-               reinterpret_cast<double*>(dw), ch.data(), int64_t(ch.size()) - 1, threads);
-  };
-  if (w.idx_bits == 16)
-    go(view<int16_t, double>(w));
-  else
-    go(view<int32_t, double>(w));
+  with_index(w.idx_bits, [&](auto idx) {
+    scalar::dw(view<decltype(idx), double>(w), n, reinterpret_cast<const double*>(dy), lddy,
+               reinterpret_cast<const double*>(x), ldx, reinterpret_cast<double*>(dw), ch.data(),
+               int64_t(ch.size()) - 1, threads);
+  });
 }
 
 // ---- transpose ----
@@ -474,17 +391,9 @@ void build_transpose(const RawCsr& w_in, const RawCsr& wt, uintptr_t perm, int64
                                " (row_nnz changed meanwhile?)");
   }
   auto* pm = reinterpret_cast<int32_t*>(perm);
-  if (w.idx_bits == 16) {
-    if (wt.idx_bits == 16)
-      transpose_typed<int16_t, int16_t>(w, wt, pm);
-    else
-      transpose_typed<int16_t, int32_t>(w, wt, pm);
-  } else {
-    if (wt.idx_bits == 16)
-      transpose_typed<int32_t, int16_t>(w, wt, pm);
-    else
-      transpose_typed<int32_t, int32_t>(w, wt, pm);
-  }
+  with_index(w.idx_bits, [&](auto idx) {
+    with_index(wt.idx_bits, [&](auto t_idx) { transpose_typed<decltype(idx), decltype(t_idx)>(w, wt, pm); });
+  });
 }
 
 namespace {
@@ -504,19 +413,13 @@ void scatter_typed(const RawCsr& w, Val* dense, int threads) {
 
 void scatter_to_dense(const RawCsr& w_in, int value_bits, uintptr_t dense, int threads) {
   const RawCsr w = with_live_counts(w_in);
-  if (value_bits == 64) {
-    auto* d = reinterpret_cast<double*>(dense);
-    if (w.idx_bits == 16)
-      scatter_typed<int16_t>(w, d, threads);
+  with_index(w.idx_bits, [&](auto idx) {
+    using Idx = decltype(idx);
+    if (value_bits == 64)
+      scatter_typed<Idx>(w, reinterpret_cast<double*>(dense), threads);
     else
-      scatter_typed<int32_t>(w, d, threads);
-  } else {
-    auto* d = reinterpret_cast<float*>(dense);
-    if (w.idx_bits == 16)
-      scatter_typed<int16_t>(w, d, threads);
-    else
-      scatter_typed<int32_t>(w, d, threads);
-  }
+      scatter_typed<Idx>(w, reinterpret_cast<float*>(dense), threads);
+  });
 }
 
 void set_scratch_keep_bytes(size_t bytes) { g_keep_bytes.store(bytes); }

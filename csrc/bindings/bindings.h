@@ -1,0 +1,35 @@
+// What the binding files of sparselab._C share: one bind_<area> per file, each adding its
+// functions to the module (module.cpp calls them), and the checks every op binding makes of
+// its arguments. Everything is over raw addresses and sizes (no torch headers: torch stays a
+// runtime-only dependency); the GIL is released around every kernel call.
+#pragma once
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+
+#include "../ops/run_ops.h"
+#include "../registry.h"
+
+namespace sparselab {
+
+void bind_registry(pybind11::module_& m);
+void bind_ops(pybind11::module_& m);
+void bind_layer_plan(pybind11::module_& m);
+void bind_dst(pybind11::module_& m);
+void bind_scratch(pybind11::module_& m);
+
+inline const Variant& variant_at(int64_t id) {
+  const auto& t = variants();
+  if (id < 0 || id >= int64_t(t.size())) throw pybind11::index_error("no variant with id " + std::to_string(id));
+  return t[size_t(id)];
+}
+
+inline RawCsr raw(uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz, int64_t rows,
+                  int64_t ncols) {
+  if (idx_bits != 16 && idx_bits != 32) throw pybind11::value_error("idx_bits must be 16 or 32");
+  return RawCsr{values, cols, idx_bits, row_start, row_nnz, rows, ncols};
+}
+
+}  // namespace sparselab
