@@ -68,7 +68,20 @@ def spmm_fwd(
     variant: str | None = None,
     threads: int | None = None,
 ) -> torch.Tensor:
-    """``Y = X @ W^T (+ bias)`` for X of shape (N, in_features)."""
+    """``Y = X @ W^T (+ bias)`` for X of shape (N, in_features).
+
+    Args:
+        W: the weight, ``(out_features, in_features)``.
+        X: a CPU tensor of W's dtype, shape ``(N, in_features)``; a row stride larger than
+            ``in_features`` is fine.
+        bias: optional, shape ``(out_features,)``, W's dtype.
+        variant: run this variant (a name from ``sparselab.kernels.variants(op)``) instead of
+            the planner's choice; ``RuntimeError`` if this CPU cannot run it.
+        threads: the thread count to run with; default ``torch.get_num_threads()``.
+
+    Returns:
+        ``Y``, shape ``(N, out_features)``.
+    """
     _check_weight(W)
     out_f, in_f = W.shape
     dtype = W.values.dtype
@@ -89,7 +102,18 @@ def spmm_fwd(
 
 
 def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None, threads: int | None = None) -> torch.Tensor:
-    """``dX = dY @ W`` for dY of shape (N, out_features)."""
+    """``dX = dY @ W`` for dY of shape (N, out_features).
+
+    Args:
+        W: the weight, ``(out_features, in_features)``.
+        dY: a CPU tensor of W's dtype, shape ``(N, out_features)``.
+        variant: run this variant (a name from ``sparselab.kernels.variants('spmm_dx')``) instead of
+            the planner's choice; ``RuntimeError`` if this CPU cannot run it.
+        threads: the thread count to run with; default ``torch.get_num_threads()``.
+
+    Returns:
+        ``dX``, shape ``(N, in_features)``.
+    """
     _check_weight(W)
     out_f, in_f = W.shape
     dtype = W.values.dtype
@@ -105,7 +129,19 @@ def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None, threa
 def sddmm_dw(
     W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor, *, variant: str | None = None, threads: int | None = None
 ) -> torch.Tensor:
-    """Weight gradient at W's live slots, shaped like ``W.values``."""
+    """Weight gradient at W's live slots: ``dW[k] = sum_b dY[b, row(k)] * X[b, col(k)]``.
+
+    Args:
+        W: the weight, ``(out_features, in_features)``; only its topology is read.
+        dY: the output gradient, shape ``(N, out_features)``, W's dtype.
+        X: the layer's input, shape ``(N, in_features)``, W's dtype.
+        variant: run this variant (a name from ``sparselab.kernels.variants('sddmm_dw')``) instead of
+            the planner's choice; ``RuntimeError`` if this CPU cannot run it.
+        threads: the thread count to run with; default ``torch.get_num_threads()``.
+
+    Returns:
+        A tensor shaped like ``W.values``, 0 at padding slots.
+    """
     _check_weight(W)
     out_f, in_f = W.shape
     dtype = W.values.dtype
@@ -133,7 +169,20 @@ def backward_fused(
     One call of a fused kernel reads W's index and dY once for all of them. ``variant=None``
     follows the planner's backward plan (a fused variant, or the separate pair);
     ``variant="separate"`` names the pair. The pair, and float64 or an empty batch, run
-    ``spmm_dx`` and ``sddmm_dw`` (each planned as usual) and ``dY.sum(0)``."""
+    ``spmm_dx`` and ``sddmm_dw`` (each planned as usual) and ``dY.sum(0)``.
+
+    Args:
+        W: the weight, ``(out_features, in_features)``.
+        dY: the output gradient, shape ``(N, out_features)``, W's dtype.
+        X: the layer's input, shape ``(N, in_features)``, W's dtype.
+        variant: a ``backward_fused`` variant name, ``"separate"`` for the pair, or None for
+            the planner's backward plan.
+        threads: the thread count to run with; default ``torch.get_num_threads()``.
+        bias_grad: also return ``db = dY.sum(0)``.
+
+    Returns:
+        ``(dX, dW)``, or ``(dX, dW, db)`` with ``bias_grad=True``.
+    """
     _check_weight(W)
     out_f, in_f = W.shape
     dtype = W.values.dtype

@@ -1,17 +1,12 @@
 """Every environment variable SparseLab reads, and the process-wide settings they start.
 
-=============================== ============================================= ===================== ==========
-variable                        what it sets                                  values                default
-=============================== ============================================= ===================== ==========
-``SPARSELAB_TUNING``            tuning mode (:func:`set_mode`)                ``on`` ``off``        ``on``
-                                                                              ``force``
-``SPARSELAB_PREFER``            what dispatch optimises (:func:`set_prefer`)  ``speed`` ``memory``  ``speed``
-``SPARSELAB_TUNING_DEADLINE_S`` seconds one key's tuning may take             a number in           ``0.8``
-                                                                              ``(0, 3600]``
-``SPARSELAB_CACHE_DIR``         folder of the tuning table (the wisdom)       a path                see below
-``SPARSELAB_SCRATCH_KEEP_MB``   kernel scratch kept between calls, per        a whole number in     ``4``
-                                calling thread (read by the extension)        ``[0, 1048576]``
-=============================== ============================================= ===================== ==========
+| variable | what it sets | values | default |
+|---|---|---|---|
+| ``SPARSELAB_TUNING`` | tuning mode (:func:`set_mode`) | ``on``, ``off``, ``force`` | ``on`` |
+| ``SPARSELAB_PREFER`` | what dispatch optimises (:func:`set_prefer`) | ``speed``, ``memory`` | ``speed`` |
+| ``SPARSELAB_TUNING_DEADLINE_S`` | seconds one key's tuning may take | a number in ``(0, 3600]`` | ``0.8`` |
+| ``SPARSELAB_CACHE_DIR`` | folder of the tuning table (the wisdom) | a path | see below |
+| ``SPARSELAB_SCRATCH_KEEP_MB`` | kernel scratch kept between calls, per calling thread (read by the extension) | a whole number in ``[0, 1048576]`` | ``4`` |
 
 The tuning table lives in ``$SPARSELAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/sparselab``, else
 ``~/.cache/sparselab``. A value that is not one of those allowed warns once and keeps the default:
@@ -86,7 +81,11 @@ _listeners: list[Callable[[], None]] = []
 
 
 def on_change(callback: Callable[[], None]) -> None:
-    """Call ``callback()`` whenever the mode or the preference changes."""
+    """Call ``callback()`` whenever the mode or the preference changes.
+
+    Args:
+        callback: a function of no arguments (the planner's ``invalidate``, for one).
+    """
     _listeners.append(callback)
 
 
@@ -133,12 +132,21 @@ def get_mode() -> str:
 
 
 def set_mode(value: str) -> None:
-    """Set the tuning mode for this process: ``'on'``, ``'off'`` or ``'force'``."""
+    """Set the tuning mode for this process (see :func:`get_mode`).
+
+    Args:
+        value: ``'on'``, ``'off'`` or ``'force'``; anything else raises ``ValueError``.
+    """
     _mode.set(value)
 
 
 def mode(value: str):
-    """Temporarily switch the tuning mode: ``with sparselab.settings.mode('off'): ...``."""
+    """Temporarily switch the tuning mode: ``with sparselab.settings.mode('off'): ...``.
+
+    Args:
+        value: ``'on'``, ``'off'`` or ``'force'``, for the ``with`` block; the previous mode
+            returns after it.
+    """
     return _mode.temporarily(value)
 
 
@@ -150,12 +158,21 @@ def get_prefer() -> str:
 
 
 def set_prefer(value: str) -> None:
-    """Optimise dispatch for ``'speed'`` (default) or ``'memory'`` (see :func:`get_prefer`)."""
+    """Optimise dispatch for speed or memory, for this process (see :func:`get_prefer`).
+
+    Args:
+        value: ``'speed'`` (default) or ``'memory'``; anything else raises ``ValueError``.
+    """
     _prefer.set(value)
 
 
 def prefer(value: str):
-    """Temporarily change the preference: ``with sparselab.settings.prefer('memory'): ...``."""
+    """Temporarily change the preference: ``with sparselab.settings.prefer('memory'): ...``.
+
+    Args:
+        value: ``'speed'`` or ``'memory'``, for the ``with`` block; the previous preference
+            returns after it.
+    """
     return _prefer.temporarily(value)
 
 
@@ -186,7 +203,11 @@ def cache_dir() -> Path:
 
 
 def scratch_keep_mb(raw: str | None) -> int | None:
-    """MiB the value ``raw`` asks for, or None if the extension rejects it (and keeps 4 MiB)."""
+    """MiB the value ``raw`` asks for, or None if the extension rejects it (and keeps 4 MiB).
+
+    Args:
+        raw: the text of ``$SPARSELAB_SCRATCH_KEEP_MB``, or None when it is not set (4 MiB).
+    """
     if raw is None:
         return SCRATCH_KEEP_MB_DEFAULT
     m = _PLAIN_INT.fullmatch(raw)

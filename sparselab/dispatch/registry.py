@@ -29,6 +29,24 @@ SEPARATE = "separate"
 
 @dataclass(frozen=True)
 class VariantInfo:
+    """One registered variant of an op, as ``variants()`` lists it.
+
+    Args:
+        op: ``'spmm_fwd'``, ``'spmm_dx'``, ``'sddmm_dw'`` or ``'backward_fused'``.
+        name: the stable public name (``'avx2_tile32'``, ``'dense_torch'``, ...).
+        isa: ``'scalar'``, ``'avx2'``, ``'avx512'``, ``'neon'``, or ``'torch'`` for the dense
+            pseudo-variants.
+        form: the kernel form (``'plain'``, ``'tiled'``, ``'block_major'``, ...).
+        params: the form's tile parameters, as in ``csrc/variants.def``.
+        available: whether this CPU can run it.
+        reason: why not, when it cannot.
+        id: its index in the compiled table; -1 for dense pseudo-variants.
+        dx_layout: for ``spmm_dx``, ``'transposed'`` (reads W's transposed index) or
+            ``'scatter'`` (reads W's own index).
+        prepares: whether it builds W-derived data (a block-major index) a layer keeps per
+            topology.
+    """
+
     op: str
     name: str
     isa: str
@@ -42,6 +60,7 @@ class VariantInfo:
 
     @property
     def is_dense(self) -> bool:
+        """Whether this is a dense torch pseudo-variant (it densifies W on every call)."""
         return self.isa == "torch"
 
 
@@ -85,7 +104,13 @@ def _check_op(op: str) -> None:
 
 
 def variants(op: str | None = None, *, available_only: bool = False) -> list[VariantInfo]:
-    """All variants (of one op, or of every op of ``OPS``), in registry order."""
+    """All variants (of one op, or of every op of ``OPS``), in registry order.
+
+    Args:
+        op: ``'spmm_fwd'``, ``'spmm_dx'``, ``'sddmm_dw'`` or ``'backward_fused'``; None lists the
+            first three.
+        available_only: leave out the variants this CPU cannot run.
+    """
     ops = OPS if op is None else (op,)
     out = []
     for o in ops:
@@ -95,7 +120,12 @@ def variants(op: str | None = None, *, available_only: bool = False) -> list[Var
 
 
 def get(op: str, name: str) -> VariantInfo:
-    """One variant by op and name; ``ValueError`` listing the names if unknown."""
+    """One variant by op and name; ``ValueError`` listing the names if unknown.
+
+    Args:
+        op: the op, as for :func:`variants`.
+        name: the variant's public name.
+    """
     _check_op(op)
     if not isinstance(name, str):
         raise TypeError(f"variant name must be a str, got {type(name).__name__}")
@@ -106,6 +136,12 @@ def get(op: str, name: str) -> VariantInfo:
 
 
 def require_available(op: str, name: str) -> VariantInfo:
+    """:func:`get`, and ``RuntimeError`` with the reason if this CPU cannot run the variant.
+
+    Args:
+        op: the op, as for :func:`variants`.
+        name: the variant's public name.
+    """
     v = get(op, name)
     if not v.available:
         raise RuntimeError(f"{op} variant {name!r} cannot run on this CPU: {v.reason}")

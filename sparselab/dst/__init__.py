@@ -3,7 +3,7 @@
 ``algo = sparselab.RigL(sparsity=0.9, drop_fraction=0.3, update_freq=100); model.apply(algo)``;
 ``algo.attach_optimizer(opt)``; call ``algo.step()`` after every ``opt.step()`` (or wrap the
 optimizer: ``opt = SparsityOptimizer(opt, algo)``). Per-layer groups: :func:`configure`.
-See :mod:`sparselab.dst.base` for the contract of a new algorithm.
+See :mod:`sparselab.dst.algorithm` for the contract of a new algorithm.
 """
 
 from . import distribution, schedules

@@ -64,7 +64,7 @@ What the base does for you
   is False), limited by the free positions. A dropped position may be regrown
   in the same update (as in RigL's reference code); it then restarts at zero.
 - **Deterministic tie-breaking**: among equal scores the lowest slot / flat
-  position wins (:mod:`sparselab.dst.select`; ``tie_breaker='random'`` orders
+  position wins (:mod:`sparselab.dst.selection`; ``tie_breaker='random'`` orders
   them at random instead), and all randomness comes from one
   ``torch.Generator`` seeded with ``seed``: the same seed gives the same
   topology sequence.
@@ -80,7 +80,7 @@ What the base does for you
   Parameter and buffers new storage. Optimizer state (of every optimizer that
   has stepped the layer or was attached) moves with its connection and is
   reset at grown slots via
-  :mod:`sparselab.optim_state`; then the layer's transposed index is rebuilt
+  :mod:`sparselab.optim`; then the layer's transposed index is rebuilt
   (``topology_changed``, what ``mark_topology_changed()`` calls; the full
   invariant check runs with ``check=True``).
 - **Memory**: an update never forms a dense matrix: gradient scores come in
@@ -211,7 +211,9 @@ class SparsityAlgorithm(Selection):
         drop_schedule: ``'constant'`` or ``'cosine'`` (decay to 0 at ``end``);
             default: the class's ``default_drop_schedule`` when ``end`` is
             given, else constant.
-        start, end: first / last step at which updates may happen.
+        start: the first step at which updates may happen.
+        end: the last step at which updates may happen (default: none; RigL's recipe is 75% of
+            training, or an LR scheduler given to :meth:`attach_optimizer`).
         distribution: ``'uniform'``, ``'erk'``, or ``callable(shapes, density)``.
         seed: seeds the algorithm's generator (random growth, tie-free draws).
         padding: spare slots per row ensured at attach time, as a fraction of
@@ -222,9 +224,12 @@ class SparsityAlgorithm(Selection):
         check: run the full O(capacity) invariant check (``PaddedCSR.validate``)
             after every topology change (off by default: it costs time and
             capacity-sized temporaries; the transposed index is rebuilt either way).
-        drop_shaper, grow_shaper, tie_breaker: reshape the drop / growth
-            scores and choose how ties are broken (:mod:`sparselab.dst.scores`;
-            defaults: unchanged scores, lowest index wins).
+        drop_shaper: ``f(scores, layer)`` reshaping the drop scores every update selects on
+            (:mod:`sparselab.dst.scores`; default: unchanged).
+        grow_shaper: ``f(scores, layer, rows)`` reshaping the growth scores of a row block
+            (e.g. ``-inf`` where nothing may grow; default: unchanged).
+        tie_breaker: ``'lowest'`` (default: the lowest index wins) or ``'random'`` (seeded by
+            ``seed``), or a :class:`~sparselab.dst.scores.TieBreaker`.
         process_group: the ranks that keep one topology (default: every rank,
             whenever ``torch.distributed`` is initialized when the algorithm is
             attached); see :mod:`sparselab.model.distributed`.
@@ -340,7 +345,11 @@ class SparsityAlgorithm(Selection):
     def attach(self, module: nn.Module) -> nn.Module:
         """Attach to every sparse layer in ``module`` (a model or one layer) and set them up:
         budgets, spare slots, hooks, and under ``torch.distributed`` rank 0's topology on every
-        rank. Returns ``module``."""
+        rank. Returns ``module``. ``model.apply(algo)`` leaves the model in the same state.
+
+        Args:
+            module: a model or one sparse layer; ``TypeError`` if it holds no sparse layer.
+        """
         if not isinstance(module, nn.Module):
             raise TypeError(f"{type(self).__name__} attaches to nn.Module objects, got {type(module).__name__}")
         sparse = [m for m in module.modules() if isinstance(m, SparseModule)]
@@ -411,7 +420,12 @@ class SparsityAlgorithm(Selection):
 
         ``scheduler``: the optimizer's LR scheduler. When this algorithm was built without
         ``end``, the scheduler's horizon (:func:`horizon_of`) sets it: updates stop, and a cosine
-        drop schedule reaches 0, at 75% of it."""
+        drop schedule reaches 0, at 75% of it.
+
+        Args:
+            optimizer: the optimizer that steps the sparse layers.
+            scheduler: its LR scheduler, whose horizon sets ``end`` when the algorithm has none.
+        """
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
         if all(o is not optimizer for o in self._optimizers):
@@ -439,10 +453,12 @@ class SparsityAlgorithm(Selection):
 
     @property
     def layers(self) -> list[LayerState]:
+        """The attached layers, as :class:`LayerState` objects, in attach order."""
         return list(self._layers)
 
     @property
     def step_count(self) -> int:
+        """Optimizer steps counted by :meth:`step` (or restored by :meth:`load_state_dict`)."""
         return self._step
 
     def _require_layers(self) -> None:
@@ -455,7 +471,11 @@ class SparsityAlgorithm(Selection):
     # ------------------------------------------------------------------ budgets
 
     def densities(self, t: int | None = None) -> list[float]:
-        """Per-layer target densities at step ``t`` (default: now)."""
+        """Per-layer target densities at step ``t``, split by ``distribution``.
+
+        Args:
+            t: the step; default the current one.
+        """
         s = self.sparsity_schedule(self._step if t is None else t)
         d = self._density_cache.get(s)
         if d is None:
@@ -469,7 +489,12 @@ class SparsityAlgorithm(Selection):
         return d
 
     def target_nnz(self, layer: LayerState, t: int) -> int:
-        """The layer's live-count budget at step ``t``."""
+        """The layer's live-count budget at step ``t``.
+
+        Args:
+            layer: an attached layer.
+            t: the step.
+        """
         return int(round(self.densities(t)[layer.index] * layer.numel))
 
     def _spare(self, layer: LayerState) -> int:
@@ -499,7 +524,11 @@ class SparsityAlgorithm(Selection):
 
     def init_layer(self, layer: LayerState) -> None:
         """Bring a freshly attached layer to its budget at step 0: prune the
-        smallest ``|w|``, or grow random positions with the SparseLinear init."""
+        smallest ``|w|``, or grow random positions with the SparseLinear init.
+
+        Args:
+            layer: the layer just attached.
+        """
         target = self.target_nnz(layer, 0)
         nnz = layer.nnz
         if target < nnz:
@@ -519,16 +548,38 @@ class SparsityAlgorithm(Selection):
     # ------------------------------------------------------------------ hooks (override)
 
     def drop_scores(self, layer: LayerState) -> Tensor:
-        """Per-slot importance; the lowest live slots are dropped. Default ``|w|``."""
+        """Per-slot importance; the lowest live slots are dropped. Default ``|w|``.
+
+        Args:
+            layer: the layer being updated (``layer.weight`` is its PaddedCSR view).
+
+        Returns:
+            A tensor of ``layer.weight.capacity`` scores (padding slots are ignored).
+        """
         return layer.weight.values.detach().abs()
 
     def grow_scores(self, layer: LayerState, rows: slice) -> Tensor:
-        """Importance of growing each position of ``rows``; default uniform random."""
+        """Importance of growing each position of ``rows``; default uniform random.
+
+        Called twice per block and update (a histogram pass, then a selection pass): it must
+        return the same scores both times, so randomness comes from ``self.generator``.
+
+        Args:
+            layer: the layer being updated.
+            rows: the block of rows to score.
+
+        Returns:
+            A ``(len(rows), in_features)`` tensor; the highest free positions are grown.
+        """
         n = len(range(*rows.indices(layer.shape[0])))
         return torch.rand(n, layer.shape[1], generator=self.generator)
 
     def shaped_drop_scores(self, layer: LayerState) -> Tensor:
-        """:meth:`drop_scores` after ``drop_shaper`` and ``tie_breaker`` (what updates select on)."""
+        """:meth:`drop_scores` after ``drop_shaper`` and ``tie_breaker`` (what updates select on).
+
+        Args:
+            layer: the layer being updated.
+        """
         s = self.drop_scores(layer)
         if self.drop_shaper is not None:
             s = self.drop_shaper(s, layer)
@@ -537,7 +588,12 @@ class SparsityAlgorithm(Selection):
         return s
 
     def layer_counts(self, layer: LayerState, t: int) -> tuple[int, int]:
-        """``(n_drop, n_grow)`` for ``layer`` at update step ``t``."""
+        """``(n_drop, n_grow)`` for ``layer`` at update step ``t``.
+
+        Args:
+            layer: the layer being updated.
+            t: the update step.
+        """
         nnz = layer.nnz
         target = self.target_nnz(layer, t)
         k = int(round(self.drop_schedule(t) * min(nnz, target))) if self.regrow else 0
@@ -545,12 +601,27 @@ class SparsityAlgorithm(Selection):
         return max(nnz - target, 0) + k, max(target - nnz, 0) + k
 
     def redistribute(self, counts: list[tuple[int, int]], t: int) -> list[tuple[int, int]]:
-        """Adjust per-layer ``(n_drop, n_grow)`` across layers (default: unchanged)."""
+        """Adjust per-layer ``(n_drop, n_grow)`` across layers (default: unchanged).
+
+        Args:
+            counts: one ``(n_drop, n_grow)`` per attached layer, from :meth:`layer_counts`.
+            t: the update step.
+        """
         return counts
 
     def update_layer(self, layer: LayerState, t: int, n_drop: int, n_grow: int) -> RewriteResult | None:
         """One layer's update: drop the ``n_drop`` lowest ``drop_scores``, then grow the
-        ``n_grow`` highest ``grow_scores`` among positions not live after the drop."""
+        ``n_grow`` highest ``grow_scores`` among positions not live after the drop.
+
+        Args:
+            layer: the layer being updated.
+            t: the update step.
+            n_drop: live weights to drop.
+            n_grow: positions to grow.
+
+        Returns:
+            What :meth:`rewrite` returns, or None when nothing changes.
+        """
         if n_drop <= 0 and n_grow <= 0:
             return None
         drop = self.select_drop(layer, self.shaped_drop_scores(layer), n_drop)
@@ -567,7 +638,18 @@ class SparsityAlgorithm(Selection):
         *,
         min_spare: int = 0,
     ) -> RewriteResult:
-        """Apply a drop / grow to the layer (see :func:`sparselab.dst.rewrite.rewrite_layer`)."""
+        """Apply a drop / grow to the layer (see :func:`sparselab.dst.rewrite.rewrite_layer`):
+        each row's live prefix is rewritten in place with sorted columns, optimizer state moves
+        with its connection and is reset at grown slots, and the layer's index is rebuilt.
+
+        Args:
+            layer: the layer to change.
+            drop_slots: live slot ids to drop.
+            rows: rows of the positions to grow (not live after the drop).
+            cols: their columns.
+            values: the grown weights' values; default 0.
+            min_spare: resize when any row would have fewer free slots than this.
+        """
         spare = max(1, self._spare(layer))
         compact = False
         if self.compact and drop_slots.numel() and self._sync is None:  # DDP needs fixed Parameter shapes
@@ -590,6 +672,11 @@ class SparsityAlgorithm(Selection):
     # ------------------------------------------------------------------ stepping
 
     def is_update_step(self, t: int) -> bool:
+        """Whether step ``t`` changes the topology (the update schedule's answer).
+
+        Args:
+            t: the step, counted from 1 by :meth:`step`.
+        """
         return self.update_schedule.is_update(t)
 
     def step(self) -> bool:
@@ -690,9 +777,15 @@ class SparsityAlgorithm(Selection):
         return {}
 
     def load_extra_state(self, state: dict) -> None:
-        pass
+        """Restore what :meth:`extra_state` returned (default: nothing to restore).
+
+        Args:
+            state: the ``'extra'`` entry of a :meth:`state_dict`.
+        """
 
     def state_dict(self) -> dict:
+        """The step count, RNG state, configuration, layer shapes and :meth:`extra_state`. The
+        topology is in the model's state_dict."""
         return {
             "version": 1,
             "config": self.config(),
@@ -704,7 +797,12 @@ class SparsityAlgorithm(Selection):
 
     def load_state_dict(self, state: dict) -> None:
         """Resume: step count, RNG state and extra state; the schedule
-        configuration must match this algorithm's. Never re-budgets layers."""
+        configuration must match this algorithm's. Never re-budgets layers. Refused state
+        (``ValueError`` naming what differs) leaves the algorithm as it was.
+
+        Args:
+            state: what :meth:`state_dict` returned.
+        """
         if not isinstance(state, dict) or "step" not in state or "rng_state" not in state:
             raise ValueError("not a SparsityAlgorithm state_dict (missing 'step' / 'rng_state')")
         mine, theirs = self.config(), state.get("config", {})

@@ -82,7 +82,18 @@ _GROUP_KEYS = ("modules", "sparsity", "algorithm", "distribution")
 
 
 def Group(modules, sparsity=_UNSET, algorithm=None, distribution="uniform", **options) -> dict:
-    """A group as a dict (same keys as the dict form)."""
+    """A group as a dict (same keys as the dict form; see the module docstring).
+
+    Args:
+        modules: a glob or a list of globs over the linear layers' qualified names.
+        sparsity: a float, a :class:`SparsitySchedule`, or None (the group stays dense); omit it
+            when ``algorithm`` is an algorithm object.
+        algorithm: a name, a :class:`SparsityAlgorithm` subclass or an instance; default
+            ``configure``'s.
+        distribution: how the group's sparsity is split over its layers (``'uniform'``,
+            ``'erk'`` or a callable).
+        **options: keyword arguments of the algorithm's constructor for this group.
+    """
     g = {"modules": modules, "algorithm": algorithm, "distribution": distribution, **options}
     if sparsity is not _UNSET:
         g["sparsity"] = sparsity
@@ -169,7 +180,20 @@ class _Resolved:
 class SparsityGroups:
     """The algorithms of a per-layer configuration, driven as one: ``step()``,
     ``attach_optimizer()``, ``state_dict()`` / ``load_state_dict()``, ``layers``,
-    ``last_update``. Made by :func:`configure` (or ``SparsityGroups(groups, ...).attach(model)``)."""
+    ``last_update``. Made by :func:`configure` (or ``SparsityGroups(groups, ...).attach(model)``).
+
+    Args:
+        groups: a list of group dicts, or a mapping ``{glob: algorithm, sparsity or group dict}``
+            (see the module docstring).
+        algorithm: the algorithm of groups that name none (default ``'static'``).
+        sparsify_method: how matched ``nn.Linear`` layers choose the weights they keep
+            (``'magnitude'`` or ``'random'``).
+        reinit: redraw the kept weights with the sparse init when sparsifying.
+        padding: spare slots per row of the sparsified layers.
+        seed: the algorithms' seed, unless a group sets its own.
+        **defaults: keyword arguments for every group whose algorithm accepts them
+            (``update_freq``, ``end``, ``distribution``, ...).
+    """
 
     def __init__(
         self,
@@ -268,8 +292,12 @@ class SparsityGroups:
 
     def attach(self, model: nn.Module, state: dict | None = None) -> nn.Module:
         """Sparsify the matched ``nn.Linear`` layers, make the algorithms and attach them; returns the model.
-        ``state``: a :meth:`state_dict` to resume from, loaded into each algorithm before it is
-        attached (a resumed algorithm never re-budgets the layers it finds)."""
+
+        Args:
+            model: the model; matched layers are changed in place.
+            state: a :meth:`state_dict` to resume from, loaded into each algorithm before it is
+                attached (a resumed algorithm never re-budgets the layers it finds).
+        """
         if self.algorithms:
             raise RuntimeError("this configuration is already attached to a model")
         if not isinstance(model, nn.Module):
@@ -387,14 +415,17 @@ class SparsityGroups:
 
     @property
     def layers(self) -> list[LayerState]:
+        """Every attached layer, group by group."""
         return [L for a in self.algorithms for L in a.layers]
 
     @property
     def last_update(self) -> list:
+        """The :class:`UpdateInfo` records of the last update of every algorithm."""
         return [u for a in self.algorithms for u in a.last_update]
 
     @property
     def step_count(self) -> int:
+        """Optimizer steps counted so far."""
         return self.algorithms[0].step_count if self.algorithms else 0
 
     def _require(self) -> None:
@@ -402,6 +433,12 @@ class SparsityGroups:
             raise RuntimeError("SparsityGroups is not attached: call configure(model, groups) or .attach(model)")
 
     def attach_optimizer(self, optimizer):
+        """Attach ``optimizer`` to every algorithm (see
+        :meth:`SparsityAlgorithm.attach_optimizer`); returns it.
+
+        Args:
+            optimizer: the optimizer that steps the model.
+        """
         self._require()
         for a in self.algorithms:
             a.attach_optimizer(optimizer)
@@ -416,6 +453,7 @@ class SparsityGroups:
         return changed
 
     def state_dict(self) -> dict:
+        """Each algorithm's state, with its layer names, in group order."""
         return {
             "version": 1,
             "groups": [
@@ -425,6 +463,11 @@ class SparsityGroups:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Resume every algorithm from a :meth:`state_dict` of the same configuration.
+
+        Args:
+            state: what :meth:`state_dict` returned.
+        """
         self._require()
         groups = state.get("groups") if isinstance(state, dict) else None
         if not isinstance(groups, list) or len(groups) != len(self.algorithms):
@@ -439,6 +482,7 @@ class SparsityGroups:
             a.load_state_dict(g["state"])
 
     def detach(self) -> None:
+        """Detach every algorithm; the layers keep their current topology."""
         for a in self.algorithms:
             a.detach()
         self.algorithms = []
@@ -452,7 +496,16 @@ def configure(model: nn.Module, groups, *, state: dict | None = None, **kwargs) 
     """Apply a per-layer configuration to ``model`` (see the module docstring); returns
     the :class:`SparsityGroups` to step. The model is changed in place (matched
     ``nn.Linear`` layers become ``SparseLinear``). Resume: load the model, then
-    ``configure(model, groups, state=saved_groups_state, ...)``, then make the optimizer."""
+    ``configure(model, groups, state=saved_groups_state, ...)``, then make the optimizer.
+
+    Args:
+        model: the model to configure.
+        groups: a list of group dicts, or a mapping ``{glob: algorithm, sparsity or group dict}``.
+        state: a :meth:`SparsityGroups.state_dict` to resume from.
+        **kwargs: the arguments of :class:`SparsityGroups` (``algorithm``, ``sparsify_method``,
+            ``reinit``, ``padding``, ``seed``) and defaults for every group (``update_freq``,
+            ``end``, ...).
+    """
     cfg = SparsityGroups(groups, **kwargs)
     out = cfg.attach(model, state=state)
     if out is not model:

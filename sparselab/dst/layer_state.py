@@ -13,7 +13,13 @@ __all__ = ["LayerState", "UpdateInfo"]
 
 
 class LayerState:
-    """What the hooks see of one attached layer."""
+    """What the hooks see of one attached layer.
+
+    Args:
+        module: the sparse layer.
+        name: its qualified name in the model it was attached through.
+        index: its position among the algorithm's layers (indexes ``densities()``).
+    """
 
     __slots__ = ("module", "name", "index", "capture")
 
@@ -30,18 +36,26 @@ class LayerState:
 
     @property
     def shape(self) -> tuple[int, int]:
+        """``(out_features, in_features)``."""
         return (self.module.out_features, self.module.in_features)
 
     @property
     def numel(self) -> int:
+        """``out_features * in_features``: the positions of the dense weight."""
         return self.module.out_features * self.module.in_features
 
     @property
     def nnz(self) -> int:
+        """The layer's live weights now."""
         return self.module.nnz
 
     def dense_grad(self, rows: slice) -> Tensor:
-        """Dense ``dL/dW[rows, :]`` from the captured ``X`` and ``dY`` (a fresh tensor)."""
+        """Dense ``dL/dW[rows, :]`` from the captured ``X`` and ``dY`` (a fresh tensor); needs
+        ``needs_gradient = True`` on the algorithm.
+
+        Args:
+            rows: the block of rows, as ``grow_scores`` receives it.
+        """
         if self.capture is None or not self.capture.ready:
             raise RuntimeError(
                 f"layer {self.name!r}: no captured gradient for this update. Gradient-based growth needs "
@@ -56,7 +70,18 @@ class LayerState:
 
 @dataclass
 class UpdateInfo:
-    """What one update did to one layer (``algo.last_update`` holds a list of them)."""
+    """What one update did to one layer (``algo.last_update`` holds a list of them).
+
+    Args:
+        name: the layer's name.
+        step: the update step.
+        dropped: live weights dropped.
+        grown: positions grown.
+        nnz: the live count after the update.
+        repacked: whether a block of rows was re-laid out in place.
+        resized: whether the layer's capacity changed (new storage under the same Parameter).
+        grown_slots: the slot ids of the grown weights.
+    """
 
     name: str
     step: int

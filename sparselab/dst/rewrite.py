@@ -30,9 +30,9 @@
    still waiting for its backward.
 5. Per-slot optimizer state (``momentum_buffer``, ``exp_avg``, ... -- every state
    tensor shaped like the values, found by
-   :func:`sparselab.optim_state.slot_state_keys`) and ``.grad`` follow their
+   :func:`sparselab.optim.slot_state_keys`) and ``.grad`` follow their
    connection to its new slot; the state of grown slots is reset with
-   :func:`sparselab.optim_state.reset_slots`. Scalars such as Adam's ``step``
+   :func:`sparselab.optim.reset_slots`. Scalars such as Adam's ``step``
    are untouched.
 6. ``layer.topology_changed()`` (what ``layer.weight.mark_topology_changed()``
    calls): the transposed index is rebuilt; the full O(capacity) invariant

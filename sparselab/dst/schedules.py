@@ -71,7 +71,14 @@ def check_step(v, name: str, *, minimum: int = 0, allow_none: bool = False):
 
 class UpdateSchedule:
     """Update the topology at steps ``t`` with ``t % every == 0``, ``t >= max(start, 1)``
-    and (if ``end`` is set) ``t <= end``; with ``include_end`` also at ``t == end``."""
+    and (if ``end`` is set) ``t <= end``; with ``include_end`` also at ``t == end``.
+
+    Args:
+        every: steps between updates.
+        start: the first step at which updates may happen.
+        end: the last step at which updates may happen; None: no end.
+        include_end: also update at ``end`` itself when ``every`` does not divide it.
+    """
 
     def __init__(self, every: int = 100, start: int = 0, end: int | None = None, *, include_end: bool = False):
         self.every = check_step(every, "update_freq", minimum=1)
@@ -82,11 +89,17 @@ class UpdateSchedule:
         self.include_end = bool(include_end)
 
     def is_update(self, t: int) -> bool:
+        """Whether step ``t`` updates the topology.
+
+        Args:
+            t: the step, counted from 1.
+        """
         if t < max(self.start, 1) or (self.end is not None and t > self.end):
             return False
         return t % self.every == 0 or (self.include_end and t == self.end)
 
     def config(self) -> dict:
+        """The schedule's parameters: shown by ``repr`` and compared when a checkpoint resumes."""
         return {"every": self.every, "start": self.start, "end": self.end, "include_end": self.include_end}
 
     def __repr__(self) -> str:
@@ -106,6 +119,7 @@ class _StepFunction:
         raise NotImplementedError
 
     def config(self) -> dict:
+        """The schedule's parameters: shown by ``repr`` and compared when a checkpoint resumes."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -118,6 +132,12 @@ class DropSchedule(_StepFunction):
 
 
 class ConstantDrop(DropSchedule):
+    """The same drop fraction at every update.
+
+    Args:
+        fraction: the fraction of live connections dropped and regrown, in ``(0, 1]``.
+    """
+
     def __init__(self, fraction: float = 0.3):
         self.fraction = check_fraction(fraction)
 
@@ -125,11 +145,18 @@ class ConstantDrop(DropSchedule):
         return self.fraction
 
     def config(self) -> dict:
+        """The schedule's parameters: shown by ``repr`` and compared when a checkpoint resumes."""
         return {"kind": "constant", "fraction": self.fraction}
 
 
 class CosineDrop(DropSchedule):
-    """``f(t) = f0 / 2 * (1 + cos(pi * (t - start) / (end - start)))``, 0 after ``end``."""
+    """``f(t) = f0 / 2 * (1 + cos(pi * (t - start) / (end - start)))``, 0 after ``end``.
+
+    Args:
+        fraction: ``f0``, the drop fraction at ``start``, in ``(0, 1]``.
+        end: the step where the fraction reaches 0 (required).
+        start: the step where the decay starts.
+    """
 
     def __init__(self, fraction: float = 0.3, end: int | None = None, start: int = 0):
         self.fraction = check_fraction(fraction)
@@ -145,6 +172,7 @@ class CosineDrop(DropSchedule):
         return self.fraction * 0.5 * (1.0 + math.cos(math.pi * p))
 
     def config(self) -> dict:
+        """The schedule's parameters: shown by ``repr`` and compared when a checkpoint resumes."""
         return {"kind": "cosine", "fraction": self.fraction, "start": self.start, "end": self.end}
 
 
@@ -159,6 +187,12 @@ class SparsitySchedule(_StepFunction):
 
 
 class ConstantSparsity(SparsitySchedule):
+    """The same sparsity at every step.
+
+    Args:
+        sparsity: the target sparsity, in ``[0, 1)``.
+    """
+
     def __init__(self, sparsity: float = 0.9):
         self.initial = self.final = check_sparsity(sparsity)
 
@@ -166,13 +200,22 @@ class ConstantSparsity(SparsitySchedule):
         return self.final
 
     def config(self) -> dict:
+        """The schedule's parameters: shown by ``repr`` and compared when a checkpoint resumes."""
         return {"kind": "constant", "sparsity": self.final}
 
 
 class PolynomialSparsity(SparsitySchedule):
     """From ``initial`` at ``start`` to ``final`` at ``end`` along
     ``s_t = s_f + (s_i - s_f) (1 - (t - start) / (end - start))^power``
-    (Zhu & Gupta's ramp is ``power=3``; ``power=1`` is linear), constant outside."""
+    (Zhu & Gupta's ramp is ``power=3``; ``power=1`` is linear), constant outside.
+
+    Args:
+        initial: the sparsity at ``start``, in ``[0, 1)``.
+        final: the sparsity from ``end`` on, at least ``initial``.
+        start: the step where the ramp starts.
+        end: the step where it reaches ``final``.
+        power: the ramp's exponent, > 0.
+    """
 
     kind = "polynomial"
 
@@ -195,12 +238,18 @@ class PolynomialSparsity(SparsitySchedule):
         self.power = float(power)
 
     def progress(self, t: int) -> float:
+        """How far along the ramp step ``t`` is: 0 at ``start`` and before, 1 at ``end`` and after.
+
+        Args:
+            t: the step.
+        """
         return min(1.0, max(0.0, (t - self.start) / (self.end - self.start)))
 
     def __call__(self, t: int) -> float:
         return self.final + (self.initial - self.final) * (1.0 - self.progress(t)) ** self.power
 
     def config(self) -> dict:
+        """The schedule's parameters: shown by ``repr`` and compared when a checkpoint resumes."""
         return {
             "kind": self.kind,
             "initial": self.initial,
@@ -212,7 +261,14 @@ class PolynomialSparsity(SparsitySchedule):
 
 
 class CubicSparsity(PolynomialSparsity):
-    """Zhu & Gupta (2017): from ``initial`` at ``start`` to ``final`` at ``end``, cubic."""
+    """Zhu & Gupta (2017): from ``initial`` at ``start`` to ``final`` at ``end``, cubic.
+
+    Args:
+        initial: the sparsity at ``start``, in ``[0, 1)``.
+        final: the sparsity from ``end`` on, at least ``initial``.
+        start: the step where the ramp starts.
+        end: the step where it reaches ``final``.
+    """
 
     kind = "cubic"
 
@@ -220,12 +276,20 @@ class CubicSparsity(PolynomialSparsity):
         super().__init__(initial, final, start, end, power=3.0)
 
     def config(self) -> dict:
+        """The schedule's parameters: shown by ``repr`` and compared when a checkpoint resumes."""
         return {"kind": "cubic", "initial": self.initial, "final": self.final, "start": self.start, "end": self.end}
 
 
 class CosineSparsity(PolynomialSparsity):
     """From ``initial`` at ``start`` to ``final`` at ``end`` along a half cosine:
-    ``s_t = s_f + (s_i - s_f) (1 + cos(pi p)) / 2`` with ``p = (t - start) / (end - start)``."""
+    ``s_t = s_f + (s_i - s_f) (1 + cos(pi p)) / 2`` with ``p = (t - start) / (end - start)``.
+
+    Args:
+        initial: the sparsity at ``start``, in ``[0, 1)``.
+        final: the sparsity from ``end`` on, at least ``initial``.
+        start: the step where the ramp starts.
+        end: the step where it reaches ``final``.
+    """
 
     kind = "cosine"
 
@@ -236,4 +300,5 @@ class CosineSparsity(PolynomialSparsity):
         return self.final + (self.initial - self.final) * 0.5 * (1.0 + math.cos(math.pi * self.progress(t)))
 
     def config(self) -> dict:
+        """The schedule's parameters: shown by ``repr`` and compared when a checkpoint resumes."""
         return {"kind": "cosine", "initial": self.initial, "final": self.final, "start": self.start, "end": self.end}

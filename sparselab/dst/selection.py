@@ -28,18 +28,32 @@ class Selection:
     min_chunk_elements: int = 1 << 18
 
     def chunk_rows(self, layer: LayerState) -> int:
-        """Rows per block handed to ``grow_scores``."""
+        """Rows per block handed to ``grow_scores``.
+
+        Args:
+            layer: the layer being updated.
+        """
         out_f, in_f = layer.shape
         el = layer.module.weight_values.element_size()
         budget = max(int(out_f * in_f * el * self.chunk_fraction), self.min_chunk_elements * el)
         return max(1, min(out_f, budget // (in_f * el)))
 
     def grow_chunk_bytes(self, layer: LayerState) -> int:
-        """Bytes of one ``grow_scores`` block (the dominant transient of an update)."""
+        """Bytes of one ``grow_scores`` block (the dominant transient of an update).
+
+        Args:
+            layer: the layer being updated.
+        """
         return self.chunk_rows(layer) * layer.shape[1] * layer.module.weight_values.element_size()
 
     def select_drop(self, layer: LayerState, scores: Tensor, n: int) -> Tensor:
-        """Slot ids (ascending, int32) of the ``n`` live slots with the lowest ``scores`` (ties: lowest slot)."""
+        """Slot ids (ascending, int32) of the ``n`` live slots with the lowest ``scores`` (ties: lowest slot).
+
+        Args:
+            layer: the layer being updated.
+            scores: one score per slot (``capacity``); padding slots are never chosen.
+            n: how many to drop.
+        """
         if n <= 0:
             return torch.empty(0, dtype=torch.int64)
         cols = layer.module.weight_cols  # padding holds column -1: never eligible
@@ -94,7 +108,14 @@ class Selection:
         from it repeat): two histogram passes find the exact n-th largest
         score, the third writes the winners straight into the output. A layer
         scored in one block is scored once. Extra memory: one block plus the
-        selected list."""
+        selected list.
+
+        Args:
+            layer: the layer being updated.
+            score_fn: ``score_fn(rows: slice)`` gives a ``(len(rows), in_features)`` block.
+            n: how many positions to grow.
+            dropped: slot ids dropped in this update: their positions count as free.
+        """
         out_f, in_f = layer.shape
         idx_dtype = torch.int32 if out_f * in_f < 2**31 else torch.int64
         empty = torch.empty(0, dtype=idx_dtype)
@@ -148,7 +169,14 @@ class Selection:
         self, layer: LayerState, score_fn, n_per_row: Tensor, *, dropped: Tensor | None = None
     ) -> tuple[Tensor, Tensor]:
         """Per row ``r`` the ``n_per_row[r]`` highest-scoring free positions (row blocks as in
-        :meth:`select_grow`); returns ``(rows, cols)`` sorted by row then column."""
+        :meth:`select_grow`); returns ``(rows, cols)`` sorted by row then column.
+
+        Args:
+            layer: the layer being updated.
+            score_fn: ``score_fn(rows: slice)`` gives a ``(len(rows), in_features)`` block.
+            n_per_row: how many to grow in each row.
+            dropped: slot ids dropped in this update: their positions count as free.
+        """
         out_f, in_f = layer.shape
         R = self.chunk_rows(layer)
         rows_out, cols_out = [], []
@@ -168,7 +196,13 @@ class Selection:
         return torch.cat(rows_out), torch.cat(cols_out)
 
     def keep_per_row(self, layer: LayerState, scores: Tensor, keep: Tensor) -> Tensor:
-        """Bool mask over slots: per row, the ``keep[r]`` live slots of highest score."""
+        """Bool mask over slots: per row, the ``keep[r]`` live slots of highest score.
+
+        Args:
+            layer: the layer being updated.
+            scores: one score per slot.
+            keep: how many live slots to keep in each row.
+        """
         w = layer.weight
         return keep_top_per_row(scores.detach().reshape(-1), w.slot_rows(), w.row_start, w.live_mask(), keep)
 

@@ -14,7 +14,7 @@ is attached to it. Both forms train identically. The wrapper shares the
 wrapped optimizer's ``param_groups`` and ``state`` (learning-rate schedulers
 work on either); ``state_dict()`` is ``{"optimizer": ..., "sparsity": ...}``
 and ``load_state_dict`` restores both (the algorithm after the optimizer, as
-the resume order of :mod:`sparselab.dst.base` asks).
+the resume order of :mod:`sparselab.dst.algorithm` asks).
 """
 
 from __future__ import annotations
@@ -27,6 +27,14 @@ __all__ = ["SparsityOptimizer"]
 
 
 class SparsityOptimizer(torch.optim.Optimizer):
+    """An optimizer whose ``step()`` also steps a DST algorithm (see the module docstring).
+
+    Args:
+        optimizer: the optimizer to wrap; it is attached to ``algorithm``.
+        algorithm: a :class:`SparsityAlgorithm` or the :class:`SparsityGroups` of a per-layer
+            configuration, already attached to the model.
+    """
+
     # Optimizer.__init__ is not called: the param groups and state are the wrapped optimizer's own.
     def __init__(self, optimizer: torch.optim.Optimizer, algorithm):
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -52,6 +60,7 @@ class SparsityOptimizer(torch.optim.Optimizer):
 
     @property
     def param_groups(self):
+        """The wrapped optimizer's param groups (the same list: schedulers work on either)."""
         return self.optimizer.param_groups
 
     @param_groups.setter
@@ -60,6 +69,7 @@ class SparsityOptimizer(torch.optim.Optimizer):
 
     @property
     def state(self):
+        """The wrapped optimizer's state."""
         return self.optimizer.state
 
     @state.setter
@@ -67,21 +77,44 @@ class SparsityOptimizer(torch.optim.Optimizer):
         self.optimizer.state = value
 
     def step(self, closure=None):
-        """The wrapped optimizer's step, then the algorithm's (which may update the topology)."""
+        """The wrapped optimizer's step, then the algorithm's (which may update the topology).
+
+        Args:
+            closure: passed to the wrapped optimizer's ``step``.
+
+        Returns:
+            What the wrapped optimizer's ``step`` returns.
+        """
         loss = self.optimizer.step() if closure is None else self.optimizer.step(closure)
         self.algorithm.step()
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """The wrapped optimizer's ``zero_grad``.
+
+        Args:
+            set_to_none: set gradients to None instead of zeroing them.
+        """
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def add_param_group(self, param_group: dict) -> None:
+        """Add a param group to the wrapped optimizer.
+
+        Args:
+            param_group: as for ``torch.optim.Optimizer.add_param_group``.
+        """
         self.optimizer.add_param_group(param_group)
 
     def state_dict(self) -> dict:
+        """``{"optimizer": ..., "sparsity": ...}``: the wrapped optimizer's and the algorithm's."""
         return {"optimizer": self.optimizer.state_dict(), "sparsity": self.algorithm.state_dict()}
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Restore the optimizer, then the algorithm.
+
+        Args:
+            state_dict: what :meth:`state_dict` returned.
+        """
         if not isinstance(state_dict, dict) or set(state_dict) != {"optimizer", "sparsity"}:
             raise ValueError("not a SparsityOptimizer state_dict (expected the keys 'optimizer' and 'sparsity')")
         self.optimizer.load_state_dict(state_dict["optimizer"])

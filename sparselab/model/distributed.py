@@ -57,7 +57,11 @@ DDP_IGNORE_ATTR = "_ddp_params_and_buffers_to_ignore"
 
 
 def sparse_buffer_names(module: nn.Module) -> list[str]:
-    """Qualified names of every buffer of every SparseLinear in ``module`` (itself included)."""
+    """Qualified names of every buffer of every SparseLinear in ``module`` (itself included).
+
+    Args:
+        module: a model or one sparse layer.
+    """
     names = []
     for prefix, m in module.named_modules():
         if isinstance(m, SparseModule):
@@ -77,7 +81,11 @@ def _merge_ignore(module: nn.Module, names: list[str]) -> None:
 
 def ignore_sparse_buffers(model: nn.Module) -> nn.Module:
     """Add every SparseLinear buffer of ``model`` to the names DDP ignores (keeps names already listed);
-    returns ``model``. Needed only for a SparseLinear put into an already built model by hand."""
+    returns ``model``. Needed only for a SparseLinear put into an already built model by hand.
+
+    Args:
+        model: the model that will be wrapped in ``DistributedDataParallel``.
+    """
     _merge_ignore(model, sparse_buffer_names(model))
     return model
 
@@ -99,7 +107,11 @@ _HOOK = nn.modules.module.register_module_module_registration_hook(_on_module_re
 
 def resolve_group(process_group=None):
     """The group an algorithm synchronises over: ``process_group`` if given, else the default group
-    when ``torch.distributed`` is initialized with more than one rank, else ``None`` (single process)."""
+    when ``torch.distributed`` is initialized with more than one rank, else ``None`` (single process).
+
+    Args:
+        process_group: a ``torch.distributed`` process group, or None for the default.
+    """
     if process_group is not None:
         return process_group
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
@@ -150,7 +162,13 @@ def _check_same_shapes(layers: list[SparseModule], group) -> None:
 def broadcast_topology(layers, group=None, src: int = 0) -> None:
     """Copy rank ``src``'s topology and weight values of ``layers`` (SparseLinear modules or a model)
     to every rank of ``group``, one message per layer; for a model trained without a DST algorithm
-    whose ranks drew different topologies (``torch.manual_seed`` differs)."""
+    whose ranks drew different topologies (``torch.manual_seed`` differs).
+
+    Args:
+        layers: a model, or a list of sparse layers, built alike on every rank.
+        group: the process group; default the whole world.
+        src: the global rank whose topology every rank takes.
+    """
     if isinstance(layers, nn.Module):
         layers = [m for m in layers.modules() if isinstance(m, SparseModule)]
     group = resolve_group(group)
@@ -164,7 +182,12 @@ def broadcast_topology(layers, group=None, src: int = 0) -> None:
 
 
 def topology_digest(layer: SparseModule, *, values: bool = False) -> int:
-    """A 63-bit hash of a layer's topology (and values if asked): equal layers give equal digests."""
+    """A 63-bit hash of a layer's topology (and values if asked): equal layers give equal digests.
+
+    Args:
+        layer: a sparse layer.
+        values: hash the live values too.
+    """
     h = hashlib.blake2b(digest_size=8)
     tensors = [layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz]
     if values:
@@ -187,6 +210,10 @@ class RankSync:
     - ``broadcast_floats``: rank 0's per-layer scalars (SNFS's momentum) for every rank;
     - ``after_update``: refuse a capacity change (DDP holds the old Parameter) and, with
       ``check=True``, all-gather each layer's topology digest and raise if the ranks differ.
+
+    Args:
+        group: the process group the algorithm keeps in agreement.
+        check: verify the ranks' topology digests after attaching and after every update.
     """
 
     def __init__(self, group, *, check: bool = False):
@@ -195,10 +222,12 @@ class RankSync:
 
     @property
     def rank(self) -> int:
+        """This process's rank in the group."""
         return dist.get_rank(self.group)
 
     @property
     def world_size(self) -> int:
+        """The number of ranks in the group."""
         return dist.get_world_size(self.group)
 
     def _src(self) -> int:
@@ -207,7 +236,13 @@ class RankSync:
 
     def on_attach(self, algo, root: nn.Module | None, new_layers) -> None:
         """List the buffers for DDP, and broadcast rank 0's topology and values of ``new_layers``
-        (the layers not broadcast before) and its generator state and seed."""
+        (the layers not broadcast before) and its generator state and seed.
+
+        Args:
+            algo: the algorithm being attached.
+            root: the module it was attached to (its buffers are listed for DDP), or None.
+            new_layers: the algorithm's ``LayerState`` objects not broadcast before.
+        """
         if root is not None:
             ignore_sparse_buffers(root)
         layers = [L.module for L in new_layers]
@@ -220,15 +255,31 @@ class RankSync:
         algo.generator.set_state(state)
 
     def all_reduce_(self, t: Tensor) -> Tensor:
+        """Sum ``t`` over the ranks, in place; returns it.
+
+        Args:
+            t: a growth-score block (each rank's own batch).
+        """
         dist.all_reduce(t, op=dist.ReduceOp.SUM, group=self.group)
         return t
 
     def broadcast_floats(self, xs: list[float | None]) -> list[float | None]:
+        """Rank 0's values of ``xs`` on every rank (None travels as NaN).
+
+        Args:
+            xs: per-layer scalars, e.g. SNFS's momentum.
+        """
         t = torch.tensor([float("nan") if x is None else float(x) for x in xs], dtype=torch.float64)
         _broadcast_tensors([t], self.group, self._src())
         return [None if v != v else v for v in t.tolist()]
 
     def after_update(self, algo, infos) -> None:
+        """Refuse a capacity change under DDP, then :meth:`verify`.
+
+        Args:
+            algo: the algorithm that updated.
+            infos: its ``UpdateInfo`` records of the update.
+        """
         resized = [i.name for i in infos if i.resized]
         if resized:
             raise RuntimeError(
@@ -239,7 +290,12 @@ class RankSync:
         self.verify(algo, f"step {algo.step_count}")
 
     def verify(self, algo, when: str) -> None:
-        """With ``check``: raise if any layer's topology digest differs between the ranks."""
+        """With ``check``: raise if any layer's topology digest differs between the ranks.
+
+        Args:
+            algo: the algorithm whose layers to compare.
+            when: names the moment in the error (``'attach'``, ``'step 300'``).
+        """
         if not self.check:
             return
         mine = torch.tensor([topology_digest(L.module) for L in algo.layers], dtype=torch.int64)

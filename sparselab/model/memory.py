@@ -52,7 +52,20 @@ def _state_bytes(optimizer, p: Tensor) -> tuple[int, int]:
 
 @dataclass
 class LayerMemory:
-    """Bytes of one layer (or of everything else: ``kind='other'``)."""
+    """Bytes of one layer (or of everything else: ``kind='other'``).
+
+    Args:
+        name: the layer's qualified name in the model.
+        kind: ``'sparse'`` or ``'other'``.
+        weight: values (padding slots included) and bias.
+        index: ``cols``, ``row_start``, ``row_nnz``, ``weight_shape``.
+        cache: the transposed index and the kernel plan, kept between steps.
+        grad: gradients of values and bias, as allocated.
+        optimizer: the optimizer's state for those parameters.
+        dense_weight: the dense ``nn.Linear``'s weight and bias.
+        dense_grad: its gradients, where the sparse layer has them.
+        dense_optimizer: its optimizer state, per-element entries at dense size.
+    """
 
     name: str
     kind: str  # 'sparse' | 'other'
@@ -67,24 +80,34 @@ class LayerMemory:
 
     @property
     def total(self) -> int:
+        """Bytes on the sparse side."""
         return self.weight + self.index + self.cache + self.grad + self.optimizer
 
     @property
     def dense_total(self) -> int:
+        """Bytes the dense layer would hold."""
         return self.dense_weight + self.dense_grad + self.dense_optimizer
 
     @property
     def ratio(self) -> float:
+        """``total / dense_total`` (NaN without a dense side)."""
         return self.total / self.dense_total if self.dense_total else float("nan")
 
     def as_dict(self) -> dict:
+        """The fields and the totals, as a plain dict."""
         d = asdict(self)
         d.update(total=self.total, dense_total=self.dense_total, ratio=self.ratio)
         return d
 
 
 def layer_memory(layer, optimizer: torch.optim.Optimizer | None = None, name: str = "") -> LayerMemory:
-    """The :class:`LayerMemory` of one ``SparseLinear``."""
+    """The :class:`LayerMemory` of one ``SparseLinear``.
+
+    Args:
+        layer: a sparse layer.
+        optimizer: the optimizer whose state to count, or None.
+        name: the name to report it under.
+    """
     if not isinstance(layer, SparseModule):
         raise TypeError(f"layer must be a sparse layer (SparseLinear, ...), got {type(layer).__name__}")
     v, b = layer.weight_values, layer.bias
@@ -112,7 +135,15 @@ def layer_memory(layer, optimizer: torch.optim.Optimizer | None = None, name: st
 
 @dataclass
 class MemoryReport:
-    """Per-layer and total bytes, sparse vs dense. ``str(report)`` is a table."""
+    """Per-layer and total bytes, sparse vs dense. ``str(report)`` is a table.
+
+    Args:
+        layers: one :class:`LayerMemory` per sparse layer.
+        other: parameters and buffers outside sparse layers, counted once (the same on both
+            sides).
+        scratch: bytes of the kernel scratch arena the calling thread keeps, charged to the
+            sparse side.
+    """
 
     layers: list[LayerMemory] = field(default_factory=list)
     other: LayerMemory = field(default_factory=lambda: LayerMemory(name="(other)", kind="other"))
@@ -132,26 +163,32 @@ class MemoryReport:
 
     @property
     def sparse_layers_dense_total(self) -> int:
+        """Bytes of the dense layers the sparse ones replace."""
         return sum(m.dense_total for m in self.layers)
 
     @property
     def sparse_layers_ratio(self) -> float:
+        """Sparse layers (with the scratch) over the dense layers they replace."""
         d = self.sparse_layers_dense_total
         return self.sparse_layers_total / d if d else float("nan")
 
     @property
     def total(self) -> int:
+        """Bytes of the whole model, sparse side."""
         return self.sparse_layers_total + self.other.total
 
     @property
     def dense_total(self) -> int:
+        """Bytes of the whole model with dense layers."""
         return self.sparse_layers_dense_total + self.other.dense_total
 
     @property
     def ratio(self) -> float:
+        """``total / dense_total`` for the whole model."""
         return self.total / self.dense_total if self.dense_total else float("nan")
 
     def as_dict(self) -> dict:
+        """Every layer's fields and the totals, as plain dicts and numbers (for logs)."""
         return {
             "layers": [m.as_dict() for m in self.layers],
             "other": self.other.as_dict(),
@@ -201,7 +238,16 @@ def memory_report(
 ) -> MemoryReport:
     """Bytes of weights, indices, caches, grads and optimizer state of ``model``
     (a module or a single ``SparseLinear``), sparse vs the dense equivalent.
-    Pass the optimizer to count its state; grads are counted as allocated."""
+    Pass the optimizer to count its state; grads are counted as allocated.
+
+    Args:
+        model: a module, or a single sparse layer.
+        optimizer: the optimizer whose state to count, or None.
+        include_scratch: charge the kernel scratch the calling thread keeps to the sparse side.
+
+    Returns:
+        A :class:`MemoryReport`; ``print()`` it for a table.
+    """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     rep = MemoryReport()

@@ -68,16 +68,19 @@ def sparsify(
     """Replace the ``nn.Linear`` layers of ``model`` with ``SparseLinear``, in place; return the model.
 
     Args:
+        model: the model to change; an ``nn.Linear`` itself is replaced and returned.
         sparsity: a float in ``[0, 1)`` for every layer; a mapping from layer
             name (or glob pattern) to sparsity; or ``callable(name, linear)``
             returning a sparsity or ``None`` to leave that layer dense.
-        include / exclude: which layers to consider, by qualified name
-            (``'encoder.*'``; glob patterns, or a list of them) or by
-            ``callable(name, module) -> bool``. ``exclude`` wins.
+        include: which layers to consider, by qualified name (``'encoder.*'``; glob
+            patterns, or a list of them) or by ``callable(name, module) -> bool``;
+            default all.
+        exclude: which layers to leave dense, in the same forms; it wins over ``include``.
         method: ``'magnitude'`` (keep the largest ``|w|``) or ``'random'``.
         reinit: redraw kept weights with the scale-preserving sparse init
             (for training a sparse model from scratch) instead of keeping them.
-        padding, index_dtype: passed to :meth:`SparseLinear.from_dense`.
+        padding: spare slots per row, passed to :meth:`SparseLinear.from_dense`.
+        index_dtype: the column index dtype, passed to :meth:`SparseLinear.from_dense`.
 
     Layers whose weight is shared with another module (tied weights) and
     ``MultiheadAttention``'s ``out_proj`` are left dense. If ``model`` itself is
@@ -172,6 +175,12 @@ def load_dense_state_dict(model: nn.Module, state_dict: Mapping, *, strict: bool
         model = build_model()                       # dense architecture
         sparsify(model, 0.9)                        # SparseLinear layers, 90% sparse
         load_dense_state_dict(model, torch.load("pretrained.pt", weights_only=True))
+
+    Args:
+        model: a model whose linear layers were sparsified.
+        state_dict: the dense checkpoint.
+        strict: as for ``nn.Module.load_state_dict``: missing or unexpected keys raise.
+        method: ``'magnitude'`` or ``'random'``: which weights each sparse layer keeps.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")

@@ -99,7 +99,12 @@ class SparseLinear(SparseModule):
 
     @classmethod
     def from_csr(cls, csr: PaddedCSR, bias: Optional[Tensor] = None) -> "SparseLinear":
-        """A layer that owns ``csr``'s tensors (no copy) and ``bias``."""
+        """A layer that owns ``csr``'s tensors (no copy) and ``bias``; ``csr`` is validated first.
+
+        Args:
+            csr: the weight, ``(out_features, in_features)``.
+            bias: optional, shape ``(out_features,)``, the weight's dtype.
+        """
         if not isinstance(csr, PaddedCSR):
             raise TypeError(f"csr must be a sparselab.PaddedCSR, got {type(csr).__name__}")
         csr.validate()
@@ -133,7 +138,8 @@ class SparseLinear(SparseModule):
                 uniformly random subset (torch's global RNG).
             reinit: redraw the kept values (and the bias) with the scale-preserving sparse init,
                 to train a sparse model from scratch; by default they keep their values.
-            padding, index_dtype: as for the constructor.
+            padding: spare slots per row, as for the constructor.
+            index_dtype: the column index dtype, as for the constructor.
         """
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"from_dense expects an nn.Linear, got {type(linear).__name__}")
@@ -170,6 +176,8 @@ class SparseLinear(SparseModule):
         return lin
 
     def extra_repr(self) -> str:
+        """Sizes, bias, sparsity and live count (and capacity, dtype, forward subset where they
+        differ from the defaults), as ``print(model)`` shows them."""
         s = (
             f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
             f"sparsity={self.sparsity:.3f}, nnz={self.nnz}"

@@ -2,18 +2,15 @@
 
 Storage (all ordinary module state, so ``.to()``, ``state_dict``, ``deepcopy`` and pickling work):
 
-=====================  ==========================  ==========================================
-name                   kind                        what
-=====================  ==========================  ==========================================
-``weight_values``      ``nn.Parameter``            W's slot values (padding slots included)
-``weight_cols``        buffer (int16/int32)        column of each slot, -1 at padding
-``weight_row_start``   buffer (int64)              first slot of each row (+ capacity)
-``weight_row_nnz``     buffer (int32)              live slots per row
-``weight_shape``       buffer (int64, 2)           ``(out_features, in_features)``
-``bias``               ``nn.Parameter`` or None    one per output
-``_t_*``               non-persistent buffers      W's transposed index (for ``spmm_dx``),
-                                                   rebuilt only when the topology changes
-=====================  ==========================  ==========================================
+| name | kind | what |
+|---|---|---|
+| ``weight_values`` | ``nn.Parameter`` | W's slot values (padding slots included) |
+| ``weight_cols`` | buffer (int16/int32) | column of each slot, -1 at padding |
+| ``weight_row_start`` | buffer (int64) | first slot of each row (+ capacity) |
+| ``weight_row_nnz`` | buffer (int32) | live slots per row |
+| ``weight_shape`` | buffer (int64, 2) | ``(out_features, in_features)`` |
+| ``bias`` | ``nn.Parameter`` or None | one per output |
+| ``_t_*`` | non-persistent buffers | W's transposed index (for ``spmm_dx``), rebuilt only when the topology changes |
 
 A layer kind is this weight plus a product: a subclass turns its input into the rows ``x`` of
 ``y = x W^T + b`` and calls :meth:`SparseModule.product`. The weight's ``Parameter`` and buffers
@@ -200,7 +197,12 @@ class SparseModule(nn.Module):
     def topology_changed(self, *, validate: bool = True) -> None:
         """Tell the layer its topology (``weight_cols`` / ``weight_row_nnz`` / ``weight_row_start``)
         was mutated in place: check it (unless ``validate=False``) and rebuild what the layer
-        derives from it now. Not for use inside a compiled region."""
+        derives from it now. Not for use inside a compiled region.
+
+        Args:
+            validate: run the full invariant check of the new topology (``ValueError`` naming
+                what broke); ``False`` only for a caller that checked it itself.
+        """
         with self._lock:
             self._topology_version += 1
             if self._csr is not None:
@@ -213,7 +215,11 @@ class SparseModule(nn.Module):
     def set_forward_subset(self, subset) -> None:
         """Run the forward and dX on ``subset`` of the stored weights (an object with
         ``operand(layer, cache)``, ``dense_weight(layer)`` and ``tensors()``; None: all of
-        them), as Top-KAST does; the weight gradient still covers every stored weight."""
+        them), as Top-KAST does; the weight gradient still covers every stored weight.
+
+        Args:
+            subset: the subset object, or None to run on every stored weight again.
+        """
         with self._lock:
             self.forward_subset = subset
             self._refresh_transposed()  # dX runs on the subset's own transposed index
@@ -227,18 +233,22 @@ class SparseModule(nn.Module):
 
     @property
     def nnz(self) -> int:
+        """Live weights."""
         return int(self.weight_row_nnz.sum())
 
     @property
     def capacity(self) -> int:
+        """Slots, live and padding: the length of ``weight_values``."""
         return self.weight_values.numel()
 
     @property
     def density(self) -> float:
+        """``nnz / (out_features * in_features)``."""
         return self.nnz / (self.out_features * self.in_features)
 
     @property
     def sparsity(self) -> float:
+        """``1 - density``."""
         return 1.0 - self.density
 
     def cache_tensors(self) -> tuple:
@@ -313,7 +323,15 @@ class SparseModule(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """``x W^T + b`` for ``x`` of shape ``(*, in_features)``: the input checked once, CPU
         autocast applied (a float32 layer takes low-precision activations and returns the autocast
-        dtype, as ``nn.Linear`` does), the rows handed to :meth:`product`."""
+        dtype, as ``nn.Linear`` does), the rows handed to :meth:`product`.
+
+        Args:
+            x: a dense CPU tensor of shape ``(*, in_features)``, the weight's dtype (or a
+                low-precision float under CPU autocast).
+
+        Returns:
+            A tensor of shape ``(*, out_features)``.
+        """
         # One combined test of the input first: at batch 1 each check on this path is a visible
         # share of the kernel's time. _check_input names the problem when the test fails.
         if (
@@ -335,7 +353,12 @@ class SparseModule(nn.Module):
 
     def product(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
         """``x W^T + bias`` for a 2-D input of the weight's dtype through the planned kernels,
-        differentiable in ``x``, the values and the bias (``torch.compile`` traces the custom ops)."""
+        differentiable in ``x``, the values and the bias (``torch.compile`` traces the custom ops).
+
+        Args:
+            x: ``(N, in_features)``, the weight's dtype, on the CPU.
+            bias: the bias to add (the layer's ``bias``, or None).
+        """
         values = self._parameters["weight_values"]
         if torch.compiler.is_compiling():
             if self.forward_subset is not None:

@@ -13,7 +13,7 @@ Typical DST step::
     w = layer.weight                         # PaddedCSR view, no copy
     # ... rewrite w.cols / w.row_nnz / w.values in place ...
     w.mark_topology_changed()                # validate + rebuild the transposed index
-    sparselab.optim_state.reset_slots(optimizer, layer.weight_values, slots)
+    sparselab.optim.reset_slots(optimizer, layer.weight_values, slots)
 """
 
 from __future__ import annotations
@@ -53,7 +53,12 @@ def _as_index(slots, numel: int) -> Tensor:
 
 
 def slot_state_keys(optimizer: torch.optim.Optimizer, param: Tensor) -> list[str]:
-    """The state entries of ``param`` that hold one value per slot (shaped like ``param``)."""
+    """The state entries of ``param`` that hold one value per slot (shaped like ``param``).
+
+    Args:
+        optimizer: any ``torch.optim.Optimizer``.
+        param: a parameter it holds (a sparse layer's ``weight_values``).
+    """
     state = optimizer.state.get(param, {})
     return [k for k, v in state.items() if isinstance(v, Tensor) and v.shape == param.shape]
 
@@ -69,6 +74,13 @@ def reset_slots(
     ``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq``, Adagrad's ``sum``, ...),
     or only those named in ``keys``. Returns the keys reset. A parameter with
     no state yet (before the first step) is a no-op.
+
+    Args:
+        optimizer: any ``torch.optim.Optimizer``.
+        param: a parameter it holds (a sparse layer's ``weight_values``).
+        slots: the slots to reset: int ids, or a bool mask over ``param``'s elements.
+        grad: also zero ``param.grad`` at those slots.
+        keys: reset only these state entries; default every entry shaped like ``param``.
     """
     _check_param(optimizer, param)
     idx = _as_index(slots, param.numel())
@@ -94,6 +106,11 @@ def _zero_at(t: Tensor, idx: Tensor, piece: int = 1 << 16) -> None:
 
 def drop_state(optimizer: torch.optim.Optimizer, param: Tensor) -> None:
     """Forget all optimizer state of ``param`` (e.g. after its capacity
-    changed): the optimizer re-creates it at the next step."""
+    changed): the optimizer re-creates it at the next step.
+
+    Args:
+        optimizer: any ``torch.optim.Optimizer``.
+        param: a parameter it holds.
+    """
     _check_param(optimizer, param)
     optimizer.state.pop(param, None)

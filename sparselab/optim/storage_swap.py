@@ -21,6 +21,10 @@ def replace_storage(t: Tensor, new: Tensor) -> None:
     old shape, and the next graph would reuse it and refuse the new gradient.
     ``set_data`` drops that accumulator only when the dtype changes, so a
     parameter passes through an empty tensor of another dtype first.
+
+    Args:
+        t: the Parameter or buffer to keep (optimizers and modules hold this object).
+        new: the tensor whose storage, shape and strides ``t`` takes.
     """
     if new.dtype != t.dtype:
         raise TypeError(f"replace_storage keeps the dtype ({t.dtype}), got {new.dtype}")

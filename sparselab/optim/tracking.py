@@ -30,12 +30,21 @@ _SCANNED: "weakref.WeakKeyDictionary[torch.optim.Optimizer, tuple]" = weakref.We
 
 
 def mark_sparse_values(param: Tensor, description: str) -> None:
-    """Mark ``param`` as a SparseLinear's values; ``description`` names the layer in errors."""
+    """Mark ``param`` as a SparseLinear's values, so optimizers that step it are recorded.
+
+    Args:
+        param: the layer's ``weight_values``.
+        description: names the layer in errors.
+    """
     setattr(param, _MARK, description)
 
 
 def holders(param: Tensor) -> list:
-    """The optimizers seen stepping ``param`` that still hold it."""
+    """The optimizers seen stepping ``param`` that still hold it.
+
+    Args:
+        param: a sparse layer's ``weight_values``.
+    """
     seen = _HOLDERS.get(param)
     if not seen:
         return []
@@ -55,7 +64,11 @@ def _sparse_params(optimizer: torch.optim.Optimizer) -> list:
 
 def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
     """Record ``optimizer`` as a holder of its sparse Parameters and check that its
-    per-slot state has one entry per slot of each. Raises ``RuntimeError`` naming the fix."""
+    per-slot state has one entry per slot of each. Raises ``RuntimeError`` naming the fix.
+
+    Args:
+        optimizer: any ``torch.optim.Optimizer``; runs before each of its steps.
+    """
     for p in _sparse_params(optimizer):
         seen = _HOLDERS.get(p)
         if seen is None:

@@ -25,12 +25,20 @@ _F32, _F64, _I16, _I32, _I64 = torch.float32, torch.float64, torch.int16, torch.
 
 
 def index_dtype_for(columns: int) -> torch.dtype:
-    """The narrowest index dtype that holds column indices ``0 .. columns-1``."""
+    """The narrowest index dtype that holds column indices ``0 .. columns-1``.
+
+    Args:
+        columns: the number of columns to index (``in_features``).
+    """
     return torch.int16 if columns <= INT16_MAX_COLUMNS else torch.int32
 
 
 def index_bits(dtype: torch.dtype) -> int:
-    """The index width the extension takes for an index dtype (16 or 32)."""
+    """The index width the extension takes for an index dtype (16 or 32).
+
+    Args:
+        dtype: ``torch.int16`` or ``torch.int32``.
+    """
     return 16 if dtype == torch.int16 else 32
 
 

@@ -46,7 +46,13 @@ _LIVE_COUNTS: dict[int, tuple] = {}
 def live_count(out_features: int, in_features: int, sparsity: float) -> int:
     """How many live weights an ``out_features x in_features`` weight of this ``sparsity`` keeps:
     ``round((1 - sparsity) * out_features * in_features)``. The one rule of every layer, conversion
-    and DST budget, so a layer made at a sparsity is never re-pruned by an algorithm aiming at it."""
+    and DST budget, so a layer made at a sparsity is never re-pruned by an algorithm aiming at it.
+
+    Args:
+        out_features: rows of the weight.
+        in_features: columns of the weight.
+        sparsity: the fraction of zeros, in ``[0, 1)``.
+    """
     numel = out_features * in_features
     return max(0, min(numel, round((1.0 - sparsity) * numel)))
 
@@ -71,6 +77,18 @@ class PaddedCSR:
     :meth:`from_torch_sparse_csr`; the raw constructor checks every invariant
     (see :meth:`validate`). ``values`` is an ordinary tensor, so an
     ``nn.Parameter`` can own it without a copy.
+
+    Row ``i`` owns the slots ``row_start[i] .. row_start[i+1]``; its first ``row_nnz[i]`` slots
+    are live, with strictly increasing columns, and the rest are padding (column -1).
+
+    Args:
+        values: float32 or float64, one per slot (padding slots included).
+        cols: int16 or int32 column of each slot, -1 at padding.
+        row_start: int64, ``out_features + 1`` entries: the first slot of each row, then the
+            capacity.
+        row_nnz: int32, the live slots of each row.
+        shape: ``(out_features, in_features)``.
+        check: validate every invariant now (``ValueError`` naming the one that broke).
     """
 
     def __init__(
@@ -148,7 +166,15 @@ class PaddedCSR:
     def from_dense(
         cls, dense: torch.Tensor, *, padding: float | int = 0.0, index_dtype: torch.dtype | None = None
     ) -> "PaddedCSR":
-        """Keep the nonzeros of a 2-D dense float tensor (explicit zeros are dropped)."""
+        """Keep the nonzeros of a 2-D dense float tensor (explicit zeros are dropped).
+
+        Args:
+            dense: a finite float32 or float64 CPU tensor, ``(out_features, in_features)``.
+            padding: spare slots per row for dynamic sparse training: a float is a fraction of the
+                mean live row count, an int a slot count.
+            index_dtype: ``torch.int16`` or ``torch.int32`` column indices; default int16 when
+                ``in_features <= 32768``.
+        """
         if not isinstance(dense, torch.Tensor):
             raise TypeError(f"dense must be a torch.Tensor, got {type(dense).__name__}")
         if dense.dtype not in VALUE_DTYPES:
@@ -186,6 +212,18 @@ class PaddedCSR:
 
         ``init_std`` defaults to ``1/sqrt(fan_in)`` of the *live* fan-in, which
         keeps the output scale of a dense layer at any sparsity.
+
+        Args:
+            out_features: rows.
+            in_features: columns.
+            sparsity: the fraction of zeros, in ``[0, 1)``.
+            seed: seeds the positions and values (the same seed, the same matrix).
+            dtype: ``torch.float32`` or ``torch.float64``.
+            padding: spare slots per row for dynamic sparse training: a float is a fraction of the
+                mean live row count, an int a slot count.
+            index_dtype: ``torch.int16`` or ``torch.int32`` column indices; default int16 when
+                ``in_features <= 32768``.
+            init_std: the standard deviation of the values; default ``1/sqrt(live fan-in)``.
         """
         for name, v in (("out_features", out_features), ("in_features", in_features)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -224,7 +262,16 @@ class PaddedCSR:
     def from_torch_sparse_csr(
         cls, t: torch.Tensor, *, padding: float | int = 0.0, index_dtype: torch.dtype | None = None
     ) -> "PaddedCSR":
-        """From a ``torch.sparse_csr`` tensor. Columns are sorted within rows."""
+        """From a ``torch.sparse_csr`` tensor. Columns are sorted within rows.
+
+        Args:
+            t: a 2-D float32 or float64 CPU tensor with layout ``torch.sparse_csr``, without
+                duplicate entries.
+            padding: spare slots per row for dynamic sparse training: a float is a fraction of the
+                mean live row count, an int a slot count.
+            index_dtype: ``torch.int16`` or ``torch.int32`` column indices; default int16 when
+                ``in_features <= 32768``.
+        """
         if not isinstance(t, torch.Tensor) or t.layout != torch.sparse_csr:
             raise TypeError("t must be a torch tensor with layout torch.sparse_csr")
         if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 1:
@@ -267,26 +314,32 @@ class PaddedCSR:
 
     @property
     def out_features(self) -> int:
+        """Rows of the matrix."""
         return self.shape[0]
 
     @property
     def in_features(self) -> int:
+        """Columns of the matrix."""
         return self.shape[1]
 
     @property
     def nnz(self) -> int:
+        """Live entries (cached until ``row_nnz`` changes)."""
         return _nnz_of(self.row_nnz)
 
     @property
     def capacity(self) -> int:
+        """Slots, live and padding: the length of ``values`` and ``cols``."""
         return self.values.numel()
 
     @property
     def density(self) -> float:
+        """``nnz / (out_features * in_features)``."""
         return self.nnz / max(1, self.shape[0] * self.shape[1])
 
     @property
     def sparsity(self) -> float:
+        """``1 - density``."""
         return 1.0 - self.density
 
     def live_mask(self) -> torch.Tensor:
@@ -310,6 +363,7 @@ class PaddedCSR:
         return dense
 
     def to_torch_sparse_csr(self) -> torch.Tensor:
+        """The live entries as a ``torch.sparse_csr`` tensor (copies; int64 indices)."""
         live = self.live_mask()
         crow = torch.zeros(self.shape[0] + 1, dtype=torch.int64)
         torch.cumsum(self.row_nnz.to(torch.int64), 0, out=crow[1:])
@@ -340,13 +394,18 @@ class PaddedCSR:
 
     def memory_bytes(self, *, include_cache: bool = True) -> int:
         """Every byte the format holds: values, indices, row arrays, padding
-        slots and (if built) the cached transposed index."""
+        slots and (if built) the cached transposed index.
+
+        Args:
+            include_cache: count the cached transposed index too.
+        """
         total = sum(t.numel() * t.element_size() for t in (self.values, self.cols, self.row_start, self.row_nnz))
         if include_cache and self._transposed is not None:
             total += self._transposed.memory_bytes()
         return total
 
     def clone(self) -> "PaddedCSR":
+        """A deep copy: new values and index tensors, no cached transposed index."""
         return PaddedCSR(
             self.values.detach().clone(),
             self.cols.clone(),
@@ -366,7 +425,11 @@ class PaddedCSR:
 
     def validate(self, *, values: bool = True) -> None:
         """Check every invariant; raise ``ValueError`` naming the one that broke and where.
-        ``values=False`` checks the layout and indices only (not that live values are finite)."""
+        ``values=False`` checks the layout and indices only (not that live values are finite).
+
+        Args:
+            values: also check that the live values are finite.
+        """
         if values:
             validate_padded_csr(self)
         else:
@@ -381,8 +444,12 @@ class PaddedCSR:
         check_topology(self)
 
     def raw_args(self, *, check: bool = True) -> tuple:
-        """Pointers and sizes for the extension, after :meth:`check` (``check=False``: for an
-        owner that checked the topology itself)."""
+        """Pointers and sizes for the extension, after :meth:`check`.
+
+        Args:
+            check: run :meth:`check` first; ``False`` is for an owner that checked the topology
+                itself.
+        """
         if check:
             self.check()
         return (
@@ -406,8 +473,17 @@ def build_transposed(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The transposed index ``(t_cols, t_row_start, t_row_nnz, t_perm)`` of a topology, after
     checking it. Costs one pass over the live slots: call it when the topology changes, not per
-    step. ``out``: the current index, overwritten in place when its sizes still fit (same live
-    count), so a rebuild holds no second copy."""
+    step.
+
+    Args:
+        cols: W's column of each slot (int16/int32, -1 at padding).
+        row_start: W's int64 row starts (``out_features + 1``).
+        row_nnz: W's int32 live count per row.
+        out_features: rows of W.
+        in_features: columns of W.
+        out: the current index, overwritten in place when its sizes still fit (same live
+            count), so a rebuild holds no second copy.
+    """
     values = torch.empty(cols.numel(), dtype=torch.float32)  # never touched: no resident pages
     w = PaddedCSR(values, cols, row_start, row_nnz, (out_features, in_features), check=False)
     return TransposedIndex(w, out=out).tensors()

@@ -52,11 +52,15 @@ def _build(w, out) -> tuple:
 
 class TransposedIndex:
     """The transposed index of a :class:`~sparselab.PaddedCSR` ``w`` (``cols``, ``row_start``,
-    ``row_nnz``, ``perm``), remembering the topology it was built from (``source``)."""
+    ``row_nnz``, ``perm``), remembering the topology it was built from (``source``).
+
+    Args:
+        w: the weight, checked before its pointers reach the extension.
+        out: the current index, overwritten in place when its sizes still fit (a rebuild after a
+            same-count topology change then allocates nothing).
+    """
 
     def __init__(self, w, out: tuple[Tensor, ...] | None = None):
-        """``out``: the current index, overwritten in place when its sizes still fit (a rebuild
-        after a same-count topology change then allocates nothing)."""
         w.check()  # before its pointers reach the extension
         self.version = w.topology_version
         self.source = index_versions(w)
@@ -66,7 +70,12 @@ class TransposedIndex:
     @classmethod
     def of(cls, tensors: tuple[Tensor, ...], version: int = 0) -> "TransposedIndex":
         """Wrap index tensors built elsewhere (a layer's buffers); ``source`` None marks them as
-        handed in, so :meth:`PaddedCSR.transposed` checks them against W before use."""
+        handed in, so :meth:`PaddedCSR.transposed` checks them against W before use.
+
+        Args:
+            tensors: ``(cols, row_start, row_nnz, perm)``.
+            version: the topology version they belong to.
+        """
         t = cls.__new__(cls)
         t.cols, t.row_start, t.row_nnz, t.perm = tensors
         t.index_dtype = t.cols.dtype
@@ -75,15 +84,21 @@ class TransposedIndex:
         return t
 
     def tensors(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(cols, row_start, row_nnz, perm)``."""
         return self.cols, self.row_start, self.row_nnz, self.perm
 
     def memory_bytes(self) -> int:
+        """Bytes of the four index tensors."""
         return sum(t.numel() * t.element_size() for t in self.tensors())
 
 
 def no_transposed(cols: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """What a layer holds instead of a transposed index when it keeps none: four empty tensors
-    (the custom ops take the index as tensor arguments)."""
+    (the custom ops take the index as tensor arguments).
+
+    Args:
+        cols: W's column tensor (the empty ``t_cols`` takes its dtype).
+    """
     return (
         cols.new_empty(0),
         torch.empty(0, dtype=torch.int64),

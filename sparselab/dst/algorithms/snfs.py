@@ -68,7 +68,38 @@ def allocate(total: int, weights: list[float], caps: list[int]) -> list[int]:
 
 class SNFS(SparsityAlgorithm):
     """Magnitude drop, momentum-based redistribution across layers, dense-gradient growth
-    (the paper grows by momentum magnitude, which needs a dense momentum: see the module docstring)."""
+    (the paper grows by momentum magnitude, which needs a dense momentum: see the module docstring).
+
+    Args:
+        sparsity: target sparsity of the attached layers together, in ``[0, 1)``, or a
+            :class:`~sparselab.dst.SparsitySchedule`.
+        drop_fraction: fraction of each layer's live weights dropped per update (default 0.5,
+            cosine-decayed to 0 at ``end``), or a :class:`~sparselab.dst.DropSchedule`.
+        **kwargs: the other arguments of :class:`~sparselab.dst.SparsityAlgorithm`, below.
+
+    Keyword Args:
+        update_freq: steps between topology updates (default 100), or an
+            :class:`~sparselab.dst.UpdateSchedule`.
+        drop_schedule: ``'constant'`` or ``'cosine'`` (decay to 0 at ``end``); default: the class's
+            when ``end`` is given, else constant.
+        start: the first step at which updates may happen (default 0).
+        end: the last step at which updates may happen; RigL's recipe is 75% of training, or
+            give the LR scheduler to ``attach_optimizer``.
+        distribution: how the sparsity is split across layers: ``'uniform'`` (default), ``'erk'``
+            or ``callable(shapes, density)``.
+        seed: seeds the algorithm's generator: the same seed gives the same topologies.
+        padding: spare slots per row ensured at attach time (default 0.5: redistribution lets
+            a layer densify).
+        chunk_fraction: row blocks of growth scores hold at most this fraction of the dense
+            weight's bytes (default 1/16).
+        check: run the full invariant check after every topology change.
+        drop_shaper: ``f(scores, layer)`` reshaping the drop scores (default: unchanged).
+        grow_shaper: ``f(scores, layer, rows)`` reshaping the growth scores (default: unchanged).
+        tie_breaker: ``'lowest'`` (default) or ``'random'``: how equal scores are ordered.
+        process_group: the ranks that keep one topology (default: every rank, under
+            ``torch.distributed``).
+        check_ranks: after attaching and every update, check that the ranks' topologies agree.
+    """
 
     needs_gradient = True
     default_drop_schedule = "cosine"
@@ -78,11 +109,23 @@ class SNFS(SparsityAlgorithm):
         super().__init__(sparsity, drop_fraction=drop_fraction, **kwargs)
 
     def layer_counts(self, layer: LayerState, t: int) -> tuple[int, int]:
+        """Drop ``drop_fraction(t)`` of the layer's live weights; grow as many (before
+        :meth:`redistribute` moves growth between layers).
+
+        Args:
+            layer: the layer being updated.
+            t: the update step.
+        """
         n = int(round(self.drop_schedule(t) * layer.nnz))
         return n, n
 
     def layer_momentum(self, layer: LayerState) -> float | None:
-        """Mean |momentum| over the layer's live weights (None if no source)."""
+        """Mean |momentum| over the layer's live weights (None if no source): the optimizer's
+        momentum or first moment, else the gradient.
+
+        Args:
+            layer: an attached layer.
+        """
         p = layer.module.weight_values
         src = None
         for o in optimizers_of(p, self._optimizers):
@@ -101,6 +144,13 @@ class SNFS(SparsityAlgorithm):
         return float(src.detach()[live].abs().double().mean()) if bool(live.any()) else 0.0
 
     def redistribute(self, counts, t):
+        """Share the total growth between layers in proportion to their mean momentum, within each
+        layer's free positions and slots.
+
+        Args:
+            counts: one ``(n_drop, n_grow)`` per layer, from :meth:`layer_counts`.
+            t: the update step.
+        """
         moms = [self.layer_momentum(L) for L in self._layers]
         if self._sync is not None:  # rank 0's view, so every rank allocates growth alike
             moms = self._sync.broadcast_floats(moms)
@@ -114,4 +164,10 @@ class SNFS(SparsityAlgorithm):
         return [(d, g) for (d, _), g in zip(counts, grow)]
 
     def grow_scores(self, layer: LayerState, rows: slice) -> Tensor:
+        """``|dY[:, rows]^T X|``: the dense gradient of a row block (not the paper's momentum).
+
+        Args:
+            layer: the layer being updated.
+            rows: the block of rows to score.
+        """
         return layer.dense_grad(rows).abs_()

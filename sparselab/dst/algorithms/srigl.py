@@ -42,9 +42,38 @@ __all__ = ["SRigL"]
 class SRigL(RigL):
     """RigL with constant fan-in per output neuron and dynamic neuron ablation.
 
-    Extra args: ``ablation`` (default True), ``gamma_sal`` (0.3, the paper's
-    value), ``no_ablation`` (layer names never ablated; default: the last
-    attached layer).
+    Args:
+        sparsity: target sparsity of the attached layers together, in ``[0, 1)``, or a
+            :class:`~sparselab.dst.SparsitySchedule`.
+        ablation: ablate neurons with too few salient weights (default True).
+        gamma_sal: the salient share below which a neuron is ablated (0.3, the paper's value).
+        no_ablation: layer names never ablated; default: the last attached layer.
+        **kwargs: the arguments of :class:`RigL`, below.
+
+    Keyword Args:
+        update_freq: steps between topology updates (default 100), or an
+            :class:`~sparselab.dst.UpdateSchedule`.
+        drop_fraction: fraction of a layer's live weights dropped and regrown per update (default
+            0.3, cosine-decayed to 0 at ``end``), or a :class:`~sparselab.dst.DropSchedule`.
+        drop_schedule: ``'constant'`` or ``'cosine'`` (decay to 0 at ``end``); default: the class's
+            when ``end`` is given, else constant.
+        start: the first step at which updates may happen (default 0).
+        end: the last step at which updates may happen; RigL's recipe is 75% of training, or
+            give the LR scheduler to ``attach_optimizer``.
+        distribution: how the sparsity is split across layers: ``'uniform'`` (default), ``'erk'``
+            or ``callable(shapes, density)``.
+        seed: seeds the algorithm's generator: the same seed gives the same topologies.
+        padding: spare slots per row ensured at attach time, as a fraction of the mean live row
+            count.
+        chunk_fraction: row blocks of growth scores hold at most this fraction of the dense
+            weight's bytes (default 1/16).
+        check: run the full invariant check after every topology change.
+        drop_shaper: ``f(scores, layer)`` reshaping the drop scores (default: unchanged).
+        grow_shaper: ``f(scores, layer, rows)`` reshaping the growth scores (default: unchanged).
+        tie_breaker: ``'lowest'`` (default) or ``'random'``: how equal scores are ordered.
+        process_group: the ranks that keep one topology (default: every rank, under
+            ``torch.distributed``).
+        check_ranks: after attaching and every update, check that the ranks' topologies agree.
     """
 
     def __init__(
@@ -65,6 +94,7 @@ class SRigL(RigL):
         self.ablated_neurons: dict[str, int] = {}
 
     def config(self) -> dict:
+        """RigL's configuration plus ``ablation``, ``gamma_sal`` and ``no_ablation``."""
         return {
             **super().config(),
             "ablation": self.ablation,
@@ -73,7 +103,12 @@ class SRigL(RigL):
         }
 
     def fan_in(self, layer: LayerState, t: int) -> int:
-        """Constant fan-in without ablation: ``K // out_features``."""
+        """Constant fan-in without ablation: ``K // out_features``.
+
+        Args:
+            layer: an attached layer.
+            t: the step whose budget ``K`` counts.
+        """
         return min(layer.shape[1], self.target_nnz(layer, t) // layer.shape[0])
 
     def _may_ablate(self, layer: LayerState) -> bool:
@@ -85,6 +120,12 @@ class SRigL(RigL):
 
     @torch.no_grad()
     def init_layer(self, layer: LayerState) -> None:
+        """Bring a freshly attached layer to constant fan-in ``K // out_features``: keep each row's
+        largest ``|w|``, grow random positions with the SparseLinear init.
+
+        Args:
+            layer: the layer just attached.
+        """
         w = layer.weight
         k = self.fan_in(layer, 0)
         keep = w.row_nnz.to(torch.int64).clamp(max=k)
@@ -99,10 +140,25 @@ class SRigL(RigL):
         self.rewrite(layer, drop, rows, cols, vals.to(w.values.dtype))
 
     def layer_counts(self, layer: LayerState, t: int) -> tuple[int, int]:
+        """Drop and grow ``drop_fraction(t)`` of the layer's live weights.
+
+        Args:
+            layer: the layer being updated.
+            t: the update step.
+        """
         n = int(round(self.drop_schedule(t) * layer.nnz))
         return n, n
 
     def update_layer(self, layer: LayerState, t: int, n_drop: int, n_grow: int):
+        """RigL's layer-wise choice, neuron ablation, then per neuron keep its largest ``|w|`` and
+        grow by dense gradient up to the constant fan-in (see the module docstring).
+
+        Args:
+            layer: the layer being updated.
+            t: the update step.
+            n_drop: weights RigL's rule would drop.
+            n_grow: weights RigL's rule would grow.
+        """
         w = layer.weight
         out_f, in_f = layer.shape
         live = w.live_mask()

@@ -61,7 +61,11 @@ class ForwardSet:
     """Top-KAST's forward set ``A`` of one layer: its ``k`` stored weights of largest magnitude
     (ties: the lowest slot), as a compact padded-CSR index over the layer's slots with its own
     transposed index. The values are not copied: they are gathered from the layer's at each
-    forward. Made by :class:`TopKAST`; the layer holds it as its ``forward_subset``."""
+    forward. Made by :class:`TopKAST`; the layer holds it as its ``forward_subset``.
+
+    Args:
+        k: how many weights the forward uses.
+    """
 
     #: Relative widths of the bands tried around the previous threshold before a full selection.
     BANDS = (1 / 64, 1 / 8, 1 / 2)
@@ -86,7 +90,11 @@ class ForwardSet:
 
     @torch.no_grad()
     def select(self, layer) -> None:
-        """Select the set again from the layer's current magnitudes."""
+        """Select the set again from the layer's current magnitudes.
+
+        Args:
+            layer: the layer that holds this set.
+        """
         live = layer.weight_cols >= 0
         k = min(self.k, layer.nnz)
         if k >= layer.nnz:
@@ -136,17 +144,30 @@ class ForwardSet:
             self.select(layer)
 
     def weight(self, layer) -> PaddedCSR:
-        """The forward set as a PaddedCSR (a copy of its values)."""
+        """The forward set as a PaddedCSR (a copy of its values).
+
+        Args:
+            layer: the layer that holds this set.
+        """
         self._current(layer)
         values = layer.weight_values.detach()[self.slots]
         return PaddedCSR(values, self.cols, self.row_start, self.row_nnz, (layer.out_features, layer.in_features))
 
     def dense_weight(self, layer) -> Tensor:
-        """The forward weight ``W_A`` as a dense tensor (a copy)."""
+        """The forward weight ``W_A`` as a dense tensor (a copy).
+
+        Args:
+            layer: the layer that holds this set.
+        """
         return self.weight(layer).to_dense()
 
     def operand(self, layer, cache) -> "_ForwardSetOperand":
-        """The forward set as the operand of one forward and its dX (see :mod:`sparselab.nn.function`)."""
+        """The forward set as the operand of one forward and its dX (see :mod:`sparselab.nn.function`).
+
+        Args:
+            layer: the layer that holds this set.
+            cache: the layer's current :class:`~sparselab.nn.cache.LayerCache`.
+        """
         self._current(layer)
         return _ForwardSetOperand(self, layer.weight_values.detach()[self.slots], cache)
 
@@ -186,7 +207,33 @@ class TopKAST(SparsityAlgorithm):
             schedule apply to it.
         refresh_freq: steps between re-selections of the forward set (1: every step, as in the paper).
         grow: how the backward set regrows: ``'random'`` or ``'gradient'`` (the dense gradient).
-        **kwargs: the arguments of :class:`~sparselab.dst.SparsityAlgorithm`.
+        **kwargs: the arguments of :class:`~sparselab.dst.SparsityAlgorithm`, below; they
+            apply to the backward set.
+
+    Keyword Args:
+        update_freq: steps between topology updates (default 100), or an
+            :class:`~sparselab.dst.UpdateSchedule`.
+        drop_fraction: fraction of a layer's backward set dropped and regrown per update (default
+            0.3, cosine-decayed to 0 at ``end``), or a :class:`~sparselab.dst.DropSchedule`.
+        drop_schedule: ``'constant'`` or ``'cosine'`` (decay to 0 at ``end``); default: the class's
+            when ``end`` is given, else constant.
+        start: the first step at which updates may happen (default 0).
+        end: the last step at which updates may happen; RigL's recipe is 75% of training, or
+            give the LR scheduler to ``attach_optimizer``.
+        distribution: how the sparsity is split across layers: ``'uniform'`` (default), ``'erk'``
+            or ``callable(shapes, density)``.
+        seed: seeds the algorithm's generator: the same seed gives the same topologies.
+        padding: spare slots per row ensured at attach time, as a fraction of the mean live row
+            count.
+        chunk_fraction: row blocks of growth scores hold at most this fraction of the dense
+            weight's bytes (default 1/16).
+        check: run the full invariant check after every topology change.
+        drop_shaper: ``f(scores, layer)`` reshaping the drop scores (default: unchanged).
+        grow_shaper: ``f(scores, layer, rows)`` reshaping the growth scores (default: unchanged).
+        tie_breaker: ``'lowest'`` (default) or ``'random'``: how equal scores are ordered.
+        process_group: the ranks that keep one topology (default: every rank, under
+            ``torch.distributed``).
+        check_ranks: after attaching and every update, check that the ranks' topologies agree.
     """
 
     default_drop_schedule = "cosine"
@@ -209,6 +256,7 @@ class TopKAST(SparsityAlgorithm):
         self.needs_gradient = grow == "gradient"
 
     def config(self) -> dict:
+        """The base configuration plus ``backward_sparsity``, ``refresh_freq`` and ``grow``."""
         return {
             **super().config(),
             "forward_sparsity": self.forward_sparsity,
@@ -217,7 +265,11 @@ class TopKAST(SparsityAlgorithm):
         }
 
     def forward_nnz(self, layer: LayerState) -> int:
-        """``K`` of a layer: its share of the forward density (by ``distribution``), at most its nnz."""
+        """``K`` of a layer: its share of the forward density (by ``distribution``), at most its nnz.
+
+        Args:
+            layer: an attached layer.
+        """
         shapes = [L.shape for L in self._layers]
         d = self._distribution(shapes, 1.0 - self.forward_sparsity)[layer.index]
         return min(layer.nnz, int(round(min(1.0, max(0.0, float(d))) * layer.numel)))
@@ -249,11 +301,20 @@ class TopKAST(SparsityAlgorithm):
         return total
 
     def grow_scores(self, layer: LayerState, rows: slice) -> Tensor:
+        """Random scores, or ``|dY[:, rows]^T X|`` with ``grow='gradient'``.
+
+        Args:
+            layer: the layer being updated.
+            rows: the block of rows to score.
+        """
         if self.grow == "gradient":
             return layer.dense_grad(rows).abs_()
         return super().grow_scores(layer, rows)
 
     def step(self) -> bool:
+        """Count one optimizer step, update the backward set when the schedule says so, and
+        re-select each forward set every ``refresh_freq`` steps or after an update. Returns True
+        when the topology changed."""
         changed = super().step()
         if changed or self._step % self.refresh_freq == 0:
             for L in self._layers:
