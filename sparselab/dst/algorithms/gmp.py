@@ -19,9 +19,14 @@ __all__ = ["GMP"]
 class GMP(GradualPruning):
     """``GMP(sparsity=0.9, initial_sparsity=0.5, start=0, end=..., update_freq=100)``: prune only.
 
-    Takes the arguments of :class:`~sparselab.dst.algorithms.gradual.GradualPruning` (the ramp)
-    and of :class:`~sparselab.dst.SparsityAlgorithm`, except the drop fraction and its schedule:
-    GMP drops what the ramp asks and grows nothing."""
+    Args:
+        sparsity: the final sparsity, or a :class:`~sparselab.dst.SparsitySchedule` that replaces
+            the cubic ramp.
+        **options: ``initial_sparsity``, ``end`` (required), ``start``, ``update_freq`` and
+            ``compact`` of :class:`~sparselab.dst.algorithms.gradual.GradualPruning`, and the
+            arguments of :class:`~sparselab.dst.SparsityAlgorithm` except ``drop_fraction`` and
+            ``drop_schedule``: GMP drops what the ramp asks and grows nothing.
+    """
 
     regrow = False
     default_padding = 0.0

@@ -25,8 +25,15 @@ __all__ = ["GraNet"]
 class GraNet(GradualPruning):
     """``GraNet(sparsity=0.9, initial_sparsity=0.5, end=..., drop_fraction=0.5, update_freq=100)``.
 
-    Takes the arguments of :class:`~sparselab.dst.algorithms.gradual.GradualPruning` (the ramp)
-    and of :class:`~sparselab.dst.SparsityAlgorithm`; ``drop_fraction`` defaults to 0.5."""
+    Args:
+        sparsity: the final sparsity, or a :class:`~sparselab.dst.SparsitySchedule` that replaces
+            the cubic ramp.
+        drop_fraction: the share of live weights dropped and regrown at an update (cosine-decayed
+            to 0 at ``end``), or a :class:`~sparselab.dst.DropSchedule`.
+        **options: ``initial_sparsity``, ``end`` (required), ``start``, ``update_freq`` and
+            ``compact`` of :class:`~sparselab.dst.algorithms.gradual.GradualPruning`, and the
+            other arguments of :class:`~sparselab.dst.SparsityAlgorithm`.
+    """
 
     needs_gradient = True
     default_drop_schedule = "cosine"
@@ -35,4 +42,5 @@ class GraNet(GradualPruning):
         super().__init__(sparsity, drop_fraction=drop_fraction, **options)
 
     def grow_scores(self, layer: LayerState, rows: slice) -> Tensor:
+        """RigL's growth score: ``|dL/dW|`` of the row block, from the captured X and dY."""
         return layer.dense_grad(rows).abs_()
