@@ -22,10 +22,27 @@ class GMP(GradualPruning):
     Args:
         sparsity: the final sparsity, or a :class:`~sparselab.dst.SparsitySchedule` that replaces
             the cubic ramp.
-        **options: ``initial_sparsity``, ``end`` (required), ``start``, ``update_freq`` and
-            ``compact`` of :class:`~sparselab.dst.algorithms.gradual.GradualPruning`, and the
-            arguments of :class:`~sparselab.dst.SparsityAlgorithm` except ``drop_fraction`` and
-            ``drop_schedule``: GMP drops what the ramp asks and grows nothing.
+        initial_sparsity: the sparsity at ``start`` (default 0.5).
+        end: the step at which the final sparsity is reached (required).
+        start: the first step of the ramp (default 0).
+        update_freq: steps between updates (default 100); there is one at ``end`` too.
+        compact: return pruned slots to memory (default True; off under DDP).
+        distribution: how the sparsity is split across layers: ``'uniform'`` (default), ``'erk'``
+            or ``callable(shapes, density)``.
+        seed: seeds the algorithm's generator: the same seed gives the same topologies.
+        padding: spare slots per row ensured at attach time, as a fraction of the mean live row
+            count.
+        chunk_fraction: row blocks of growth scores hold at most this fraction of the dense
+            weight's bytes (default 1/16).
+        check: run the full invariant check after every topology change.
+        drop_shaper: ``f(scores, layer)`` reshaping the drop scores (default: unchanged).
+        grow_shaper: ``f(scores, layer, rows)`` reshaping the growth scores (default: unchanged).
+        tie_breaker: ``'lowest'`` (default) or ``'random'``: how equal scores are ordered.
+        process_group: the ranks that keep one topology (default: every rank, under
+            ``torch.distributed``).
+        check_ranks: after attaching and every update, check that the ranks' topologies agree.
+        drop_fraction: not taken: GMP drops what the ramp asks and grows nothing.
+        drop_schedule: not taken, as ``drop_fraction``.
     """
 
     regrow = False
