@@ -308,3 +308,54 @@ def cases(draw) -> Case:
         threads=draw(st.sampled_from([1, 2])),
         seed=draw(st.integers(0, 2**31 - 1)),
     )
+
+
+# ---------------------------------------------------------------- tuner fakes
+# A fake clock and fake problems for sparselab.tuning.tuner.tune (tests/tuning/test_tuner.py,
+# tests/dispatch/test_backward_plan.py): each fake candidate advances the clock by its own cost,
+# so the race's choices are exact and nothing depends on real timings.
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+class FakeProblem:
+    """Stands in for problem.Problem: runners are fakes, check compares to the reference."""
+
+    def __init__(self, clock, costs, wrong=()):
+        self.clock, self.costs, self.wrong = clock, costs, set(wrong)
+        self.reference_output, self.n, self.dot_length = None, 64, 64
+
+    def runner(self, name):
+        def run():
+            self.clock.t += self.costs[name]
+            return torch.arange(8.0) + (1.0 if name in self.wrong else 0.0)
+
+        return run
+
+    def check(self, out):
+        from sparselab.tuning.problem import compare  # here: importing helpers does not load the tuner
+
+        return compare(out, self.reference_output, self.dot_length)
+
+    def check_part(self):
+        return None
+
+
+class FakeScalingProblem(FakeProblem):
+    """A fake whose candidates cost fixed + per_row * n, so rankings can flip with N."""
+
+    def __init__(self, clock, lines, n):
+        super().__init__(clock, {name: a + b * n for name, (a, b) in lines.items()})
+        self.lines, self.n, self.made = lines, n, []
+
+    def at_n(self, n):
+        p = FakeScalingProblem(self.clock, self.lines, n)
+        p.reference_output = self.reference_output
+        self.made.append(n)
+        return p
