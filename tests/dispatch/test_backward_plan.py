@@ -1,7 +1,7 @@
 """The backward plan: the planner answers "fused variant V, or the separate pair" per key, the
 tuner races them and records the choice, SparseLinear runs what the plan names, and the cache
 keeps (and exports) the backward entries. Bitwise results of each fused variant are tested in
-test_backward_fused.py."""
+tests/kernels/test_backward_fused.py."""
 
 from __future__ import annotations
 
