@@ -7,9 +7,9 @@ registry's reason. Dense pseudo-variants (torch doing the same job) are
 included: the dispatcher may pick them, so they must be right too.
 
 Reference: ``W.to_dense().double()`` and float64 operands; tolerance per
-element from ``conftest.tolerance`` (scaled by the dot length and the sum of
+element from ``helpers.tolerance`` (scaled by the dot length and the sum of
 |a|*|b| products). Kernel outputs are allocated NaN-filled (see
-``conftest.poisoned_outputs``), padding slots of W hold NaN/inf/huge garbage,
+``helpers.poisoned_outputs``), padding slots of W hold NaN/inf/huge garbage,
 and strided operands are views whose neighbouring columns are NaN, so a kernel
 that skips an output, reads padding, or ignores the leading dimension fails.
 """
@@ -20,7 +20,7 @@ import math
 
 import pytest
 import torch
-from conftest import (
+from helpers import (
     EPS32,
     NAN,
     Case,

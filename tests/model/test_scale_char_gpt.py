@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import sparselab
 from sparselab import SparseLinear
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "char_gpt"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "char_gpt"
 sys.path.insert(0, str(EXAMPLE))
 
 import model as M  # noqa: E402

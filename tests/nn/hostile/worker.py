@@ -42,7 +42,7 @@ def _reference_dense(values, cols, row_start, row_nnz, shape) -> torch.Tensor:
 
 
 def _mutate(tensor_or_obj, m: dict):
-    """Apply one mutation (see tests/test_hostile_states.py) to a tensor."""
+    """Apply one mutation (see tests/nn/test_hostile_states.py) to a tensor."""
     t = tensor_or_obj
     op = m["op"]
     if op == "not_a_tensor":

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "char_gpt"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "char_gpt"
 sys.path.insert(0, str(EXAMPLE))
 
 import train as T  # noqa: E402

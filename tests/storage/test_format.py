@@ -8,7 +8,7 @@ import re
 
 import pytest
 import torch
-from conftest import NAN, build_weight
+from helpers import NAN, build_weight
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 

@@ -1,6 +1,6 @@
 """sparselab-bench beyond reports: per-CPU run storage, compare with no files, history, the pr
 command's statistics and its build isolation, readable plots. Synthetic pytest-benchmark files
-(tests/test_benchmarking_tools.py's writers); no real benchmark is timed here."""
+(tests/bench/test_benchmarking_tools.py's writers); no real benchmark is timed here."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_history_plots_one_benchmark_across_commits(repo, capsys):
 
 
 def test_runs_are_stored_per_cpu_by_the_bench_conftest(repo):
-    conftest = Path(__file__).resolve().parents[1] / "bench" / "conftest.py"
+    conftest = Path(__file__).resolve().parents[2] / "bench" / "conftest.py"
     text = conftest.read_text()
     assert "tryfirst=True" in text and "storage.runs_dir" in text
     assert storage.runs_dir(repo, SLUG) == repo / ".benchmarks" / SLUG
@@ -298,7 +298,7 @@ def test_kernel_suite_times_the_layer_backward_on_every_grid(monkeypatch):
     """Every grid has a backward_fused case wherever it has a headline forward at N=2048 (two
     products per call), and such a case times every fused variant, the separate pair, dense
     torch and dispatch."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "bench"))
     import bench_kernels
     import grid
 

@@ -35,6 +35,19 @@ def _dense_twin(layer):
     return lin
 
 
+def _transposed(layer) -> tuple:
+    """The transposed index the layer holds now, ``(t_cols, t_row_start, t_row_nnz, t_perm)``: its
+    ``cache_tensors()``, which are that index alone without a forward subset (read as is: nothing
+    is refreshed, so a test can look at the index between an in-place edit and its announcement)."""
+    t_cols, t_row_start, t_row_nnz, t_perm = layer.cache_tensors()
+    return t_cols, t_row_start, t_row_nnz, t_perm
+
+
+def _t_perm(layer):
+    """``t_perm`` of :func:`_transposed`: the slot of W each transposed slot comes from."""
+    return _transposed(layer)[3]
+
+
 # ---- numerics ----
 
 
@@ -118,7 +131,7 @@ def test_gradcheck_float64():
     layer = _layer(in_f=7, out_f=5, sparsity=0.5, dtype=torch.float64, padding=1)
     x = torch.randn(3, 7, dtype=torch.float64, requires_grad=True)
     f = sparselab.nn.function.sparse_linear
-    args = (layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz, layer._transposed_tensors())
+    args = (layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz, _transposed(layer))
 
     def fn(x, v, b):
         return f(x, v, *args, b, 5, 7)
@@ -138,7 +151,7 @@ def test_opcheck_custom_ops():
         layer.weight_row_start,
         layer.weight_row_nnz,
     )
-    T = layer._transposed_tensors()
+    T = _transposed(layer)
     x = torch.randn(4, 9, dtype=torch.float64, requires_grad=True)
     dy = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
     b = torch.randn(6, dtype=torch.float64, requires_grad=True)
@@ -283,7 +296,7 @@ def test_state_dict_round_trip_into_fresh_layer():
     dst.load_state_dict(sd)
     assert dst.weight_values is param
     assert torch.equal(dst(x), src(x))
-    assert torch.equal(dst._t_perm, src._t_perm)  # transposed index rebuilt for the new topology
+    assert torch.equal(_t_perm(dst), _t_perm(src))  # transposed index rebuilt for the new topology
     # other sparsity / capacity: adopts the incoming sizes
     other = _layer(sparsity=0.2, padding=0, seed=3)
     other.load_state_dict(sd)
@@ -321,7 +334,7 @@ def test_deepcopy_independent():
     b = copy.deepcopy(a)
     assert torch.equal(b(x), ya)
     assert b.weight_values.data_ptr() != a.weight_values.data_ptr()
-    assert b._t_perm.data_ptr() != a._t_perm.data_ptr()
+    assert _t_perm(b).data_ptr() != _t_perm(a).data_ptr()
     with torch.no_grad():
         b.weight_values.mul_(2)
     w = b.weight
@@ -430,9 +443,9 @@ def test_topology_change_refreshes_transposed_index():
     cols0 = sorted(used0 | {grow})
     w.cols[s0 : s0 + n0 + 1] = torch.tensor(cols0, dtype=w.cols.dtype)
     w.row_nnz[0] += 1  # (values are whatever the slots hold; the dense twin is read back after)
-    before = layer._t_perm.clone()
+    before = _t_perm(layer).clone()
     w.mark_topology_changed()
-    assert not torch.equal(before, layer._t_perm) or before.shape != layer._t_perm.shape
+    assert not torch.equal(before, _t_perm(layer)) or before.shape != _t_perm(layer).shape
     lin = _dense_twin(layer)
     xr, xd = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
     layer(xr).square().sum().backward()

@@ -1,7 +1,7 @@
 """NEON kernel variants, cross-compiled for aarch64 and checked under qemu.
 
-Runs tests/neon/run.sh, which builds the aarch64 kernel files with the checker
-tests/neon/neon_check.cpp into a static binary and runs it under
+Runs tests/kernels/neon/run.sh, which builds the aarch64 kernel files with the checker
+tests/kernels/neon/neon_check.cpp into a static binary and runs it under
 `qemu-aarch64-static -cpu cortex-a53`. The binary compares every aarch64
 variant of the registry (the neon and scalar lines of csrc/variants.def) with
 the scalar reference computed in double, checks that every form has a NEON
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-RUN_SH = ROOT / "tests" / "neon" / "run.sh"
+ROOT = Path(__file__).resolve().parents[2]
+RUN_SH = Path(__file__).resolve().parent / "neon" / "run.sh"
 TOOLS = ("aarch64-linux-gnu-g++", "qemu-aarch64-static")
 
 

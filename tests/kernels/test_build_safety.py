@@ -25,7 +25,7 @@ import pytest
 
 from sparselab import _C
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # AVX-512: registers and syntax only EVEX encodes, then EVEX-only mnemonics (AT&T syntax).
 _EVEX_OPERAND = re.compile(r"%zmm|%k[0-7]\b|%[xy]mm(1[6-9]|2\d|3[01])\b|\{1to\d+\}|-sae\}|\{sae\}")

@@ -1,6 +1,6 @@
 """Hostile state dicts, pickles and tampered PaddedCSR tensors: refused cleanly, never a crash.
 
-Each case runs in a worker process (tests/hostile/worker.py), so a crash fails
+Each case runs in a worker process (tests/nn/hostile/worker.py), so a crash fails
 the case that caused it instead of killing the test run; the worker is restarted
 after one. The named cases are the ones a user reported; hypothesis then
 explores combinations of mutations.

@@ -1,6 +1,6 @@
 """Data parallelism: DistributedDataParallel over gloo with DST algorithms keeping ranks identical.
 
-Two worker processes (tests/ddp_worker.py) on 127.0.0.1, one thread each, join through a
+Two worker processes (tests/model/ddp_worker.py) on 127.0.0.1, one thread each, join through a
 TCPStore this test hosts on a port the OS picks; every wait has a timeout, so a hang fails.
 """
 

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from conftest import (
+from helpers import (
     NAN,
     Case,
     assert_matches,

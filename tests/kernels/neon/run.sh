@@ -4,8 +4,8 @@
 # aarch64) with the checker in neon_check.cpp into one static binary and runs
 # it under qemu.
 #
-#   bash tests/neon/run.sh            # build + run under -cpu cortex-a53 (ARMv8.0-A)
-#   QEMU_CPU=max bash tests/neon/run.sh
+#   bash tests/kernels/neon/run.sh    # build + run under -cpu cortex-a53 (ARMv8.0-A)
+#   QEMU_CPU=max bash tests/kernels/neon/run.sh
 #
 # Needs: apt-get install -y --no-install-recommends g++-aarch64-linux-gnu qemu-user-static
 # Env:   CXX_AARCH64 (default aarch64-linux-gnu-g++), QEMU (default qemu-aarch64-static),
@@ -14,7 +14,8 @@
 # Exit:  0 all checks passed; 1 a check failed or the build failed; 2 toolchain missing.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../../.." && pwd)"
 CXX="${CXX_AARCH64:-aarch64-linux-gnu-g++}"
 QEMU="${QEMU:-qemu-aarch64-static}"
 CPU="${QEMU_CPU:-cortex-a53}"
@@ -32,7 +33,7 @@ fi
 # What an aarch64 build compiles of the kernels: the scalar and neon
 # instantiations of csrc/variants.def and the registry over them.
 sources=("$ROOT/csrc/kernels/instantiate_scalar.cpp" "$ROOT/csrc/kernels/instantiate_neon.cpp"
-         "$ROOT/csrc/registry.cpp" "$ROOT/csrc/common/parallel.cpp" "$ROOT/tests/neon/neon_check.cpp")
+         "$ROOT/csrc/registry.cpp" "$ROOT/csrc/common/parallel.cpp" "$HERE/neon_check.cpp")
 
 mkdir -p "$BUILD"
 # -march=armv8-a: nothing beyond the AArch64 baseline, so cortex-a53 runs it.

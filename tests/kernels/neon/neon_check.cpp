@@ -35,11 +35,11 @@
 #include <utility>
 #include <vector>
 
-#include "../../csrc/common/parallel.h"
-#include "../../csrc/kernels/kernel_api.h"
-#include "../../csrc/kernels/scalar_reference.h"
+#include "../../../csrc/common/parallel.h"
+#include "../../../csrc/kernels/kernel_api.h"
+#include "../../../csrc/kernels/scalar_reference.h"
 
-#include "../../csrc/registry.h"
+#include "../../../csrc/registry.h"
 
 using namespace sparselab;
 

@@ -14,7 +14,7 @@ import math
 
 import pytest
 import torch
-from conftest import NAN, build_weight, strided_operand, variant_params
+from helpers import NAN, build_weight, strided_operand, variant_params
 
 import sparselab
 from sparselab import _C, kernels, ops

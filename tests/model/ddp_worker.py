@@ -1,4 +1,4 @@
-"""One rank of the data-parallel tests (tests/test_distributed.py starts two of these).
+"""One rank of the data-parallel tests (tests/model/test_distributed.py starts two of these).
 
     python ddp_worker.py RANK WORLD_SIZE STORE_PORT OUT_DIR
 

@@ -1,7 +1,7 @@
 """The backward plan: the planner answers "fused variant V, or the separate pair" per key, the
 tuner races them and records the choice, SparseLinear runs what the plan names, and the cache
 keeps (and exports) the backward entries. Bitwise results of each fused variant are tested in
-test_backward_fused.py."""
+tests/kernels/test_backward_fused.py."""
 
 from __future__ import annotations
 
@@ -263,8 +263,8 @@ def test_a_backward_tie_goes_to_the_prior():
 
 @needs_fused
 def test_the_tuner_applies_the_tie_rule_and_records_it():
+    from helpers import FakeClock, FakeProblem
     from sparselab.tuning import tuner
-    from test_tuning_tuner import FakeClock, FakeProblem
 
     key = make_key(planner.BACKWARD, 2560, 640, 1024, 0.1, 1)
     prior = rules.default_fused().name
@@ -289,8 +289,8 @@ def test_the_tuner_applies_the_tie_rule_and_records_it():
 def _tune_on_lines(problem_type, shape, lines, timed_n, fused):
     """Tune the backward key of ``shape`` = (out, in, n, density) on fake cost lines ({name:
     (fixed s, s per row)}), first timed at ``timed_n``, racing the pair and ``fused``."""
+    from helpers import FakeClock
     from sparselab.tuning import tuner
-    from test_tuning_tuner import FakeClock
 
     clock = FakeClock()
     return tuner.tune(
@@ -316,7 +316,7 @@ def _tune_large_backward(problem_type):
 
 @needs_fused
 def test_a_backward_second_point_times_the_pair_and_a_fused_kernel_however_far_apart():
-    from test_tuning_tuner import FakeScalingProblem
+    from helpers import FakeScalingProblem
 
     e, fused = _tune_large_backward(FakeScalingProblem)
     assert e["first_choice"] == planner.SEPARATE and e["n_second"] > 128
@@ -347,7 +347,7 @@ def test_a_backward_second_point_also_times_fused_flavors_the_first_n_ranks_wron
     """Streamed dX (NT) costs a little per call and saves per row: 2.6% behind the plain fused
     kernel at the timed N=512, 10% ahead at the key's N=2048. Only the plain kernel and the pair
     got the second point before; the NT flavor now does too, and wins."""
-    from test_tuning_tuner import FakeScalingProblem
+    from helpers import FakeScalingProblem
 
     plain, nt = _fused_of(0, 0).name, _fused_of(1, 0).name
     lines = {v.name: (0.2e-3, 6e-6) for v in FUSED}
@@ -392,7 +392,7 @@ def test_a_load_burst_on_the_first_n_does_not_turn_the_second_point_line():
     load (twice the time): its median doubles there, which flattens its line and would predict it
     ahead at the key's N=2048 (207 ms against the fused kernels' 266). The line runs through the
     fastest runs (here the pair's warm-up: a large key gets one or two timed runs at N=128)."""
-    from test_tuning_tuner import FakeScalingProblem
+    from helpers import FakeScalingProblem
 
     class Bursty(FakeScalingProblem):
         calls = 0
