@@ -35,9 +35,10 @@ for lib in "$ASAN_LIB" "$UBSAN_LIB"; do
   if [[ ! -e "$lib" ]]; then echo "sanitize: $lib not found" >&2; exit 1; fi
 done
 
-tests=("$ROOT/tests/test_bad_input.py" "$ROOT/tests/test_format.py" "$ROOT/tests/test_kernel_correctness.py"
-       "$ROOT/tests/test_layer_plan.py" "$ROOT/tests/test_backward_fused.py" "$ROOT/tests/test_backward_plan.py")
-for t in "$ROOT"/tests/test_*state*.py; do [[ -e "$t" ]] && tests+=("$t"); done
+tests=("$ROOT/tests/storage/test_bad_input.py" "$ROOT/tests/storage/test_format.py"
+       "$ROOT/tests/kernels/test_kernel_correctness.py" "$ROOT/tests/kernels/test_layer_plan.py"
+       "$ROOT/tests/kernels/test_backward_fused.py" "$ROOT/tests/dispatch/test_backward_plan.py"
+       "$ROOT/tests/nn/test_hostile_states.py" "$ROOT/tests/nn/test_layer_storage_safety.py")
 
 # detect_leaks=0: the interpreter and torch keep memory until exit by design.
 export LD_PRELOAD="$ASAN_LIB $UBSAN_LIB"

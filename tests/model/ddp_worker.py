@@ -43,11 +43,16 @@ def batches(rank: int):
         yield x, x @ teacher
 
 
-def run(name: str, algo_cls, rank: int, out: Path, **kw) -> dict:
+def run(name: str, algo_cls, rank: int, out: Path, how: str = "attach", **kw) -> dict:
     torch.manual_seed(rank)  # ranks draw different topologies: attach must align them
     model = make_model()
     algo = algo_cls(0.75, update_freq=UPDATE_FREQ, drop_fraction=0.3, seed=rank, check_ranks=True, **kw)
-    algo.attach(model)  # set up before DDP wraps the model (a resize after it would break its buckets)
+    # Set up before DDP wraps the model (a resize after it would break its buckets); model.apply
+    # leaves the model as attach does.
+    if how == "apply":
+        model.apply(algo)
+    else:
+        algo.attach(model)
     start = [topology_digest(m) for m in model.modules() if isinstance(m, sparselab.SparseLinear)]
     ddp = DDP(model)
     opt = algo.attach_optimizer(torch.optim.Adam(model.parameters(), lr=0.02))
@@ -84,6 +89,7 @@ def main() -> None:
         for name, cls in (("rigl", sparselab.RigL), ("set", sparselab.SET), ("snfs", sparselab.SNFS))
     }
     result["rigl_group"] = run("rigl_group", sparselab.RigL, rank, out, process_group=dist.new_group([0, 1]))
+    result["rigl_apply"] = run("rigl_apply", sparselab.RigL, rank, out, how="apply")
     # A model with no DST algorithm wraps too (its buffers are listed by the registration hook).
     torch.manual_seed(0)
     plain = DDP(make_model())

@@ -63,13 +63,22 @@ def two_ranks(tmp_path_factory):
     return out, [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
-@pytest.mark.parametrize("algo", ["rigl", "set", "snfs", "rigl_group"])
+@pytest.mark.parametrize("algo", ["rigl", "set", "snfs", "rigl_group", "rigl_apply"])
 def test_ranks_keep_one_topology(two_ranks, algo):
     _, (r0, r1) = two_ranks
     a, b = r0[algo], r1[algo]
     assert a["updates_changed"] >= 3 and b["updates_changed"] == a["updates_changed"]
     assert a["topology_moved"]
     assert a["digests"] == b["digests"]  # topology and values, bit for bit
+
+
+def test_model_apply_trains_under_ddp_as_attach_does(two_ranks):
+    """model.apply(algo) then DistributedDataParallel(model): the same topology on every rank, and
+    the same run as with algo.attach(model) (both ranks seeded alike in the two runs)."""
+    _, (r0, r1) = two_ranks
+    for r in (r0, r1):
+        assert r["rigl_apply"]["digests"] == r["rigl"]["digests"]
+        assert r["rigl_apply"]["losses"] == r["rigl"]["losses"]
 
 
 def test_rigl_loss_falls(two_ranks):
