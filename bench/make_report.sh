@@ -3,9 +3,9 @@
 #
 #   bash bench/make_report.sh [OUT_ROOT] [GRID]     # defaults: reports moderate
 #
-# 1. kernel suite (bench/bench_kernels.py) on the GRID of bench/grid.py (moderate: the issue-2
+# 1. kernel suite (bench/suite/bench_kernels.py) on the GRID of bench/suite/grid.py (moderate: the issue-2
 #    headline plus sweeps; full: everything) and the cached-dispatch overhead benchmarks of
-#    bench/bench_dispatch.py, into one pytest-benchmark JSON, with a fresh tuning cache;
+#    bench/suite/bench_dispatch.py, into one pytest-benchmark JSON, with a fresh tuning cache;
 # 2. `sparselab-bench report` with probes (memory bandwidth, peak GFLOP/s for the roofline);
 # 3. bench/summarize.py: headline ratios and tuned-dispatch-vs-best-fixed tables (SUMMARY.md);
 # 4. a "Run conditions" section (threads, load average sampled during the run) appended to the
@@ -42,7 +42,7 @@ sampler=$!
 start=$SECONDS
 json="$work/results.json"
 echo "make_report: kernel suite (--grid $grid) + dispatch overhead; log $work/pytest.log"
-pytest bench/bench_kernels.py bench/bench_dispatch.py --grid "$grid" -q -p no:cacheprovider \
+pytest bench/suite/bench_kernels.py bench/suite/bench_dispatch.py --grid "$grid" -q -p no:cacheprovider \
   --benchmark-disable-gc --benchmark-max-time=0.5 --benchmark-columns=median,rounds \
   --benchmark-sort=fullname --benchmark-json="$json" >"$work/pytest.log" 2>&1 || {
   echo "make_report: the benchmarks failed; log follows" >&2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark smoke test, run by CI after the tests (.ci/run): every suite once on the quick grid
-# (`pytest bench --quick`), then the report, summary and compare tooling on its output, so
+# (`pytest bench/suite --quick`), then the report, summary and compare tooling on its output, so
 # neither the suites nor the tooling can rot. Timing is never asserted: this exits non-zero only
 # on a real error (a suite that crashes, a tool that fails, a report file that is missing).
 # About 2-3 minutes on 2 cores.
@@ -22,9 +22,9 @@ export SPARSELAB_CACHE_DIR="${SPARSELAB_CACHE_DIR:-$tmp/cache}"
 
 start=$SECONDS
 json="$tmp/quick.json"
-echo "smoke: pytest bench --quick (log: $tmp/pytest.log)"
+echo "smoke: pytest bench/suite --quick (log: $tmp/pytest.log)"
 set +e
-pytest bench --quick -q -p no:cacheprovider \
+pytest bench/suite --quick -q -p no:cacheprovider \
   --benchmark-disable-gc --benchmark-max-time=0.2 --benchmark-min-rounds=3 \
   --benchmark-columns=median,rounds --benchmark-sort=fullname \
   --benchmark-json="$json" >"$tmp/pytest.log" 2>&1

@@ -115,8 +115,8 @@ def _parser() -> argparse.ArgumentParser:
         help="judge the processes kept by an earlier --keep run again; builds and runs nothing",
     )
     pr.epilog = (
-        "After --: the suite and pytest options (default: bench/bench_kernels.py --grid moderate "
-        "-k headline; --quick: bench/bench_kernels.py --quick)."
+        "After --: the suite and pytest options (default: bench/suite/bench_kernels.py --grid moderate "
+        "-k headline; --quick: bench/suite/bench_kernels.py --quick)."
     )
     return parser
 

@@ -61,7 +61,7 @@ def _read_json(path: Path) -> dict:
 def _machine(machine_info: dict) -> dict:
     if isinstance(machine_info.get("sparselab"), dict):
         return machine_info["sparselab"]
-    # Files written without bench/conftest.py: rebuild the identity from
+    # Files written without bench/suite/conftest.py: rebuild the identity from
     # pytest-benchmark's own py-cpuinfo dump so the slug still matches.
     cpu = machine_info.get("cpu") or {}
     brand = cpu.get("brand_raw") or "unknown"

@@ -1,7 +1,7 @@
 """Where benchmark runs and baselines live, one folder per CPU.
 
 - Runs: pytest-benchmark's own storage (``--benchmark-autosave``) under
-  ``<repo>/.benchmarks/<cpu-slug>/`` (bench/conftest.py points ``--benchmark-storage`` there when
+  ``<repo>/.benchmarks/<cpu-slug>/`` (bench/suite/conftest.py points ``--benchmark-storage`` there when
   it is left at its default). Local history, not committed.
 - Baseline: ``<repo>/bench/baselines/<cpu-slug>.json``, a copy of one run promoted with
   ``sparselab-bench run --save-baseline`` (committed: what a PR on that CPU is compared with).

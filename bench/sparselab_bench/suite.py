@@ -3,7 +3,7 @@ build of another commit.
 
 The process starts in a neutral directory (from the repository root, ``python`` would import the
 source tree's ``sparselab``, which has no compiled extension) and is given the suite files by
-absolute path, so bench/conftest.py and the repository's pytest settings still apply. For a
+absolute path, so bench/suite/conftest.py and the repository's pytest settings still apply. For a
 build of another commit, a bootstrap puts the build's site directory first and drops import
 hooks (an editable install's redirecting finder) that would serve another ``sparselab``; it then
 refuses to run unless ``sparselab`` really comes from the build.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from .results import BenchDataError
 
-QUICK = ["bench/bench_kernels.py", "--quick"]
-DEFAULT = ["bench/bench_kernels.py", "--grid", "moderate", "-k", "headline"]
+QUICK = ["bench/suite/bench_kernels.py", "--quick"]
+DEFAULT = ["bench/suite/bench_kernels.py", "--grid", "moderate", "-k", "headline"]
 
 _BOOTSTRAP = r"""
 import importlib.machinery, os, sys

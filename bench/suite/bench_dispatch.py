@@ -3,11 +3,11 @@
 The autotuned call vs the best fixed variant *per grid case* is part of the kernel suite: its
 ``dispatch`` rows (``variant=None``, ``extra_info['tuned_variant']``) are timed next to every
 fixed variant on the same data; ``python bench/summarize.py RESULTS.json`` tabulates them.
-``pytest bench -k dispatch [--quick]`` runs those rows and the overhead benchmarks below.
+``pytest bench/suite -k dispatch [--quick]`` runs those rows and the overhead benchmarks below.
 
 Overhead (pytest-benchmark):
 
-    SPARSELAB_CACHE_DIR=$(mktemp -d) python -m pytest bench/bench_dispatch.py --benchmark-only
+    SPARSELAB_CACHE_DIR=$(mktemp -d) python -m pytest bench/suite/bench_dispatch.py --benchmark-only
 
 - ``test_dispatch_hit``: ``planner.choose`` on a memoised call (the path of every op call).
 - ``test_dispatch_bucket_hit``: a call signature not seen before whose key is cached (a sparsity
@@ -16,8 +16,8 @@ Overhead (pytest-benchmark):
 
 Quality (a script, minutes; not collected by pytest):
 
-    python bench/bench_dispatch.py quality [--keys 36] [--json out.json] [--stat median|min] [--threads T]
-    python bench/bench_dispatch.py second-point [--passes 2]
+    python bench/suite/bench_dispatch.py quality [--keys 36] [--json out.json] [--stat median|min] [--threads T]
+    python bench/suite/bench_dispatch.py second-point [--passes 2]
 
 On keys that are *not* the tuner's representative shapes (odd sizes, several densities and
 batch sizes), it tunes each key through dispatch (fresh cache), then times every available

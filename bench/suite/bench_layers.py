@@ -11,9 +11,9 @@ SparseLinear at the same sparsity (random topology, scale-preserving init). Kern
 autotuned dispatch (tuning mode as set by SPARSELAB_TUNING; warm-up steps run before timing, so a
 first-time tuning is not timed).
 
-    python -m pytest bench/bench_layers.py --benchmark-only --benchmark-group-by=group
-    python bench/bench_layers.py            # quick side-by-side ratios + memory table (no pytest)
-    python bench/bench_layers.py memory     # memory only: weights + grads + AdamW state
+    python -m pytest bench/suite/bench_layers.py --benchmark-only --benchmark-group-by=group
+    python bench/suite/bench_layers.py      # quick side-by-side ratios + memory table (no pytest)
+    python bench/suite/bench_layers.py memory  # memory only: weights + grads + AdamW state
 
 extra_info: model, kind (dense|sparse), sparsity, n (batch/tokens), gflops = GFLOP of one step's
 three matmul families (forward, dX where needed, dW) at the model's density, not a rate; the
