@@ -3,7 +3,7 @@ kernel call or the two ops, tuned during the warm-up calls with tuning mode on a
 cache) against the two planned ops forced (the layer cache's ``backward`` patched to decline),
 and dense nn.Linear, side by side: interleaved rounds, process CPU time, medians.
 
-    python bench/micro/layer_backward_fused.py [ROUNDS] [THREADS]
+    python bench/studies/layer_backward_fused.py [ROUNDS] [THREADS]
 """
 
 import os
