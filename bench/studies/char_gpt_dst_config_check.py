@@ -16,7 +16,11 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]  # bench/studies/ -> the repository
-sys.path.insert(0, str(ROOT / "tests"))
+# The tiny-config test holds the reference implementation: found wherever tests/ keeps it.
+REFERENCE = next((ROOT / "tests").rglob("test_char_gpt_dst_config.py"), None)
+if REFERENCE is None:
+    sys.exit("tests/**/test_char_gpt_dst_config.py not found: this check reuses its reference implementation")
+sys.path.insert(0, str(REFERENCE.parent))
 
 import test_char_gpt_dst_config as ref  # noqa: E402  (also puts examples/char_gpt on sys.path)
 from model import get_config  # noqa: E402
