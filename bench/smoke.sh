@@ -57,7 +57,7 @@ if grep -q "_Skipped:" "$report_dir/README.md"; then
   exit 1
 fi
 
-python bench/summarize.py "$json" --out "$tmp/summary.md"
+sparselab-bench summarize "$json" --out "$tmp/summary.md"
 grep -q "Headline" "$tmp/summary.md"
 sparselab-bench --version >/dev/null
 # Against this CPU's committed baseline when there is one (timing never fails the smoke run),

@@ -2,7 +2,7 @@
 
 The autotuned call vs the best fixed variant *per grid case* is part of the kernel suite: its
 ``dispatch`` rows (``variant=None``, ``extra_info['tuned_variant']``) are timed next to every
-fixed variant on the same data; ``python bench/summarize.py RESULTS.json`` tabulates them.
+fixed variant on the same data; ``sparselab-bench summarize RESULTS.json`` tabulates them.
 ``pytest bench/suite -k dispatch [--quick]`` runs those rows and the overhead benchmarks below.
 
     SPARSELAB_CACHE_DIR=$(mktemp -d) python -m pytest bench/suite/bench_dispatch.py --benchmark-only

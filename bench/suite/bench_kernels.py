@@ -28,7 +28,7 @@ picks the small grid, ``--grid moderate`` the one bench/make_report.sh runs; def
 - ``dispatch``: the op with ``variant=None`` (autotuned dispatch; the first call, which may tune
   the key, runs before timing). ``extra_info['tuned_variant']`` is
   ``sparselab.dispatch.planner.choose(op, out, in, n, density)``. Compare it with the fastest fixed
-  variant of the same case (``python bench/summarize.py RESULTS.json``).
+  variant of the same case (``sparselab-bench summarize RESULTS.json``).
 - ``backward_fused`` cases (a layer's backward, ``ops.backward_fused(W, dY, X)``): every fused
   variant, the separate pair (``variant="separate"``: the planned ``spmm_dx`` and ``sddmm_dw``,
   a row like a variant's), ``dense_torch`` (``dY @ Wd`` and ``dY.T @ X``) and dispatch.
