@@ -22,6 +22,7 @@ variants dispatch chose per layer and op; and, for the memory test, bytes sparse
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -204,7 +205,9 @@ def _time_interleaved(a: Problem, b: Problem, rounds: int) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    what = argv[0] if argv else "all"
+    p = argparse.ArgumentParser(description="interleaved dense vs sparse training steps and memory, without pytest")
+    p.add_argument("what", nargs="?", choices=("all", "time", "memory"), default="all")
+    what = p.parse_args(argv).what
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, sparsity {SPARSITY}, tuning {tuning.get_mode()}"
     )
