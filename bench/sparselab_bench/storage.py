@@ -64,7 +64,7 @@ def newest_run(root: Path, slug: str) -> Path:
     if not found:
         raise BenchDataError(
             f"no saved run for this CPU ({slug}) under {runs_dir(root, slug)}: "
-            f"run `sparselab-bench run` (or pytest bench ... --benchmark-autosave) first"
+            f"run `sparselab-bench run` (or pytest bench/suite ... --benchmark-autosave) first"
         )
     return found[-1]
 
