@@ -85,7 +85,7 @@ def test_history_plots_one_benchmark_across_commits(repo, capsys):
 
 
 def test_runs_are_stored_per_cpu_by_the_bench_conftest(repo):
-    conftest = Path(__file__).resolve().parents[1] / "bench" / "conftest.py"
+    conftest = Path(__file__).resolve().parents[1] / "bench" / "suite" / "conftest.py"
     text = conftest.read_text()
     assert "tryfirst=True" in text and "storage.runs_dir" in text
     assert storage.runs_dir(repo, SLUG) == repo / ".benchmarks" / SLUG
@@ -148,7 +148,7 @@ def test_pr_markdown_and_json(tmp_path):
         pr.Side("installed", None, None),
         0.05,
         3,
-        ["bench/bench_kernels.py", "--quick"],
+        ["bench/suite/bench_kernels.py", "--quick"],
         {"brand": XEON, "cpu_slug": SLUG},
     )
     assert "| benchmark | base | head | head/base | 95% interval | verdict |" in text
@@ -327,7 +327,7 @@ def test_kernel_suite_times_the_layer_backward_on_every_grid(monkeypatch):
     """Every grid has a backward_fused case wherever it has a headline forward at N=2048 (two
     products per call), and such a case times every fused variant, the separate pair, dense
     torch and dispatch."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench" / "suite"))
     import bench_kernels
     import grid
 
