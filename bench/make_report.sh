@@ -3,11 +3,11 @@
 #
 #   bash bench/make_report.sh [OUT_ROOT] [GRID]     # defaults: reports moderate
 #
-# 1. kernel suite (bench/bench_kernels.py) on the GRID of bench/grid.py (moderate: the issue-2
+# 1. kernel suite (bench/suite/bench_kernels.py) on the GRID of bench/suite/grid.py (moderate: the issue-2
 #    headline plus sweeps; full: everything) and the cached-dispatch overhead benchmarks of
-#    bench/bench_dispatch.py, into one pytest-benchmark JSON, with a fresh tuning cache;
+#    bench/suite/bench_dispatch.py, into one pytest-benchmark JSON, with a fresh tuning cache;
 # 2. `sparselab-bench report` with probes (memory bandwidth, peak GFLOP/s for the roofline);
-# 3. bench/summarize.py: headline ratios and tuned-dispatch-vs-best-fixed tables (SUMMARY.md);
+# 3. `sparselab-bench summarize`: headline ratios and tuned-dispatch-vs-best-fixed tables (SUMMARY.md);
 # 4. a "Run conditions" section (threads, load average sampled during the run) appended to the
 #    report's README.md, because absolute times on a shared machine are distorted by the load.
 #
@@ -42,7 +42,7 @@ sampler=$!
 start=$SECONDS
 json="$work/results.json"
 echo "make_report: kernel suite (--grid $grid) + dispatch overhead; log $work/pytest.log"
-pytest bench/bench_kernels.py bench/bench_dispatch.py --grid "$grid" -q -p no:cacheprovider \
+pytest bench/suite/bench_kernels.py bench/suite/bench_dispatch.py --grid "$grid" -q -p no:cacheprovider \
   --benchmark-disable-gc --benchmark-max-time=0.5 --benchmark-columns=median,rounds \
   --benchmark-sort=fullname --benchmark-json="$json" >"$work/pytest.log" 2>&1 || {
   echo "make_report: the benchmarks failed; log follows" >&2
@@ -59,7 +59,7 @@ dir="$(dirname "$report_readme")"
 # Compact (pytest-benchmark indents its JSON): the same content at about a third of the size.
 python -c 'import json, sys; json.dump(json.load(open(sys.argv[1])), open(sys.argv[2], "w"), separators=(",", ":"))' \
   "$json" "$dir/results.json"
-python bench/summarize.py "$json" --out "$dir/SUMMARY.md"
+sparselab-bench summarize "$json" --out "$dir/SUMMARY.md"
 
 threads="$(python -c 'import torch; print(torch.get_num_threads())')"
 load="$(awk '{print $1}' "$work/load.txt" | sort -n | awk '{a[NR]=$1; s+=$1} END {if (NR) printf "min %.1f, median %.1f, max %.1f over %d samples", a[1], a[int((NR+1)/2)], a[NR], NR}')"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Benchmark smoke test, run by CI after the tests (.ci/run): every suite once on the quick grid
-# (`pytest bench --quick`), then the report, summary and compare tooling on its output, so
-# neither the suites nor the tooling can rot. Timing is never asserted: this exits non-zero only
-# on a real error (a suite that crashes, a tool that fails, a report file that is missing).
-# About 2-3 minutes on 2 cores.
+# (`pytest bench/suite --quick`), then the report, summary and compare tooling on its output, and
+# every study of bench/studies/ as far as `--help` (it imports and parses its options), so none
+# of them can rot unseen. Timing is never asserted: this exits non-zero only on a real error (a
+# suite that crashes, a tool that fails, a report file that is missing, a study that no longer
+# imports). About 2-3 minutes on 2 cores.
 #
 #   bash bench/smoke.sh            # SMOKE_KEEP=1 keeps the temp dir and prints its path
 set -euo pipefail
@@ -22,9 +23,9 @@ export SPARSELAB_CACHE_DIR="${SPARSELAB_CACHE_DIR:-$tmp/cache}"
 
 start=$SECONDS
 json="$tmp/quick.json"
-echo "smoke: pytest bench --quick (log: $tmp/pytest.log)"
+echo "smoke: pytest bench/suite --quick (log: $tmp/pytest.log)"
 set +e
-pytest bench --quick -q -p no:cacheprovider \
+pytest bench/suite --quick -q -p no:cacheprovider \
   --benchmark-disable-gc --benchmark-max-time=0.2 --benchmark-min-rounds=3 \
   --benchmark-columns=median,rounds --benchmark-sort=fullname \
   --benchmark-json="$json" >"$tmp/pytest.log" 2>&1
@@ -57,7 +58,7 @@ if grep -q "_Skipped:" "$report_dir/README.md"; then
   exit 1
 fi
 
-python bench/summarize.py "$json" --out "$tmp/summary.md"
+sparselab-bench summarize "$json" --out "$tmp/summary.md"
 grep -q "Headline" "$tmp/summary.md"
 sparselab-bench --version >/dev/null
 # Against this CPU's committed baseline when there is one (timing never fails the smoke run),
@@ -71,5 +72,30 @@ else
   sparselab-bench compare "$json" "$json" --out "$tmp/compare" >/dev/null
 fi
 [ -s "$tmp/compare/compare.md" ] && [ -s "$tmp/compare/compare.png" ]
+
+# The studies are run by hand, and rarely: here each one imports and parses its options (one
+# process: torch is imported once).
+python - bench/studies/*.py <<'EOF_STUDIES'
+import contextlib, io, runpy, sys, traceback
+
+studies, failed = sys.argv[1:], []
+for path in studies:
+    sys.argv = [path, "--help"]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (0, None):
+            failed.append(f"{path}: exit {e.code}")
+    except BaseException:
+        failed.append(f"{path}:\n{traceback.format_exc()}")
+    else:
+        failed.append(f"{path}: --help ran the study instead of printing its usage")
+for f in failed:
+    print(f"smoke: FAILED: {f}", file=sys.stderr)
+if failed:
+    sys.exit(1)
+print(f"smoke: {len(studies)} studies in bench/studies import and parse --help")
+EOF_STUDIES
 
 echo "smoke: OK in $((SECONDS - start)) s (report: $report_dir)"

@@ -1,11 +1,12 @@
-"""sparselab-bench: run the benchmark suites, keep per-CPU baselines, compare runs, show a
-benchmark's history, produce per-CPU reports and pull-request evidence.
+"""sparselab-bench: run the benchmark suites (bench/suite/), keep per-CPU baselines, compare runs,
+show a benchmark's history, produce per-CPU reports, summaries and pull-request evidence.
 
     sparselab-bench run [--quick] [--save-baseline]     suite -> .benchmarks/<cpu>/ (pytest-benchmark storage)
     sparselab-bench compare [BASE HEAD]                 newest run vs this CPU's baseline, or two files
     sparselab-bench history NAME                        one benchmark across the saved runs (plot + table)
     sparselab-bench pr BASE_REF [--head REF] [--quick]  build BASE_REF, alternate processes, PR table
     sparselab-bench report FILE... [--note TEXT]        reports/<cpu>/README.md + plots
+    sparselab-bench summarize FILE... [--out FILE.md]   headline ratios, dispatch vs best fixed, overhead
 
 Exit status: 0 on success, 1 with --fail-on-regression when something got slower, 2 on bad input.
 """
@@ -48,6 +49,13 @@ def _parser() -> argparse.ArgumentParser:
         "probes.json (default: on; only on the CPU the results came from)",
     )
     report.add_argument("--note", help="a paragraph on where the results came from, put under the title")
+
+    summarize = commands.add_parser(
+        "summarize", help="markdown: headline ratios, tuned dispatch vs best fixed variant, dispatch overhead"
+    )
+    summarize.add_argument("files", nargs="+", type=Path, help="pytest-benchmark JSON files of the kernel suite")
+    summarize.add_argument("--out", type=Path, help="write the markdown here (default: stdout)")
+    summarize.add_argument("--section", choices=["all", "headline", "dispatch", "overhead"], default="all")
 
     compare = commands.add_parser("compare", help="head vs base, noise-aware (no files: newest run vs baseline)")
     compare.add_argument("base", type=Path, nargs="?", help="base results (default: this CPU's baseline)")
@@ -115,8 +123,8 @@ def _parser() -> argparse.ArgumentParser:
         help="judge the processes kept by an earlier --keep run again; builds and runs nothing",
     )
     pr.epilog = (
-        "After --: the suite and pytest options (default: bench/bench_kernels.py --grid moderate "
-        "-k headline; --quick: bench/bench_kernels.py --quick)."
+        "After --: the suite and pytest options (default: bench/suite/bench_kernels.py --grid moderate "
+        "-k headline; --quick: bench/suite/bench_kernels.py --quick)."
     )
     return parser
 
@@ -126,6 +134,19 @@ def _report(args: argparse.Namespace) -> int:
 
     for readme in write_reports(args.files, args.out, args.probe, note=args.note):
         print(f"wrote {readme}")
+    return 0
+
+
+def _summarize(args: argparse.Namespace) -> int:
+    from .summarize import summarize
+
+    text = summarize(args.files, args.section)
+    if args.out is None:
+        print(text)
+        return 0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(f"wrote {args.out}")
     return 0
 
 
@@ -228,7 +249,14 @@ def _pr(args: argparse.Namespace) -> int:
     return 1 if slower and args.fail_on_regression else 0
 
 
-COMMANDS = {"report": _report, "compare": _compare, "run": _run, "history": _history, "pr": _pr}
+COMMANDS = {
+    "report": _report,
+    "summarize": _summarize,
+    "compare": _compare,
+    "run": _run,
+    "history": _history,
+    "pr": _pr,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

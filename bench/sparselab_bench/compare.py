@@ -86,7 +86,7 @@ def _check_same_cpu(base: BenchFile, head: BenchFile, force: bool) -> list[str]:
             )
         notes.append(f"**Warning: different CPUs, compared anyway (--force).** {problem}.")
     threads = (b.get("torch_num_threads"), h.get("torch_num_threads"))
-    if None not in threads and threads[0] != threads[1]:  # None: file written without bench/conftest.py
+    if None not in threads and threads[0] != threads[1]:  # None: file written without bench/suite/conftest.py
         notes.append(f"Warning: torch threads differ (base {threads[0]}, head {threads[1]}).")
     return notes
 

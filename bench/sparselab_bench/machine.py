@@ -2,7 +2,7 @@
 
 Benchmark numbers only mean something together with the CPU, thread count and
 source revision that produced them, so every result file carries this dict
-(under machine_info["sparselab"], via bench/conftest.py).
+(under machine_info["sparselab"], via bench/suite/conftest.py).
 """
 
 from __future__ import annotations

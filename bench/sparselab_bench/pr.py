@@ -8,6 +8,10 @@
    head... Each side runs the suite of its own commit (its bench/ files, extracted next to its
    build), so a suite that moved with the library's API still runs; benchmarks present on one
    side only are listed, not compared. ``--suite-from head`` runs head's files on both sides.
+   Suite paths may be given in either layout of bench/ (``bench/suite/bench_kernels.py`` or,
+   before the suites moved there, ``bench/bench_kernels.py``): each side runs the path in its own
+   tree's layout, and benchmarks are matched by their name in this layout
+   (:mod:`sparselab_bench.layout`). A path one side lacks fails before anything is built.
 3. Per benchmark: each side's time is the median over processes of each process's median (or,
    with ``--stat min``, of each process's fastest round: on a machine shared with other jobs,
    rounds are the kernel's time plus whole scheduler slices lost to other processes, and the
@@ -32,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from .results import BenchDataError, read_bench_file
-from .suite import DEFAULT, QUICK, run_suite
+from .suite import DEFAULT, QUICK, run_suite, suite_args
 from .text import fmt_seconds, markdown_table
 
 BOOTSTRAP_RESAMPLES = 2000
@@ -294,13 +298,23 @@ def run_pr(
         rows, notes = compare_sides(base, head, threshold, stat=stat)
         text = markdown(rows, notes, base, head, threshold, min(len(base.runs), len(head.runs)), suite, machine, stat)
         return text, rows
-    base = Side(base_ref, base_commit, build(root, base_commit, builds, log))
+    # Each side's suite files first (cheap): a suite path that one side lacks fails before any build.
+    head_root = suite_tree(root, head_commit, builds) if head_ref is not None and suite_from == "own" else root
+    base_root = suite_tree(root, base_commit, builds) if suite_from == "own" else head_root
+    for name, ref, commit, tree in (
+        ("base", base_ref, base_commit, base_root),
+        ("head", head_ref, head_commit, head_root),
+    ):
+        try:
+            suite_args(tree, suite)
+        except BenchDataError as e:
+            where = f"{ref} ({commit[:12]})" if commit else "the working tree"
+            raise BenchDataError(f"the suite cannot run on the {name} side, {where}: {e}") from None
+    base = Side(base_ref, base_commit, build(root, base_commit, builds, log), root=base_root)
     if head_ref is None:
-        head = Side("installed", None, None, root=root)
+        head = Side("installed", None, None, root=head_root)
     else:
-        head = Side(head_ref, head_commit, build(root, head_commit, builds, log))
-        head.root = suite_tree(root, head_commit, builds) if suite_from == "own" else root
-    base.root = suite_tree(root, base_commit, builds) if suite_from == "own" else head.root
+        head = Side(head_ref, head_commit, build(root, head_commit, builds, log), root=head_root)
 
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="sparselab-pr-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """Load pytest-benchmark JSON files into one tidy DataFrame.
 
 One row per benchmark. Columns:
-  source, name, fullname, group      where the row came from
+  source, name, fullname, group      where the row came from (fullname as bench/suite/ spells it,
+                                     also for files of the flat bench/ layout: sparselab_bench.layout)
   param_<name>                       pytest parametrize values
   min median mean stddev iqr q1 q3 rounds   seconds per call (pytest-benchmark stats)
   data                               per-round seconds (list) or None if not saved
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .layout import canonical_name
 from .machine import cpu_slug
 
 STAT_FIELDS = ("min", "median", "mean", "stddev", "iqr", "q1", "q3", "rounds")
@@ -61,7 +63,7 @@ def _read_json(path: Path) -> dict:
 def _machine(machine_info: dict) -> dict:
     if isinstance(machine_info.get("sparselab"), dict):
         return machine_info["sparselab"]
-    # Files written without bench/conftest.py: rebuild the identity from
+    # Files written without bench/suite/conftest.py: rebuild the identity from
     # pytest-benchmark's own py-cpuinfo dump so the slug still matches.
     cpu = machine_info.get("cpu") or {}
     brand = cpu.get("brand_raw") or "unknown"
@@ -99,7 +101,7 @@ def _row(path: Path, bench: dict, machine: dict) -> dict:
     row = {
         "source": str(path),
         "name": bench.get("name", name),
-        "fullname": name,
+        "fullname": canonical_name(name),  # one name for a benchmark in either layout of bench/
         "group": bench.get("group"),
     }
     row.update({f"param_{k}": v for k, v in _flatten(bench.get("params") or {}).items()})

@@ -1,7 +1,7 @@
 """Where benchmark runs and baselines live, one folder per CPU.
 
 - Runs: pytest-benchmark's own storage (``--benchmark-autosave``) under
-  ``<repo>/.benchmarks/<cpu-slug>/`` (bench/conftest.py points ``--benchmark-storage`` there when
+  ``<repo>/.benchmarks/<cpu-slug>/`` (bench/suite/conftest.py points ``--benchmark-storage`` there when
   it is left at its default). Local history, not committed.
 - Baseline: ``<repo>/bench/baselines/<cpu-slug>.json``, a copy of one run promoted with
   ``sparselab-bench run --save-baseline`` (committed: what a PR on that CPU is compared with).
@@ -64,7 +64,7 @@ def newest_run(root: Path, slug: str) -> Path:
     if not found:
         raise BenchDataError(
             f"no saved run for this CPU ({slug}) under {runs_dir(root, slug)}: "
-            f"run `sparselab-bench run` (or pytest bench ... --benchmark-autosave) first"
+            f"run `sparselab-bench run` (or pytest bench/suite ... --benchmark-autosave) first"
         )
     return found[-1]
 

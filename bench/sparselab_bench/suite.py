@@ -3,7 +3,9 @@ build of another commit.
 
 The process starts in a neutral directory (from the repository root, ``python`` would import the
 source tree's ``sparselab``, which has no compiled extension) and is given the suite files by
-absolute path, so bench/conftest.py and the repository's pytest settings still apply. For a
+absolute path, so bench/suite/conftest.py and the repository's pytest settings still apply. Suite
+paths may be given in either layout of bench/ (sparselab_bench.layout): a tree of a commit from
+before bench/suite existed runs its own files in bench/. For a
 build of another commit, a bootstrap puts the build's site directory first and drops import
 hooks (an editable install's redirecting finder) that would serve another ``sparselab``; it then
 refuses to run unless ``sparselab`` really comes from the build.
@@ -17,10 +19,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import layout
 from .results import BenchDataError
 
-QUICK = ["bench/bench_kernels.py", "--quick"]
-DEFAULT = ["bench/bench_kernels.py", "--grid", "moderate", "-k", "headline"]
+QUICK = ["bench/suite/bench_kernels.py", "--quick"]
+DEFAULT = ["bench/suite/bench_kernels.py", "--grid", "moderate", "-k", "headline"]
 
 _BOOTSTRAP = r"""
 import importlib.machinery, os, sys
@@ -49,11 +52,25 @@ sys.exit(pytest.main(sys.argv[1:]))
 
 
 def suite_args(root: Path, suite: list[str]) -> list[str]:
-    """Suite arguments with file paths made absolute (relative ones are relative to ``root``)."""
+    """Suite arguments with file paths made absolute (relative ones are relative to ``root``, in
+    the layout of ``root``'s bench/ whichever layout they were given in). A path under bench/ that
+    ``root`` does not have is an error, not an argument pytest would fail on in another directory."""
     out = []
     for arg in suite:
-        candidate = root / arg.split("::")[0]
-        out.append(str(root / arg) if not arg.startswith("-") and candidate.exists() else arg)
+        if arg.startswith("-"):
+            out.append(arg)
+            continue
+        local = layout.localize(root, arg)
+        if (root / local.split("::")[0]).exists():
+            out.append(str(root / local))
+        elif layout.names_bench(arg):
+            raise BenchDataError(
+                f"suite path {arg!r} is not in {root} ({layout.describe(root)}"
+                + (f", where it would be {local!r}" if local != arg else "")
+                + ")"
+            )
+        else:
+            out.append(arg)
     return out
 
 

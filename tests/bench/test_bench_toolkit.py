@@ -17,7 +17,8 @@ pytest.importorskip("matplotlib", reason="the [bench] extra (pandas, matplotlib)
 
 from sparselab_bench import pr, report, storage  # noqa: E402
 from sparselab_bench.machine import cpu_slug  # noqa: E402
-from sparselab_bench.suite import run_suite  # noqa: E402
+from sparselab_bench.results import BenchDataError  # noqa: E402
+from sparselab_bench.suite import run_suite, suite_args  # noqa: E402
 from test_benchmarking_tools import XEON, XEON_FLAGS, bench, run_cli, write_results  # noqa: E402
 
 SLUG = cpu_slug(XEON, XEON_FLAGS)
@@ -84,7 +85,7 @@ def test_history_plots_one_benchmark_across_commits(repo, capsys):
 
 
 def test_runs_are_stored_per_cpu_by_the_bench_conftest(repo):
-    conftest = Path(__file__).resolve().parents[2] / "bench" / "conftest.py"
+    conftest = Path(__file__).resolve().parents[2] / "bench" / "suite" / "conftest.py"
     text = conftest.read_text()
     assert "tryfirst=True" in text and "storage.runs_dir" in text
     assert storage.runs_dir(repo, SLUG) == repo / ".benchmarks" / SLUG
@@ -147,7 +148,7 @@ def test_pr_markdown_and_json(tmp_path):
         pr.Side("installed", None, None),
         0.05,
         3,
-        ["bench/bench_kernels.py", "--quick"],
+        ["bench/suite/bench_kernels.py", "--quick"],
         {"brand": XEON, "cpu_slug": SLUG},
     )
     assert "| benchmark | base | head | head/base | 95% interval | verdict |" in text
@@ -178,6 +179,34 @@ def test_pr_suite_runs_against_the_build_it_is_given_not_the_installed_one(tmp_p
     run_suite(tmp_path, [str(suite)], out, site=tmp_path / "site")
     extra = json.loads(out.read_text())["benchmarks"][0]["extra_info"]
     assert extra["build"] == "the base build" and extra["from"].startswith(str(tmp_path / "site"))
+
+
+def _tree(root: Path, files: list[str]) -> Path:
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("")
+    return root
+
+
+def test_pr_runs_each_side_in_its_own_bench_layout_and_pairs_names_across_them(tmp_path):
+    """A base from before bench/suite/ runs its own bench/bench_kernels.py, and its benchmarks,
+    named by that path, pair with head's; a suite path one side lacks is refused up front."""
+    flat = _tree(tmp_path / "flat", ["bench/conftest.py", "bench/bench_kernels.py"])
+    new = _tree(tmp_path / "new", ["bench/suite/conftest.py", "bench/suite/bench_kernels.py"])
+    suite = ["bench/suite/bench_kernels.py::test_kernel", "--quick", "-k", "headline"]
+    assert suite_args(flat, suite) == [f"{flat}/bench/bench_kernels.py::test_kernel", "--quick", "-k", "headline"]
+    assert suite_args(new, suite)[0] == f"{new}/bench/suite/bench_kernels.py::test_kernel"
+    assert suite_args(new, ["bench/bench_kernels.py"]) == [f"{new}/bench/suite/bench_kernels.py"]
+    assert suite_args(flat, ["bench", "--quick"]) == [f"{flat}/bench", "--quick"]
+    with pytest.raises(BenchDataError, match="not in"):
+        suite_args(flat, ["bench/suite/bench_other.py"])
+    base, head = tmp_path / "base.json", tmp_path / "head.json"
+    write_results(base, [dict(bench("test_kernel[x]", 1e-3), fullname="bench/bench_kernels.py::test_kernel[x]")])
+    write_results(head, [dict(bench("test_kernel[x]", 1e-3), fullname="bench/suite/bench_kernels.py::test_kernel[x]")])
+    rows, notes = pr.compare_sides(
+        pr.Side("main", "0" * 40, None, [base]), pr.Side("installed", None, None, [head]), threshold=0.05
+    )
+    assert [r["name"] for r in rows] == ["bench/suite/bench_kernels.py::test_kernel[x]"] and notes == []
 
 
 # ------------------------------------------------------------------ plots
@@ -298,7 +327,7 @@ def test_kernel_suite_times_the_layer_backward_on_every_grid(monkeypatch):
     """Every grid has a backward_fused case wherever it has a headline forward at N=2048 (two
     products per call), and such a case times every fused variant, the separate pair, dense
     torch and dispatch."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "bench"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "bench" / "suite"))
     import bench_kernels
     import grid
 

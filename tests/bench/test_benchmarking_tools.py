@@ -88,7 +88,7 @@ def write_results(
     threads: int = 2,
     hook: bool = True,
 ) -> Path:
-    """A pytest-benchmark JSON file; hook=True adds what bench/conftest.py adds."""
+    """A pytest-benchmark JSON file; hook=True adds what bench/suite/conftest.py adds."""
     machine = {
         "node": "bench-host",
         "processor": "",

@@ -1,8 +1,8 @@
 """Page faults per call of large calls: SparseLab's forward op and a SparseLinear training step
 against nn.Linear's, with the time per call. Run it twice to see what glibc's malloc settings cost:
 
-    python bench/page_faults.py [--threads 2] [--rounds 7]
-    MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296 python bench/page_faults.py
+    python bench/studies/page_faults.py [--threads 2] [--rounds 7]
+    MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296 python bench/studies/page_faults.py
 
 Under glibc's defaults an allocation of 32 MB or more is mapped afresh each time and faulted in
 as it is first written; the two variables keep freed memory for reuse (README, "Large tensors and

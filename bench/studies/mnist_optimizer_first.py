@@ -2,9 +2,9 @@
 sparsity algorithm is attached (the order of torch.ao.pruning and most training scripts),
 against dense: the check that attaching never leaves the optimizer holding stale Parameters.
 
-    python bench/mnist_optimizer_first.py [MNIST_DIR] --epochs 8 --seeds 0 --out reports/e2e
+    python bench/studies/mnist_optimizer_first.py [MNIST_DIR] --epochs 8 --seeds 0 --out reports/e2e
 
-Model, data order and SGD + cosine settings are ``bench/dst_mnist.py``'s.
+Model, data order and SGD + cosine settings are ``bench/studies/dst_mnist.py``'s.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Two grids, both built from weight shapes of real models:
   load average of ~10 (five times oversubscribed) it took 47 min before 4096x4096 at N=4096 and
   at N=2048 with sparsity 0.7/0.98 were dropped and the call cap went from 4 s to 2 s: about 35%
   less timed work, ~33 min at that load by the same measurements; well under that on idle cores.
-- ``quick`` (``pytest bench --quick``): the 2560x640 FFN weight at N in {1, 64} and sparsity in
+- ``quick`` (``pytest bench/suite --quick``): the 2560x640 FFN weight at N in {1, 64} and sparsity in
   {0.5, 0.9, 0.99}, plus its headline cases (N=2048 every op, N=1 forward). About a minute.
 - ``moderate`` (``--grid moderate``, what bench/make_report.sh runs): the headline, 4096x4096
   swept over sparsity at N = 1 and 2048, three shapes swept over sparsity at N=256, and the
@@ -25,7 +25,7 @@ as SparseLinear runs it): the headline shapes at N=2048, plus in ``quick`` the 2
 at N=64, in ``moderate`` and ``full`` that weight over N and 4096x4096 over sparsity at N=2048
 (``full`` also every shape at N=256). Its GFLOP count is both products, 4 * nnz * N.
 
-    python bench/grid.py [--grid quick|moderate|full]     # print the case list and counts
+    python bench/suite/grid.py [--grid quick|moderate|full]     # print the case list and counts
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from sparselab_bench import machine
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))  # bench/suite
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository (or a pr side's extracted tree)
 # pytest-benchmark's default --benchmark-storage; left at it, runs go to a folder per CPU.
 DEFAULT_STORAGE = "file://./.benchmarks"
 
@@ -22,7 +23,7 @@ def pytest_benchmark_generate_commit_info(config):
     from pytest_benchmark.utils import get_commit_info
 
     here = os.getcwd()
-    os.chdir(os.path.dirname(HERE))
+    os.chdir(ROOT)
     try:
         return get_commit_info(config.getoption("benchmark_project_name", None))
     finally:
@@ -30,7 +31,7 @@ def pytest_benchmark_generate_commit_info(config):
 
 
 def pytest_addoption(parser):
-    group = parser.getgroup("sparselab", "SparseLab benchmark grids (bench/grid.py)")
+    group = parser.getgroup("sparselab", "SparseLab benchmark grids (bench/suite/grid.py)")
     group.addoption(
         "--grid",
         choices=("quick", "moderate", "full"),
@@ -58,15 +59,14 @@ def pytest_configure(config):
         # `sparselab-bench compare` / `history` find this CPU's runs there.
         from sparselab_bench import storage
 
-        root = os.path.dirname(HERE)
-        config.option.benchmark_storage = f"file://{storage.runs_dir(Path(root), storage.this_cpu_slug())}"
+        config.option.benchmark_storage = f"file://{storage.runs_dir(Path(ROOT), storage.this_cpu_slug())}"
     if config.getoption("grid", default="full") == "quick":
         # bench_layers.py reads its round count from the environment at import.
         os.environ.setdefault("SPARSELAB_BENCH_ROUNDS", "2")
 
 
 def pytest_collect_file(file_path, parent):
-    """`pytest bench` collects the suites (bench_*.py), which pytest's default
+    """`pytest bench/suite` collects the suites (bench_*.py), which pytest's default
     file pattern (test_*.py) would not. Files named on the command line are
     collected by pytest itself: do not collect them twice."""
     if (

@@ -1,7 +1,7 @@
 """What a layer's kernel plan saves: block-major variants with the index kept per topology
 (``_C.LayerPlan``, what SparseLinear calls) against the one-off binding that builds it per call.
 
-    python bench/bench_layer_plan.py [--shapes 2560x640,640x2560,4096x4096] [--n 64,256,2048]
+    python bench/studies/layer_plan_vs_one_off.py [--shapes 2560x640,640x2560,4096x4096] [--n 64,256,2048]
                                      [--threads 1] [--clock cpu] [--rounds 7]
 
 Per op (spmm_fwd, spmm_dx on W's transposed index, sddmm_dw), shape and N: the variant (a

@@ -1,6 +1,6 @@
 """Named variants of one op timed side by side, interleaved round by round, with dense torch.
 
-    python bench/side_by_side.py --op sddmm_dw --shapes 2560x640,640x2560,4096x4096 --n 2048 \
+    python bench/studies/variants_side_by_side.py --op sddmm_dw --shapes 2560x640,640x2560,4096x4096 --n 2048 \
         --variants avx2_bm64_cb128,avx512_rowreg128_cb1024 [--rounds 7] [--threads 2]
 
 Every round calls every implementation once (each right after an untimed call of itself, in an

@@ -3,7 +3,7 @@
 weights after every step? Not a test (the 40M model takes minutes); the tiny-config version is
 ``tests/test_char_gpt_dst_config.py``, whose reference implementation this reuses.
 
-    python bench/char_gpt_dst_config_check.py --config 40M --steps 4 rigl set
+    python bench/studies/char_gpt_dst_config_check.py --config 40M --steps 4 rigl set
 """
 
 from __future__ import annotations
@@ -15,8 +15,12 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+ROOT = Path(__file__).resolve().parents[2]  # bench/studies/ -> the repository
+# The tiny-config test holds the reference implementation: found wherever tests/ keeps it.
+REFERENCE = next((ROOT / "tests").rglob("test_char_gpt_dst_config.py"), None)
+if REFERENCE is None:
+    sys.exit("tests/**/test_char_gpt_dst_config.py not found: this check reuses its reference implementation")
+sys.path.insert(0, str(REFERENCE.parent))
 
 import test_char_gpt_dst_config as ref  # noqa: E402  (also puts examples/char_gpt on sys.path)
 from model import get_config  # noqa: E402

@@ -1,6 +1,6 @@
 """Inference at small batches: a SparseLinear forward (no grad) against nn.Linear's at N = 1-32.
 
-    python bench/small_batch.py [--threads 2] [--rounds 15] [--sparsity 0.9] [--n 1,2,4,8,16,32]
+    python bench/studies/small_batch.py [--threads 2] [--rounds 15] [--sparsity 0.9] [--n 1,2,4,8,16,32]
 
 Shapes are OUTxIN: 2560x640, 640x2560 and 4096x4096. For each shape and N, one process, the two
 layers' calls interleaved round by round, each sample the mean of back-to-back calls (a call is

@@ -1,35 +1,23 @@
-"""Dispatch overhead and the quality of the tuned choice.
+"""The quality of the tuned choice, and what the tuner's second timing point changes.
 
-The autotuned call vs the best fixed variant *per grid case* is part of the kernel suite: its
-``dispatch`` rows (``variant=None``, ``extra_info['tuned_variant']``) are timed next to every
-fixed variant on the same data; ``python bench/summarize.py RESULTS.json`` tabulates them.
-``pytest bench -k dispatch [--quick]`` runs those rows and the overhead benchmarks below.
+    python bench/studies/dispatch_quality.py quality [--keys 36] [--json out.json] [--stat median|min] [--threads T]
+    python bench/studies/dispatch_quality.py second-point [--passes 2]
 
-Overhead (pytest-benchmark):
-
-    SPARSELAB_CACHE_DIR=$(mktemp -d) python -m pytest bench/bench_dispatch.py --benchmark-only
-
-- ``test_dispatch_hit``: ``planner.choose`` on a memoised call (the path of every op call).
-- ``test_dispatch_bucket_hit``: a call signature not seen before whose key is cached (a sparsity
-  schedule visiting a new density in a tuned bucket): key computation + cache lookup.
-- ``test_op_overhead_*``: a tiny ``spmm_fwd`` with ``variant=None`` vs the same variant forced.
-
-Quality (a script, minutes; not collected by pytest):
-
-    python bench/bench_dispatch.py quality [--keys 36] [--json out.json] [--stat median|min] [--threads T]
-    python bench/bench_dispatch.py second-point [--passes 2]
-
-On keys that are *not* the tuner's representative shapes (odd sizes, several densities and
-batch sizes), it tunes each key through dispatch (fresh cache), then times every available
-candidate on the actual shape in one run, as a layer calls it (through a kernel plan that keeps
-W's block-major index, which the tuner times too), and reports how often the tuned choice is within 5% of
-the measured best, and the geometric-mean speedup of tuned dispatch over always using one fixed
-variant (each fixed variant, and the best single one).
+``quality`` (minutes): on keys that are *not* the tuner's representative shapes (odd sizes,
+several densities and batch sizes), it tunes each key through dispatch (fresh cache), then times
+every available candidate on the actual shape in one run, as a layer calls it (through a kernel
+plan that keeps W's block-major index, which the tuner times too), and reports how often the
+tuned choice is within 5% of the measured best, and the geometric-mean speedup of tuned dispatch
+over always using one fixed variant (each fixed variant, and the best single one).
 
 ``second-point`` checks the tuner's second timing point (tuning/second_point.py) where it matters,
-on the issue-2 headline keys at N=2048 (timed at a capped N): it tunes each key with a fresh
-cache, and wherever the final choice differs from what the first race alone chose, times both at
-N=2048 interleaved (median of 7) and reports final/first (< 1: the second point helped).
+on the issue-2 headline keys at N=2048 (bench/suite/grid.py; timed at a capped N): it tunes each
+key with a fresh cache, and wherever the final choice differs from what the first race alone
+chose, times both at N=2048 interleaved (median of 7) and reports final/first (< 1: the second
+point helped).
+
+The dispatch overhead (a memoised plan, a cached key, a tiny op call) is a pytest-benchmark suite:
+bench/suite/bench_dispatch.py.
 """
 
 from __future__ import annotations
@@ -43,59 +31,18 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
-from sparselab.tuning import hook
-from sparselab.tuning.problem import random_weight
+from sparselab.tuning import hook, race, tuner
+from sparselab.tuning.problem import Problem
 
-from sparselab import kernels, ops, settings
+from sparselab import kernels, settings
 from sparselab.dispatch import planner, wisdom
+from sparselab.dispatch.keys import make_key
 
-# ------------------------------------------------------------------ overhead benchmarks
-
-
-def _fresh_cache_env():
-    os.environ.setdefault("SPARSELAB_CACHE_DIR", tempfile.mkdtemp(prefix="sparselab-bench-"))
-    hook.reset()
-    settings.set_mode("on")
-
-
-def test_dispatch_hit(benchmark):
-    _fresh_cache_env()
-    args = ("spmm_fwd", 64, 96, 8, 0.25)
-    planner.choose(*args)  # tunes once (tiny key), then memoised
-    name = benchmark(planner.choose, *args)
-    assert name == planner.choose(*args)
-
-
-def test_dispatch_bucket_hit(benchmark):
-    _fresh_cache_env()
-    planner.choose("spmm_fwd", 64, 96, 8, 0.25)
-    threads = torch.get_num_threads()
-    densities = itertools.cycle([0.25 + i * 1e-6 for i in range(1000)])  # same bucket, new floats
-    benchmark(lambda: planner.consult("spmm_fwd", 64, 96, 8, next(densities), threads))
-
-
-def _tiny_problem():
-    W = random_weight(32, 32, 0.25, seed=0)
-    return W, torch.randn(1, 32)
-
-
-def test_op_overhead_dispatched(benchmark):
-    _fresh_cache_env()
-    W, X = _tiny_problem()
-    ops.spmm_fwd(W, X)
-    benchmark(ops.spmm_fwd, W, X)
-
-
-def test_op_overhead_forced(benchmark):
-    # The same variant dispatch picks, forced: the difference to _dispatched is the whole cost
-    # of variant=None (W.density + planner.choose).
-    _fresh_cache_env()
-    W, X = _tiny_problem()
-    name = planner.choose("spmm_fwd", 32, 32, 1, W.density)
-    benchmark(ops.spmm_fwd, W, X, variant=name)
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "suite"))
+import grid  # noqa: E402  (bench/suite/grid.py: the headline keys)
 
 # ------------------------------------------------------------------ quality of the choice
 
@@ -134,10 +81,6 @@ def _layer_runs(op, out_f, in_f, n, density, names, seed: int) -> dict:
     runners: sparse kernels through a kernel plan that keeps W's block-major index), on data of
     ``seed``. The tuner chooses for that path; one-off ``sparselab.ops`` calls would charge the
     block-major forms an index build per call that no layer pays."""
-    from sparselab.tuning.problem import Problem
-
-    from sparselab.dispatch.keys import make_key
-
     key = make_key(op, out_f, in_f, n, density, torch.get_num_threads())
     problem = Problem(key, seed=seed, shape=(out_f, in_f, n, density), n=n)
     return {name: problem.runner(name) for name in names}
@@ -189,8 +132,6 @@ def time_all(op, out_f, in_f, n, density, reps=21, stat=statistics.median, sampl
 
 
 def quality(count: int, json_path: str | None, stat_name: str = "median") -> int:
-    from sparselab.tuning import race
-
     os.environ["SPARSELAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="sparselab-quality-")
     hook.reset()
     settings.set_mode("on")
@@ -247,16 +188,13 @@ def quality(count: int, json_path: str | None, stat_name: str = "median") -> int
 
 
 def second_point_check(passes: int) -> int:
-    import grid
-    from sparselab.tuning import keys, tuner
-
     N, density = grid.HEADLINE_N, 1.0 - grid.HEADLINE_SPARSITY
     ratios = []
     for p in range(passes):
         os.environ["SPARSELAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="sparselab-second-point-")
         for op, (out_f, in_f) in itertools.product(OPS, grid.HEADLINE_SHAPES):
             e = tuner.tune(
-                keys.make_key(op, out_f, in_f, N, density, torch.get_num_threads()), shape=(out_f, in_f, N, density)
+                make_key(op, out_f, in_f, N, density, torch.get_num_threads()), shape=(out_f, in_f, N, density)
             )
             first, final = e.get("first_choice"), e["variant"]
             if first is None or first == final:

@@ -1,9 +1,9 @@
 """Kernel suite: every registered variant of every op, with dense and torch.sparse baselines.
 
-    python -m pytest bench/bench_kernels.py [--quick | --grid moderate] [-k headline]
-    python -m pytest bench/bench_kernels.py --quick -k dispatch     # tuned dispatch rows only
+    python -m pytest bench/suite/bench_kernels.py [--quick | --grid moderate] [-k headline]
+    python -m pytest bench/suite/bench_kernels.py --quick -k dispatch     # tuned dispatch rows only
 
-Cases come from bench/grid.py (shapes of real models, sparsity 0.5-0.99, N 1-4096; ``--quick``
+Cases come from bench/suite/grid.py (shapes of real models, sparsity 0.5-0.99, N 1-4096; ``--quick``
 picks the small grid, ``--grid moderate`` the one bench/make_report.sh runs; default full). For each case, in one run and on the same data:
 
 - every variant of the op in the registry (``sparselab.kernels.variants(op)``), forced with
@@ -28,7 +28,7 @@ picks the small grid, ``--grid moderate`` the one bench/make_report.sh runs; def
 - ``dispatch``: the op with ``variant=None`` (autotuned dispatch; the first call, which may tune
   the key, runs before timing). ``extra_info['tuned_variant']`` is
   ``sparselab.dispatch.planner.choose(op, out, in, n, density)``. Compare it with the fastest fixed
-  variant of the same case (``python bench/summarize.py RESULTS.json``).
+  variant of the same case (``sparselab-bench summarize RESULTS.json``).
 - ``backward_fused`` cases (a layer's backward, ``ops.backward_fused(W, dY, X)``): every fused
   variant, the separate pair (``variant="separate"``: the planned ``spmm_dx`` and ``sddmm_dw``,
   a row like a variant's), ``dense_torch`` (``dY @ Wd`` and ``dY.T @ X``) and dispatch.

@@ -1,6 +1,6 @@
 """The cost of the call path around the kernel, at batch 1 (no grad), side by side in one process.
 
-    python bench/bench_call_path.py [--calls 2000] [--rounds 5] [--threads 1 --clock cpu]
+    python bench/studies/call_path.py [--calls 2000] [--rounds 5] [--threads 1 --clock cpu]
 
 Prints medians of per-call times (microseconds) for ``nn.Linear``, ``SparseLinear``, and the
 layer's raw kernel (its ``_C.LayerPlan`` call with the layer's plan, output preallocated), the

@@ -11,9 +11,9 @@ SparseLinear at the same sparsity (random topology, scale-preserving init). Kern
 autotuned dispatch (tuning mode as set by SPARSELAB_TUNING; warm-up steps run before timing, so a
 first-time tuning is not timed).
 
-    python -m pytest bench/bench_layers.py --benchmark-only --benchmark-group-by=group
-    python bench/bench_layers.py            # quick side-by-side ratios + memory table (no pytest)
-    python bench/bench_layers.py memory     # memory only: weights + grads + AdamW state
+    python -m pytest bench/suite/bench_layers.py --benchmark-only --benchmark-group-by=group
+    python bench/suite/bench_layers.py      # quick side-by-side ratios + memory table (no pytest)
+    python bench/suite/bench_layers.py memory  # memory only: weights + grads + AdamW state
 
 extra_info: model, kind (dense|sparse), sparsity, n (batch/tokens), gflops = GFLOP of one step's
 three matmul families (forward, dX where needed, dW) at the model's density, not a rate; the
@@ -22,6 +22,7 @@ variants dispatch chose per layer and op; and, for the memory test, bytes sparse
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -204,7 +205,9 @@ def _time_interleaved(a: Problem, b: Problem, rounds: int) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    what = argv[0] if argv else "all"
+    p = argparse.ArgumentParser(description="interleaved dense vs sparse training steps and memory, without pytest")
+    p.add_argument("what", nargs="?", choices=("all", "time", "memory"), default="all")
+    what = p.parse_args(argv).what
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, sparsity {SPARSITY}, tuning {tuning.get_mode()}"
     )

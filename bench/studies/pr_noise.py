@@ -6,7 +6,7 @@ the P back-to-back pairs (base i, head i), each pair's labels swapped at random,
 pr run. Prints, over the draws, the share of rows not called `same` and how often that share is at
 most 10%.
 
-    python bench/pr_noise.py DIR [--per-side 3] [--splits 200] [--threshold 0.05] [--stat median|min]
+    python bench/studies/pr_noise.py DIR [--per-side 3] [--splits 200] [--threshold 0.05] [--stat median|min]
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
-"""Side-by-side summaries of kernel-suite results (bench/bench_kernels.py), as markdown.
+"""`sparselab-bench summarize`: side-by-side summaries of kernel-suite results
+(bench/suite/bench_kernels.py), as markdown.
 
-    python bench/summarize.py RESULTS.json [MORE.json ...] [--out FILE.md]
+    sparselab-bench summarize RESULTS.json [MORE.json ...] [--out FILE.md] [--section headline|dispatch|overhead]
 
 - Headline (issue 2): per headline case, the fastest SparseLab variant vs dense torch and vs
   oneDNN measured in the same run: time ratio (sparse/dense: < 1 means sparse is faster) and
   GFLOP/s on live weights; and the N=1 forward speedups.
 - Dispatch: per case, the autotuned call (``variant=None``) vs the fastest fixed variant timed
   in the same run, and vs the fastest of everything (variants and dense baselines).
-- Overhead: the cached-dispatch benchmarks of bench/bench_dispatch.py, when present.
+- Overhead: the cached-dispatch benchmarks of bench/suite/bench_dispatch.py, when present.
 
 Ratios of implementations timed back to back on the same data are what to read on a busy
 machine: absolute times drift with the load, neighbours drift together.
@@ -15,14 +16,12 @@ machine: absolute times drift with the load, neighbours drift together.
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
-from pathlib import Path
 
 import pandas as pd
-from sparselab_bench.results import BenchDataError, load_results
-from sparselab_bench.text import fmt_seconds, markdown_table
+
+from .results import BenchDataError, load_results
+from .text import fmt_seconds, markdown_table
 
 KEY = ["op", "out", "in", "n", "sparsity"]
 
@@ -56,7 +55,7 @@ def _ratio(a, b) -> str:
 
 def headline(df: pd.DataFrame) -> str:
     if "headline" not in df or not df["headline"].fillna(False).astype(bool).any():
-        return "## Headline\n\n_No headline rows (run `pytest bench/bench_kernels.py -k headline`)._\n"
+        return "## Headline\n\n_No headline rows (run `pytest bench/suite/bench_kernels.py -k headline`)._\n"
     rows = df[df["headline"].fillna(False).astype(bool)]
     table, n1 = [], []
     for key, g in rows.groupby(KEY, sort=False):
@@ -197,7 +196,7 @@ def dispatch_section(df: pd.DataFrame) -> str:
         "lookup and, for a dense choice, densifying W) vs the fastest fixed variant of the "
         "same case in the same run. A tuner's choice is made on its own synthetic data at the "
         "key's representative shape. For a noise-robust choice-quality figure (all candidates "
-        "timed interleaved on each key) run `python bench/bench_dispatch.py quality`.\n\n"
+        "timed interleaved on each key) run `python bench/studies/dispatch_quality.py quality`.\n\n"
         f"{summary}\n\n" + markdown_table(head, table) + "\n"
     )
 
@@ -226,7 +225,7 @@ def overhead_section(df: pd.DataFrame) -> str:
             f"{fmt_seconds(by['test_op_overhead_dispatched'] - by['test_op_overhead_forced'])} (medians).\n"
         )
     return (
-        "## Cached-dispatch overhead (bench/bench_dispatch.py)\n\n"
+        "## Cached-dispatch overhead (bench/suite/bench_dispatch.py)\n\n"
         + markdown_table(["benchmark", "what", "median", "min"], table)
         + "\n"
         + extra
@@ -245,27 +244,3 @@ def summarize(paths: list[str], section: str = "all") -> str:
     if section in ("all", "overhead"):
         parts.append(overhead_section(everything))
     return "\n".join(p for p in parts if p)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("files", nargs="+")
-    p.add_argument("--out", type=Path, help="write the markdown here (default: stdout)")
-    p.add_argument("--section", choices=["all", "headline", "dispatch", "overhead"], default="all")
-    a = p.parse_args(argv)
-    try:
-        text = summarize(a.files, a.section)
-    except BenchDataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text)
-        print(f"wrote {a.out}")
-    else:
-        print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

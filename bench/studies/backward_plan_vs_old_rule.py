@@ -1,7 +1,7 @@
 """The tuned backward plan against the old fixed rule (a fused kernel from N = 256 with the first
 fused variant in registry order, else the planned pair), side by side, interleaved round by round:
 
-    python bench/bench_backward_plan.py [--shapes 2560x640,4096x4096] [--n 64,128,256,1024] \
+    python bench/studies/backward_plan_vs_old_rule.py [--shapes 2560x640,4096x4096] [--n 64,128,256,1024] \
         [--sparsity 0.9] [--rounds 7] [--threads 1] [--clock cpu] [--all]
 
 Per shape and N the planner tunes the key first (tuning mode on, a throwaway cache unless

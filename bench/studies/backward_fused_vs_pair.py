@@ -1,7 +1,7 @@
 """The fused backward (``ops.backward_fused``: dX and dW in one call) against the two separate
 ops, side by side, interleaved round by round:
 
-    python bench/bench_backward_fused.py [--shapes 2560x640,640x2560,4096x4096] [--n 2048] \
+    python bench/studies/backward_fused_vs_pair.py [--shapes 2560x640,640x2560,4096x4096] [--n 2048] \
         [--separate avx512_bm64_cb256+avx512_rowreg128_cb1024,...] [--rounds 7] [--threads 2] [--clock wall]
 
 Each round calls every implementation once (right after an untimed call of itself, in an order

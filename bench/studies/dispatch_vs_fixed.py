@@ -1,6 +1,6 @@
 """The dispatched choice (``variant=None``) against fixed variants on the headline shapes.
 
-    SPARSELAB_CACHE_DIR=$(mktemp -d) python bench/dispatch_vs_fixed.py [--threads 2] [--rounds 5]
+    SPARSELAB_CACHE_DIR=$(mktemp -d) python bench/studies/dispatch_vs_fixed.py [--threads 2] [--rounds 5]
         [--fixed avx512_bm64_cb256,avx512_bmst64_cb256]
 
 For spmm_fwd and spmm_dx at 2560x640, 640x2560 and 4096x4096 (90% sparse, N=2048): the first

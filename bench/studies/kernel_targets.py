@@ -1,7 +1,7 @@
 """The kernel targets in one run: planned ops at N=2048 against the best fixed variant, a
 SparseLinear training step against nn.Linear's, and batch 1 against dense torch.
 
-    python bench/kernel_targets.py [--threads 2] [--rounds 7] [--sparsity 0.9]
+    python bench/studies/kernel_targets.py [--threads 2] [--rounds 7] [--sparsity 0.9]
 
 Shapes are OUTxIN (W is out x in): 2560x640, 640x2560, 4096x4096. For each, one process, calls
 interleaved round by round (each timed call right after an untimed call of itself), medians:
