@@ -254,7 +254,7 @@ def mnist_section(mn: dict | None, targets: list) -> list[str]:
         "## MNIST MLP (issue 5), same reporting",
         "",
         f"LeNet-300-100, hidden layers {a['sparsity']:.0%} sparse, {a['epochs']} epochs, batch {a['batch_size']}, "
-        f"SGD lr {a['lr']} momentum 0.9, cosine; `bench/dst_mnist.py`'s model, data order and DST settings "
+        f"SGD lr {a['lr']} momentum 0.9, cosine; `bench/studies/dst_mnist.py`'s model, data order and DST settings "
         f"(`{mn['command']}`).",
         "",
         "| method | test acc (%) | vs dense (pp) | ms/step | time vs dense |",

@@ -4,7 +4,7 @@ sparse vs dense, written to ``reports/e2e/mnist.json`` next to the char GPT resu
 
     python examples/mnist_mlp/run.py --epochs 20 --methods dense,static,set,rigl
 
-The training itself is ``bench/dst_mnist.py``'s (``load_mnist``, ``run``, ``make_model``):
+The training itself is ``bench/studies/dst_mnist.py``'s (``load_mnist``, ``run``, ``make_model``):
 same model, data order, SGD + cosine schedule and DST settings.
 """
 
@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "studies"))
 
-import dst_mnist as M  # noqa: E402  (bench/dst_mnist.py)
+import dst_mnist as M  # noqa: E402  (bench/studies/dst_mnist.py)
 
 import sparselab  # noqa: E402
 

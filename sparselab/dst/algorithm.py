@@ -88,7 +88,7 @@ What the base does for you
   selections use a histogram (radix) threshold instead of ``torch.topk`` (which
   holds 16 bytes per input element), and the rewrite works block by block.
   Measured peak for a 4096x4096 90%-sparse RigL update: see
-  ``bench/dst_rigl_memory.py`` / ``reports/dst_rigl_memory.md``.
+  ``bench/studies/dst_rigl_memory.py`` / ``reports/dst_rigl_memory.md``.
 - **Data parallelism**: attached while ``torch.distributed`` is initialized, the
   algorithm starts every rank from rank 0's topology and keeps the ranks
   identical (gradient scores all-reduced per row block, shared generator);

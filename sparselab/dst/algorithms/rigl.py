@@ -16,7 +16,7 @@ calls :meth:`grow_scores` on row blocks, each block being
 armed only on the step before an update) during the last backward, and keeps
 only the best ``n_grow`` candidates across blocks. The extra memory of an
 update is one block (``chunk_fraction`` of the dense weight bytes, 1/16 by
-default) plus the candidate list -- see ``bench/dst_rigl_memory.py``.
+default) plus the candidate list -- see ``bench/studies/dst_rigl_memory.py``.
 """
 
 from __future__ import annotations
