@@ -136,19 +136,18 @@ with gradient-based growth::
 from __future__ import annotations
 
 import math
-import sys
 import warnings
-import weakref
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..model import distributed as _distributed
-from ..nn.sparse_module import SparseModule
 from ..optim import holders
 from . import distribution as _distribution
 from . import scores as _scores
+from .attaching import Attaching, horizon_of
 from .capture import GradientCapture
+from .checkpoint import Checkpointing
 from .layer_state import LayerState, UpdateInfo
 from .rewrite import RewriteResult, rewrite_layer
 from .schedules import (
@@ -166,39 +165,8 @@ from .selection import Selection
 
 __all__ = ["SparsityAlgorithm", "LayerState", "UpdateInfo", "horizon_of"]
 
-# layer -> weakref(algorithm): one algorithm per layer (kept off the module so pickling works).
-_OWNER: "weakref.WeakKeyDictionary[SparseModule, weakref.ref]" = weakref.WeakKeyDictionary()
-#: Where the schedules end when an LR scheduler gives the training's length: RigL's recipe.
-END_FRACTION = 0.75
 
-
-_APPLY = nn.Module.apply.__code__
-
-
-def _apply_root() -> nn.Module | None:
-    """The module the ``nn.Module.apply`` traversal that called us started from (None: not
-    called by one). ``apply`` visits children first and its own module last, so the call for
-    that module is the traversal's last."""
-    root = None
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code is _APPLY:
-            root = frame.f_locals.get("self")
-        frame = frame.f_back
-    return root
-
-
-def horizon_of(scheduler) -> int | None:
-    """The number of steps an LR scheduler spans, where it says: ``total_steps`` (OneCycleLR),
-    ``T_max`` (CosineAnnealingLR), ``total_iters`` (LinearLR, PolynomialLR, ConstantLR); else None."""
-    for name in ("total_steps", "T_max", "total_iters"):
-        v = getattr(scheduler, name, None)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return v
-    return None
-
-
-class SparsityAlgorithm(Selection):
+class SparsityAlgorithm(Attaching, Checkpointing, Selection):
     """Base class: see the module docstring for the contract and an example.
 
     Args:
@@ -325,148 +293,6 @@ class SparsityAlgorithm(Selection):
         if kind == "cosine":
             return CosineDrop(self._drop_fraction, end=end, start=start)
         return ConstantDrop(self._drop_fraction)
-
-    # ------------------------------------------------------------------ attaching
-
-    def __call__(self, module: nn.Module) -> nn.Module:
-        """``model.apply(algo)`` (or ``layer.apply(algo)``): torch calls this for every submodule,
-        children first and the model last. Each call attaches the sparse layer it meets; the
-        last sets them all up as :meth:`attach` does, so the model is ready, in the same state,
-        when ``apply`` returns. Called directly, it attaches and sets up at once."""
-        if not isinstance(module, nn.Module):
-            raise TypeError(f"{type(self).__name__} attaches to nn.Module objects, got {type(module).__name__}")
-        if isinstance(module, SparseModule):
-            self._attach(module, "")
-        root = _apply_root()
-        if (root is None or root is module) and any(self._owns(m) for m in module.modules()):
-            self._set_up(module)
-        return module
-
-    def attach(self, module: nn.Module) -> nn.Module:
-        """Attach to every sparse layer in ``module`` (a model or one layer) and set them up:
-        budgets, spare slots, hooks, and under ``torch.distributed`` rank 0's topology on every
-        rank. Returns ``module``. ``model.apply(algo)`` leaves the model in the same state.
-
-        Args:
-            module: a model or one sparse layer; ``TypeError`` if it holds no sparse layer.
-        """
-        if not isinstance(module, nn.Module):
-            raise TypeError(f"{type(self).__name__} attaches to nn.Module objects, got {type(module).__name__}")
-        sparse = [m for m in module.modules() if isinstance(m, SparseModule)]
-        if not sparse:
-            raise TypeError(
-                f"{type(self).__name__} attaches to sparse layers (sparselab.SparseLinear, ...), but "
-                f"{type(module).__name__} is not one and contains none; convert dense layers first "
-                f"(sparselab.sparsify(model, sparsity) or SparseLinear.from_dense)"
-            )
-        for m in sparse:
-            self._attach(m, "")
-        self._set_up(module)
-        return module
-
-    def _owns(self, module: SparseModule) -> bool:
-        return any(L.module is module for L in self._layers)
-
-    def _set_up(self, root: nn.Module | None) -> None:
-        """Name the layers by ``root``'s module names, start every rank from rank 0's topology,
-        and bring every layer to its budget with its spare slots (before training only)."""
-        names = {id(m): n for n, m in root.named_modules()} if root is not None else {}
-        for i, L in enumerate(self._layers):
-            L.index = i
-            L.name = names.get(id(L.module)) or L.name or f"layer{i}"
-        with torch.inference_mode(False):  # a call under inference_mode must not make inference tensors
-            self._sync_ranks(root)  # before _setup, so every rank re-budgets the same layers alike
-            self._setup()
-        if self._sync is not None:
-            self._sync.verify(self, "attach")
-
-    def _sync_ranks(self, root: nn.Module | None) -> None:
-        # Under torch.distributed every rank starts from rank 0's topology, values and generator;
-        # layers already broadcast are not sent again.
-        group = _distributed.resolve_group(self.process_group)
-        self._sync = None if group is None else _distributed.RankSync(group, check=self.check_ranks)
-        if self._sync is not None:
-            self._sync.on_attach(self, root, self._layers[self._n_synced :])
-        self._n_synced = len(self._layers)
-
-    def _attach(self, module: SparseModule, name: str) -> None:
-        if self._owns(module):
-            return
-        ref = _OWNER.get(module)
-        other = ref() if ref is not None else None
-        if other is not None and other is not self:
-            raise RuntimeError(
-                f"this {type(module).__name__} is already attached to another {type(other).__name__}; "
-                f"call other.detach() first"
-            )
-        if self._stepped:
-            raise RuntimeError("attach every layer before training starts (algo.step() was already called)")
-        _OWNER[module] = weakref.ref(self)
-        self._layers.append(LayerState(module, name, len(self._layers)))
-        self._density_cache.clear()
-
-    def detach(self) -> None:
-        """Remove hooks and forget the layers (they keep their current topology)."""
-        self._disarm()
-        for L in self._layers:
-            if _OWNER.get(L.module) is not None and _OWNER[L.module]() is self:
-                del _OWNER[L.module]
-        self._layers = []
-        self._n_synced = 0
-
-    def attach_optimizer(self, optimizer: torch.optim.Optimizer, *, scheduler=None) -> torch.optim.Optimizer:
-        """Let updates move and reset ``optimizer``'s per-slot state (returns it). An optimizer
-        that steps the layers is found at its first step anyway; attach it to move state sooner.
-
-        ``scheduler``: the optimizer's LR scheduler. When this algorithm was built without
-        ``end``, the scheduler's horizon (:func:`horizon_of`) sets it: updates stop, and a cosine
-        drop schedule reaches 0, at 75% of it.
-
-        Args:
-            optimizer: the optimizer that steps the sparse layers.
-            scheduler: its LR scheduler, whose horizon sets ``end`` when the algorithm has none.
-        """
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-        if all(o is not optimizer for o in self._optimizers):
-            self._optimizers.append(optimizer)
-        if scheduler is not None:
-            self._take_end_from(scheduler)
-        return optimizer
-
-    def _take_end_from(self, scheduler) -> None:
-        if self.update_schedule.end is not None:
-            return
-        horizon = horizon_of(scheduler)
-        if horizon is None:
-            raise ValueError(
-                f"{type(scheduler).__name__} does not say how many steps it spans (total_steps, T_max "
-                f"or total_iters); give the algorithm end=... instead"
-            )
-        if self._stepped:
-            raise RuntimeError("give the scheduler before training starts (algo.step() was already called)")
-        end = max(1, round(END_FRACTION * horizon))
-        u = self.update_schedule
-        self.update_schedule = UpdateSchedule(u.every, u.start, end, include_end=u.include_end)
-        if hasattr(self, "_drop_fraction"):
-            self.drop_schedule = self._make_drop_schedule(u.start, end)
-
-    @property
-    def layers(self) -> list[LayerState]:
-        """The attached layers, as :class:`LayerState` objects, in attach order."""
-        return list(self._layers)
-
-    @property
-    def step_count(self) -> int:
-        """Optimizer steps counted by :meth:`step` (or restored by :meth:`load_state_dict`)."""
-        return self._step
-
-    def _require_layers(self) -> None:
-        if not self._layers:
-            raise RuntimeError(
-                f"{type(self).__name__} has no sparse layer attached: call algo.attach(model) "
-                f"(or model.apply(algo)) first"
-            )
 
     # ------------------------------------------------------------------ budgets
 
@@ -748,98 +574,6 @@ class SparsityAlgorithm(Selection):
             if L.capture is not None:
                 L.capture.remove()
                 L.capture = None
-
-    # ------------------------------------------------------------------ checkpointing
-
-    def config(self) -> dict:
-        """What must match for a checkpoint to resume (subclasses add their knobs)."""
-        cfg = {
-            "algorithm": type(self).__name__,
-            "sparsity": self.sparsity_schedule.config(),
-            "update": self.update_schedule.config(),
-            "drop": self.drop_schedule.config(),
-            "distribution": str(self._distribution_name),
-            "seed": self.seed,
-            "padding": self.padding,
-            "chunk_fraction": self.chunk_fraction,
-        }
-        for key, v in (
-            ("drop_shaper", _scores.shaper_name(self.drop_shaper)),
-            ("grow_shaper", _scores.shaper_name(self.grow_shaper)),
-            ("tie_breaker", getattr(self.tie_breaker, "name", None)),
-        ):
-            if v is not None:  # only when set: default checkpoints keep their configuration
-                cfg[key] = v
-        return cfg
-
-    def extra_state(self) -> dict:
-        """Algorithm-specific state to checkpoint (default: none)."""
-        return {}
-
-    def load_extra_state(self, state: dict) -> None:
-        """Restore what :meth:`extra_state` returned (default: nothing to restore).
-
-        Args:
-            state: the ``'extra'`` entry of a :meth:`state_dict`.
-        """
-
-    def state_dict(self) -> dict:
-        """The step count, RNG state, configuration, layer shapes and :meth:`extra_state`. The
-        topology is in the model's state_dict."""
-        return {
-            "version": 1,
-            "config": self.config(),
-            "step": self._step,
-            "rng_state": self.generator.get_state(),
-            "layers": [{"name": L.name, "shape": list(L.shape), "nnz": L.nnz} for L in self._layers],
-            "extra": self.extra_state(),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        """Resume: step count, RNG state and extra state; the schedule
-        configuration must match this algorithm's. Never re-budgets layers. Refused state
-        (``ValueError`` naming what differs) leaves the algorithm as it was.
-
-        Args:
-            state: what :meth:`state_dict` returned.
-        """
-        if not isinstance(state, dict) or "step" not in state or "rng_state" not in state:
-            raise ValueError("not a SparsityAlgorithm state_dict (missing 'step' / 'rng_state')")
-        mine, theirs = self.config(), state.get("config", {})
-        if mine != theirs:
-            diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-            raise ValueError(
-                "checkpoint was made by a differently configured algorithm; differing: "
-                + ", ".join(f"{k}: saved {theirs.get(k)!r} vs {mine.get(k)!r}" for k in diff)
-            )
-        try:
-            saved_shapes = [tuple(int(d) for d in s["shape"]) for s in state.get("layers", [])]
-        except (TypeError, KeyError, ValueError):
-            raise ValueError("checkpoint 'layers' must be a list of {'shape': [out, in], ...}") from None
-        if self._layers and saved_shapes and saved_shapes != [L.shape for L in self._layers]:
-            raise ValueError(
-                f"checkpoint has layers {saved_shapes}, this algorithm is attached to {[L.shape for L in self._layers]}"
-            )
-        step = check_step(state["step"], "step")
-        rng = state["rng_state"]
-        if not isinstance(rng, Tensor) or rng.dtype != torch.uint8 or rng.dim() != 1:
-            raise ValueError("rng_state must be a 1-D uint8 tensor (torch.Generator.get_state())")
-        extra = state.get("extra", {})
-        if not isinstance(extra, dict):
-            raise ValueError(f"extra must be a dict, got {type(extra).__name__}")
-        # Nothing above mutated; the rest is undone if any part refuses its input.
-        saved = (self._step, self.generator.get_state(), self.extra_state())
-        try:
-            self.generator.set_state(rng)
-            self.load_extra_state(extra)
-        except Exception:
-            self.generator.set_state(saved[1])
-            self.load_extra_state(saved[2])
-            raise
-        self._step = step
-        self._fresh = False
-        self._disarm()
-        self._arm_if_update_next()
 
     def __repr__(self) -> str:
         return (
