@@ -16,6 +16,10 @@ mkdir -p "$WORK"
 
 start=$(date +%s)
 "$PY" -m venv --system-site-packages "$WORK/venv"
+# The packages of the interpreter that runs this script (torch among them), also when it is itself a
+# venv's, whose packages --system-site-packages does not reach.
+SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "$SITE" > "$("$WORK/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/parent-site.pth"
 # --no-deps: everything else comes from the system site-packages of the normal install.
 # Editable (-e): its import hook in the venv takes precedence over any sparselab the
 # system site-packages hold, editable installs included. Unstripped: reports name functions.

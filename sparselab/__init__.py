@@ -11,7 +11,7 @@ from . import dispatch, dst, model, nn, ops, optim, settings, storage  # noqa: E
 from .dispatch import registry as kernels  # noqa: E402  (the kernel registry: variants(), describe())
 from .dst import GMP, SET, SNFS, GraNet, RigL, SparsityAlgorithm, SRigL, Static, TopKAST  # noqa: E402
 from .model import distributed, load_dense_state_dict, load_state_dict, memory_report, sparsify  # noqa: E402
-from .nn import SparseLinear  # noqa: E402
+from .nn import SparseConv1D, SparseConv2d, SparseLinear, SparseModule, SparseMultiheadAttention  # noqa: E402
 from .storage import PaddedCSR  # noqa: E402
 
 __version__ = "0.1.0"
@@ -21,6 +21,10 @@ settings.check_scratch_keep_mb()
 __all__ = [
     "PaddedCSR",
     "SparseLinear",
+    "SparseConv1D",
+    "SparseConv2d",
+    "SparseMultiheadAttention",
+    "SparseModule",
     "sparsify",
     "load_dense_state_dict",
     "load_state_dict",

@@ -1,11 +1,12 @@
-"""Capture a SparseLinear's input ``X`` and output gradient ``dY`` for one step.
+"""Capture a sparse layer's product rows ``X`` and their output gradient ``dY`` for one step.
 
 Gradient-based growth (RigL, SRigL, GraNet, SNFS) scores a *non-live* position
 ``(i, j)`` by the dense gradient ``dL/dW[i, j] = sum_b dY[b, i] X[b, j]``, which
 the sparse backward never forms. The algorithm arms a :class:`GradientCapture`
 only for the training step that precedes an update (no hook, so no cost, on
-other steps): a forward hook keeps ``X`` and puts a tensor hook on ``Y`` that
-keeps ``dY``. Several forwards with grad enabled (gradient accumulation, a
+other steps): a product hook (:meth:`~sparselab.nn.sparse_module.SparseModule.register_product_hook`)
+keeps the rows ``X`` of ``y = X W^T + b`` and puts a tensor hook on ``Y`` that keeps ``dY``, so
+the same capture serves every layer kind (a convolution's rows are its unfolded patches). Several forwards with grad enabled (gradient accumulation, a
 layer used twice) are all kept; their dense gradients add up. Forwards under
 ``torch.no_grad()`` (evaluation) are ignored.
 
@@ -29,12 +30,12 @@ class GradientCapture:
         self.in_features = module.in_features
         self.out_features = module.out_features
         self.pairs: list[list] = []  # [x (N, in), dy (N, out) or None]
-        self._handle = module.register_forward_hook(self._on_forward)
+        self._handle = module.register_product_hook(self._on_product)
 
-    def _on_forward(self, module, args, output) -> None:
-        if not (torch.is_grad_enabled() and isinstance(output, Tensor) and output.requires_grad):
+    def _on_product(self, module, x: Tensor, output: Tensor) -> None:
+        if not output.requires_grad:
             return
-        entry = [args[0].detach().reshape(-1, self.in_features), None]
+        entry = [x.detach(), None]
         self.pairs.append(entry)
 
         def on_grad(g: Tensor, entry=entry) -> None:

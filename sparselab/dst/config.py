@@ -386,6 +386,7 @@ class SparsityGroups:
                 method=self.sparsify_method,
                 reinit=self.reinit,
                 padding=self.padding,
+                head_min_out_features=0,  # the groups name their layers
             )
             mods = dict(model.named_modules()) if isinstance(model, nn.Module) else {"": model}
         saved = None

@@ -1,5 +1,13 @@
-"""Sparse layers: drop-in modules whose weights live in padded CSR."""
+"""Sparse layers: drop-in modules whose weights live in padded CSR.
 
+Each is a :class:`~sparselab.nn.sparse_module.SparseModule` (a padded-CSR weight, a bias and the
+cache its calls reuse) with the product its dense twin computes.
+"""
+
+from .attention import SparseMultiheadAttention
+from .conv1d import SparseConv1D
+from .conv2d import SparseConv2d
 from .linear import SparseLinear
+from .sparse_module import SparseModule
 
-__all__ = ["SparseLinear"]
+__all__ = ["SparseModule", "SparseLinear", "SparseConv1D", "SparseConv2d", "SparseMultiheadAttention"]

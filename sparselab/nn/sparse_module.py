@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
+from collections import OrderedDict
 from typing import Optional
 
 import torch
@@ -148,6 +149,7 @@ class SparseModule(nn.Module):
         self._topology_version = 0
         self._csr: _LayerCSR | None = None
         self.forward_subset = None
+        self._product_hooks: OrderedDict = OrderedDict()  # weak-referenceable, as RemovableHandle needs
 
     def _mark_values(self) -> None:
         mark_sparse_values(
@@ -389,8 +391,24 @@ class SparseModule(nn.Module):
             if torch.is_grad_enabled() and (
                 x.requires_grad or values.requires_grad or (bias is not None and bias.requires_grad)
             ):
-                return SparseProduct.apply(x, values, bias, fwd_w, cache)
+                y = SparseProduct.apply(x, values, bias, fwd_w, cache)
+                for hook in self._product_hooks.values():
+                    hook(self, x, y)
+                return y
             return fwd_w.fwd(x, bias)
+
+    def register_product_hook(self, hook) -> "torch.utils.hooks.RemovableHandle":
+        """Call ``hook(layer, x, y)`` after every eager product that records gradients, with the
+        product's 2-D rows ``x`` and ``y`` (what gradient-based growth captures, for any layer kind:
+        a convolution's rows are its unfolded patches).
+
+        Args:
+            hook: ``hook(layer, x, y) -> None``.
+
+        Returns a handle whose ``remove()`` removes it."""
+        handle = torch.utils.hooks.RemovableHandle(self._product_hooks)
+        self._product_hooks[handle.id] = hook
+        return handle
 
     @torch.compiler.disable
     def _product_eager_only(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
@@ -472,7 +490,7 @@ class SparseModule(nn.Module):
     def __getstate__(self):
         state = dict(super().__getstate__())
         state["_csr"] = None  # a weakref view; rebuilt on demand
-        for name in ("_cache", "_lock"):  # derived, rebuilt on load
+        for name in ("_cache", "_lock", "_product_hooks"):  # derived or transient, rebuilt on load
             state.pop(name, None)
         return state
 

@@ -165,7 +165,7 @@ def test_gradient_capture_hooks_only_around_updates():
     model, opt, algo = _setup("rigl")
     layers = _sparse_layers(model)
     for step in range(1, 14):
-        armed = [len(L._forward_hooks) for L in layers]
+        armed = [len(L._product_hooks) for L in layers]
         assert armed == ([1, 1] if step % FREQ == 0 else [0, 0]), step
         _train_step(model, opt, step)
         algo.step()

@@ -26,7 +26,7 @@ def test_dense_checkpoint_loads_into_a_sparsified_model_by_magnitude():
         pretrained[3].weight.mul_(3.0)  # the norm too: everything else loads as is
     checkpoint = pretrained.state_dict()
 
-    model = sparsify(_dense_model(1), 0.8, reinit=True)  # another init, 80% sparse
+    model = sparsify(_dense_model(1), 0.8, reinit=True, head_min_out_features=0)  # another init, 80% sparse
     nnz = [model[i].nnz for i in (0, 2)]
     params = [model[i].weight_values for i in (0, 2)]
     result = load_dense_state_dict(model, checkpoint)
@@ -54,7 +54,7 @@ def test_dense_checkpoint_loads_into_a_sparsified_model_by_magnitude():
 
 
 def test_checkpoint_of_the_wrong_shape_is_refused_and_nothing_changes():
-    model = sparsify(_dense_model(1), 0.5)
+    model = sparsify(_dense_model(1), 0.5, head_min_out_features=0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     bad = _dense_model(0).state_dict()
     bad["2.weight"] = torch.randn(8, 31)
@@ -64,7 +64,7 @@ def test_checkpoint_of_the_wrong_shape_is_refused_and_nothing_changes():
 
 
 def test_strict_reports_missing_and_unexpected_like_load_state_dict():
-    model = sparsify(_dense_model(1), 0.5)
+    model = sparsify(_dense_model(1), 0.5, head_min_out_features=0)
     checkpoint = _dense_model(0).state_dict()
     del checkpoint["3.bias"]
     checkpoint["extra"] = torch.zeros(1)
@@ -75,7 +75,7 @@ def test_strict_reports_missing_and_unexpected_like_load_state_dict():
 
 
 def test_bad_arguments():
-    model = sparsify(_dense_model(1), 0.5)
+    model = sparsify(_dense_model(1), 0.5, head_min_out_features=0)
     with pytest.raises(TypeError):
         load_dense_state_dict("model", {})
     with pytest.raises(TypeError):
@@ -91,7 +91,7 @@ def test_bad_arguments():
 def test_half_precision_checkpoint_loads_into_float32_layers():
     pretrained = _dense_model(0)
     checkpoint = {k: v.to(torch.bfloat16) for k, v in pretrained.state_dict().items()}
-    model = sparsify(_dense_model(1), 0.75)
+    model = sparsify(_dense_model(1), 0.75, head_min_out_features=0)
     load_dense_state_dict(model, checkpoint)
     layer = model[0]
     assert layer.weight_values.dtype == torch.float32
