@@ -1,6 +1,6 @@
 """Plot the validation loss curves that finetune.py wrote, side by side, and print a table.
 
-    python examples/hf_gpt2/plot.py reports/hf_gpt2/sparse.json reports/hf_gpt2/dense.json --png reports/hf_gpt2/loss.png
+python examples/hf_gpt2/plot.py reports/hf_gpt2/sparse.json reports/hf_gpt2/dense.json --png reports/hf_gpt2/loss.png
 """
 
 from __future__ import annotations
