@@ -7,6 +7,7 @@
 | ``SPARSELAB_TUNING_DEADLINE_S`` | seconds one key's tuning may take | a number in ``(0, 3600]`` | ``0.8`` |
 | ``SPARSELAB_CACHE_DIR`` | folder of the tuning table (the wisdom) | a path | see below |
 | ``SPARSELAB_SCRATCH_KEEP_MB`` | kernel scratch kept between calls, per calling thread (read by the extension) | a whole number in ``[0, 1048576]`` | ``4`` |
+| ``SPARSELAB_MAX_ISA`` | the widest instruction set whose kernels may run, as oneDNN's ``ONEDNN_MAX_CPU_ISA`` (part of the tuning table's key) | ``scalar``, ``avx2``, ``avx512``, ``neon`` | the CPU's widest |
 
 The tuning table lives in ``$SPARSELAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/sparselab``, else
 ``~/.cache/sparselab``. A value that is not one of those allowed warns once and keeps the default:
@@ -40,6 +41,7 @@ __all__ = [
     "on_change",
     "tuning_deadline_s",
     "cache_dir",
+    "max_isa",
     "scratch_keep_mb",
     "check_scratch_keep_mb",
 ]
@@ -51,6 +53,8 @@ ENV_PREFER = "SPARSELAB_PREFER"
 ENV_DEADLINE = "SPARSELAB_TUNING_DEADLINE_S"
 ENV_CACHE_DIR = "SPARSELAB_CACHE_DIR"
 SCRATCH_KEEP_MB = "SPARSELAB_SCRATCH_KEEP_MB"
+ENV_MAX_ISA = "SPARSELAB_MAX_ISA"
+ISAS = ("scalar", "avx2", "avx512", "neon")
 
 MODES = ("on", "off", "force")
 PREFERENCES = ("speed", "memory")
@@ -174,6 +178,15 @@ def prefer(value: str):
             returns after it.
     """
     return _prefer.temporarily(value)
+
+
+_max_isa = env_choice(ENV_MAX_ISA, ISAS, "")
+
+
+def max_isa() -> str | None:
+    """The ISA cap asked for in ``$SPARSELAB_MAX_ISA`` (read once, at import), or None for none.
+    The registry clamps it to what the CPU has (:func:`sparselab.dispatch.registry.max_isa`)."""
+    return _max_isa or None
 
 
 def tuning_deadline_s() -> float:

@@ -24,6 +24,7 @@ from importlib import metadata
 import cpuinfo  # py-cpuinfo
 
 from .. import _C
+from . import registry
 
 #: The version of the tuner's method whose choices a table holds; part of the fingerprint, so a
 #: table made by an older method is measured again, not kept (CHANGES.md lists the versions).
@@ -139,6 +140,8 @@ def current(memo_dir: str | None = None) -> dict:
     fp["library_version"] = library_version()
     fp["build_hash"] = build_hash()
     fp["tuning_method"] = METHOD_VERSION
+    if registry.max_isa() is not None:  # a capped process keeps its own table
+        fp["max_isa"] = registry.max_isa()
     return fp
 
 

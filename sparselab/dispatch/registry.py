@@ -12,9 +12,11 @@ two separate ops.
 from __future__ import annotations
 
 import json
+import logging
+import warnings
 from dataclasses import dataclass, field
 
-from .. import _C
+from .. import _C, settings
 
 OPS = ("spmm_fwd", "spmm_dx", "sddmm_dw")
 FUSED_OPS = ("backward_fused",)
@@ -68,10 +70,55 @@ class VariantInfo:
 SEPARATE_PAIR = VariantInfo(op=BACKWARD, name=SEPARATE, isa="planned", form="separate")
 
 
+# Each architecture's ISAs, narrowest first: SPARSELAB_MAX_ISA caps within this order.
+_ISA_ORDER = {"x86": ("scalar", "avx2", "avx512"), "arm": ("scalar", "neon")}
+
+
+def _effective_cap() -> str | None:
+    """``$SPARSELAB_MAX_ISA`` as this CPU can honour it: clamped to its widest ISA (with a
+    warning), None (with a warning) when it names another architecture's ISA."""
+    asked = settings.max_isa()
+    if asked is None:
+        return None
+    order = next((o for o in _ISA_ORDER.values() if asked in o and all(i in _C_ISAS for i in o)), None)
+    if order is None:
+        _warn(f"{settings.ENV_MAX_ISA}={asked} names no ISA of this CPU's architecture; no cap")
+        return None
+    runnable = [isa for isa in order if not _C.isa_unavailable_reason(isa)]
+    if asked not in runnable:
+        _warn(f"{settings.ENV_MAX_ISA}={asked}: this CPU runs at most {runnable[-1]}; no cap")
+    # A cap at (or above) the CPU's widest ISA takes nothing away: no cap, and the same table.
+    return asked if asked in runnable[:-1] else None
+
+
+def _warn(message: str) -> None:
+    logging.getLogger(__name__).warning(message)
+    warnings.warn(message, stacklevel=3)
+
+
+_C_ISAS = {row["isa"] for row in _C.variant_table()} | {"scalar"}
+_CAP = _effective_cap()
+
+
+def max_isa() -> str | None:
+    """The ISA cap in force (``SPARSELAB_MAX_ISA`` clamped to this CPU), or None: no cap."""
+    return _CAP
+
+
+def _capped_reason(isa: str) -> str:
+    """Why the cap takes ``isa`` away ('' if it does not)."""
+    if _CAP is None or isa in ("torch", "planned"):
+        return ""
+    order = next(o for o in _ISA_ORDER.values() if _CAP in o)
+    if isa in order and order.index(isa) <= order.index(_CAP):
+        return ""
+    return f"above {settings.ENV_MAX_ISA}={_CAP}"
+
+
 def _build() -> dict[str, dict[str, VariantInfo]]:
     table: dict[str, dict[str, VariantInfo]] = {op: {} for op in OPS + FUSED_OPS}
     for row in _C.variant_table():
-        reason = row["unavailable_reason"]
+        reason = row["unavailable_reason"] or _capped_reason(row["isa"])
         v = VariantInfo(
             op=row["op"],
             name=row["name"],

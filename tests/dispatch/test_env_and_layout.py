@@ -83,3 +83,26 @@ def test_the_library_never_imports_the_tuner():
     )
     assert _python(code, SPARSELAB_TUNING="off").stdout.strip() == "False"
     assert _python(code, SPARSELAB_TUNING="on").stdout.strip() == "True"  # the miss loaded the hook
+
+
+def test_max_isa_caps_the_registry_and_keys_the_table():
+    """SPARSELAB_MAX_ISA takes every variant of a wider ISA away (a named one refuses to run), and
+    a capped process tunes into a table of its own; a cap above the CPU is no cap, with a warning."""
+    code = (
+        "import sparselab, torch; from sparselab.dispatch import registry, wisdom; "
+        "avail = {v.isa for v in registry.variants(available_only=True)}; "
+        "print(registry.max_isa(), ','.join(sorted(avail)), wisdom.get_cache().path.name, sep='|'); "
+        "W = sparselab.PaddedCSR.random(8, 8, 0.5)\n"
+        "try:\n    sparselab.ops.spmm_fwd(W, torch.randn(2, 8), variant='avx2_tile32')\n"
+        "except RuntimeError as e:\n    print('refused', e)\n"
+    )
+    capped = _python(code, SPARSELAB_MAX_ISA="scalar", SPARSELAB_TUNING="off")
+    assert capped.returncode == 0, capped.stderr
+    cap, isas, table = capped.stdout.split("\n")[0].split("|")
+    assert cap == "scalar" and "avx2" not in isas and "avx512" not in isas
+    assert "refused" in capped.stdout and "SPARSELAB_MAX_ISA=scalar" in capped.stdout
+    free = _python(code, SPARSELAB_TUNING="off")
+    assert free.stdout.split("\n")[0].split("|")[2] != table  # a table of its own
+    widest = "avx512" if "avx512" in free.stdout.split("\n")[0] else "avx2"
+    above = _python(code, SPARSELAB_MAX_ISA="neon" if widest == "avx512" else "avx512", SPARSELAB_TUNING="off")
+    assert above.stdout.startswith("None") and "SPARSELAB_MAX_ISA" in above.stderr
