@@ -56,7 +56,7 @@ def _threads(threads: int | None) -> int:
 def _resolve(op: str, W: PaddedCSR, n: int, variant: str | None, threads: int) -> registry.VariantInfo:
     """The planned variant, or the named one (already checked by _check_variant_arg) if available here."""
     if variant is None:
-        return planner.plan(op, W.shape[0], W.shape[1], n, W.density, threads).variant
+        return planner.plan(op, W.shape[0], W.shape[1], n, W.density, threads, one_off=True).variant
     return registry.require_available(op, variant)
 
 
@@ -196,7 +196,7 @@ def backward_fused(
         if variant is not None:
             v = registry.require_available("backward_fused", variant)
         else:
-            p = planner.plan(registry.BACKWARD, out_f, in_f, n, W.density, nthreads)
+            p = planner.plan(registry.BACKWARD, out_f, in_f, n, W.density, nthreads, one_off=True)
             v = p.variant if p.fused else None
     if v is None:
         pair = spmm_dx(W, dY, threads=nthreads), sddmm_dw(W, dY, X, threads=nthreads)

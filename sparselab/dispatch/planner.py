@@ -104,10 +104,14 @@ def _hook() -> OnMiss | None:
     return _on_miss
 
 
-def plan(op: str, out_features: int, in_features: int, n: int, density: float, threads: int | None = None) -> Plan:
+def plan(
+    op: str, out_features: int, in_features: int, n: int, density: float, threads: int | None = None, *, one_off=False
+) -> Plan:
     """The plan for this call on this CPU. ``threads``: the thread count the op will run
-    with (default ``torch.get_num_threads()``)."""
-    sig = (op, out_features, in_features, n, density, threads or torch.get_num_threads())
+    with (default ``torch.get_num_threads()``). ``one_off``: a call without a layer (a
+    :mod:`sparselab.ops` call), which keeps no block-major index between calls: it is planned
+    apart, among the forms that build nothing from W per call."""
+    sig = (op, out_features, in_features, n, density, threads or torch.get_num_threads(), bool(one_off))
     p = _memo.get(sig)
     if p is None:
         name = consult(*sig)
@@ -125,10 +129,13 @@ def choose(op: str, out_features: int, in_features: int, n: int, density: float,
     return plan(op, out_features, in_features, n, density, threads).name
 
 
-def consult(op: str, out_features: int, in_features: int, n: int, density: float, threads: int) -> str:
+def consult(
+    op: str, out_features: int, in_features: int, n: int, density: float, threads: int, one_off: bool = False
+) -> str:
     """The variant name for this call, not memoised: the wisdom's choice (the on-miss hook
-    measuring a key the table lacks, or every key once in force mode), else the rules'."""
-    call = (op, out_features, in_features, n, density)
+    measuring a key the table lacks, or every key once in force mode), else the rules'. A one-off
+    call takes the entry's fastest candidate that builds nothing from W per call."""
+    call = (op, out_features, in_features, n, density, one_off)
     if op == BACKWARD and settings.get_prefer() == "memory":
         return SEPARATE  # the only backward this preference allows: nothing to time
     mode = settings.get_mode()
@@ -136,8 +143,8 @@ def consult(op: str, out_features: int, in_features: int, n: int, density: float
         return rules.heuristic(*call)
     if op == BACKWARD:
         # The pair's time is that of the two planned ops: plan (and so tune) them first.
-        plan("spmm_dx", out_features, in_features, n, density, threads)
-        plan("sddmm_dw", out_features, in_features, n, density, threads)
+        plan("spmm_dx", out_features, in_features, n, density, threads, one_off=one_off)
+        plan("sddmm_dw", out_features, in_features, n, density, threads, one_off=one_off)
     key = make_key(op, out_features, in_features, n, density, threads)
     entry = wisdom.lookup(key)
     hook = _hook()
@@ -145,17 +152,17 @@ def consult(op: str, out_features: int, in_features: int, n: int, density: float
         entry = hook(key, (out_features, in_features, n, density))
     if entry is None:
         return rules.heuristic(*call)
-    return _allowed_choice(op, entry) or rules.heuristic(*call)
+    return _allowed_choice(op, entry, one_off) or rules.heuristic(*call)
 
 
-def _allowed_choice(op: str, entry: dict) -> str | None:
-    """The entry's variant, or under the memory preference its fastest timed candidate that is
-    allowed; None if none is."""
+def _allowed_choice(op: str, entry: dict, one_off: bool) -> str | None:
+    """The entry's variant, or where the call path or the memory preference rules it out its
+    fastest timed candidate that is allowed; None if none is."""
     infos = {v.name: v for v in registry.variants(op, available_only=True)}
     if op == BACKWARD:
         infos[SEPARATE] = SEPARATE_PAIR
     winner = entry["variant"]
-    if winner in infos and rules.allowed(op, infos[winner]):
+    if winner in infos and rules.allowed(op, infos[winner], one_off):
         return winner
-    timed = [name for name in entry.get("medians", {}) if name in infos and rules.allowed(op, infos[name])]
+    timed = [name for name in entry.get("medians", {}) if name in infos and rules.allowed(op, infos[name], one_off)]
     return min(timed, key=lambda name: entry["medians"][name]) if timed else None

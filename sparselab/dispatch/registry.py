@@ -166,6 +166,16 @@ def variants(op: str | None = None, *, available_only: bool = False) -> list[Var
     return out
 
 
+def names(op: str) -> set[str]:
+    """Every variant name of ``op`` this build registers (available here or not).
+
+    Args:
+        op: the op.
+    """
+    _check_op(op)
+    return set(_TABLE[op])
+
+
 def get(op: str, name: str) -> VariantInfo:
     """One variant by op and name; ``ValueError`` listing the names if unknown.
 

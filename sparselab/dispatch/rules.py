@@ -83,20 +83,33 @@ def _first_available(op: str, names) -> str:
     return registry.REFERENCE
 
 
-def default_variant(op: str, n: int | None = None, *, scatter_dx: bool = False) -> str:
-    """The preferred available sparse variant by the fixed order (no measuring); ``scatter_dx``:
-    for spmm_dx, only forms that need no transposed index."""
+def default_variant(op: str, n: int | None = None, *, scatter_dx: bool = False, one_off: bool = False) -> str:
+    """The preferred available sparse variant by the fixed order (no measuring).
+
+    Args:
+        op: the op.
+        n: the batch size (None: a large batch).
+        scatter_dx: for spmm_dx, only forms that need no transposed index.
+        one_off: for a call without a layer, which keeps no block-major index: only forms that
+            build nothing from W per call (the tiled forms in place of the block-major ones).
+    """
     if op == "spmm_dx" and scatter_dx:
-        return _first_available(op, _SCATTER)
-    if n == 1:
-        return _first_available(op, _ONE_N[op])
-    if n is not None and n < SMALL_N:
-        return _first_available(op, _SMALL_N[op])
-    if n is not None and n < TILE16_N:
-        return _first_available(op, _TILE16_N[op])
-    if n is not None and n < MEDIUM_N:
-        return _first_available(op, _MEDIUM_N[op])
-    return _first_available(op, _LARGE_N[op])
+        name = _first_available(op, _SCATTER)
+    elif n == 1:
+        name = _first_available(op, _ONE_N[op])
+    elif n is not None and n < SMALL_N:
+        name = _first_available(op, _SMALL_N[op])
+    elif n is not None and n < TILE16_N:
+        name = _first_available(op, _TILE16_N[op])
+    elif n is not None and n < MEDIUM_N:
+        name = _first_available(op, _MEDIUM_N[op])
+    else:
+        name = _first_available(op, _LARGE_N[op])
+    if one_off and registry.get(op, name).prepares:
+        orders = (_SCATTER, ("scalar_scatter",)) if scatter_dx and op == "spmm_dx" else (_MEDIUM_N[op],)
+        names = [m for order in orders for m in order if m in registry.names(op) and not registry.get(op, m).prepares]
+        name = _first_available(op, names)
+    return name
 
 
 def default_fused() -> VariantInfo | None:
@@ -113,24 +126,30 @@ def backward_prior(n: int, density: float) -> str:
     return fused.name
 
 
-def heuristic(op: str, out_features: int, in_features: int, n: int, density: float) -> str:
+def heuristic(op: str, out_features: int, in_features: int, n: int, density: float, one_off: bool = False) -> str:
     """The choice without wisdom: dense torch at ``DENSE_DENSITY`` and above, else
     :func:`default_variant` (scatter forms for dX under the memory preference). Backward:
-    :func:`backward_prior`, or the separate pair under the memory preference."""
+    :func:`backward_prior`, or the separate pair under the memory preference or for a one-off
+    call (every fused form keeps a block-major index)."""
     memory = settings.get_prefer() == "memory"
     if op == BACKWARD:
-        return SEPARATE if memory else backward_prior(n, density)
+        if memory:
+            return SEPARATE
+        prior = backward_prior(n, density)
+        return SEPARATE if one_off and prior != SEPARATE and registry.get(op, prior).prepares else prior
     if op == "spmm_dx" and memory:  # no transposed index, no dense copy of W
-        return default_variant(op, n, scatter_dx=True)
+        return default_variant(op, n, scatter_dx=True, one_off=one_off)
     if density >= DENSE_DENSITY and registry.get(op, "dense_torch").available:
         return "dense_torch"
-    return default_variant(op, n)
+    return default_variant(op, n, one_off=one_off)
 
 
-def allowed(op: str, info: VariantInfo) -> bool:
-    """Whether variant ``info`` of ``op`` may be chosen under the current storage preference:
-    the memory preference keeps no transposed index, so dX runs a scatter form and the backward
-    the separate pair."""
+def allowed(op: str, info: VariantInfo, one_off: bool = False) -> bool:
+    """Whether variant ``info`` of ``op`` may be chosen: the memory preference keeps no transposed
+    index, so dX runs a scatter form and the backward the separate pair; a one-off call keeps no
+    block-major index, so it runs no form that builds one per call."""
+    if one_off and info.prepares:
+        return False
     if settings.get_prefer() == "memory":
         if op == "spmm_dx":
             return info.dx_layout == "scatter"

@@ -184,7 +184,9 @@ def test_ops_backward_fused_follows_the_plan(monkeypatch):
             if FUSED:
                 monkeypatch.setattr(rules, "FUSED_MIN_N", 8)
                 planner.invalidate()
-                ops.backward_fused(W, dY, X)
+                ops.backward_fused(W, dY, X)  # a one-off call keeps no block-major index: still the pair
+                assert ran == []
+                ops.backward_fused(W, dY, X, variant=FUSED[0].name)  # a fused variant by name
                 assert ran == [FUSED[0].name]
     finally:
         planner.invalidate()  # plans made under the patched threshold must not outlive the test
@@ -423,3 +425,16 @@ def test_a_load_burst_on_the_first_n_does_not_turn_the_second_point_line():
     assert e["predicted_s"][planner.SEPARATE] == pytest.approx(2048 * 1.7e-4)
     assert e["first_fastest_s"][planner.SEPARATE] == pytest.approx(128 * 1.7e-4)
     assert e["variant"] in fused
+
+
+def test_one_off_calls_are_planned_apart_from_layers():
+    """A sparselab.ops call keeps no block-major index between calls, so its plan never names a
+    form that would rebuild one per call; a layer's plan for the same signature may."""
+    with settings.mode("off"):
+        for op in ("spmm_fwd", "spmm_dx", "sddmm_dw", planner.BACKWARD):
+            one_off = planner.plan(op, 2560, 640, 2048, 0.1, 2, one_off=True).variant
+            assert not one_off.prepares, (op, one_off.name)
+        layer_fwd = planner.plan("spmm_fwd", 2560, 640, 2048, 0.1, 2).variant
+        if any(v.prepares for v in kernels.variants("spmm_fwd", available_only=True)):
+            assert layer_fwd.prepares  # the rules' large-batch choice is block-major
+        assert planner.plan(planner.BACKWARD, 2560, 640, 2048, 0.1, 2, one_off=True).variant is planner.SEPARATE_PAIR
