@@ -2,11 +2,12 @@
 
 The weight is a padded CSR over ``[out_channels, in_channels * kh * kw]``, columns in
 ``nn.Conv2d``'s weight order (channel, then kernel row, then kernel column). The product runs on
-the input's patches: ``F.unfold`` lays each output pixel's receptive field out as one row, the
-sparse kernels compute ``rows @ W^T + b``, and the result is the output in channels-last order
-(a view, no copy). A 1x1 convolution with stride 1 and no padding needs no unfolding: its rows
-are the input's pixels. Autograd runs the rest: dX through the product's dX and ``F.fold``
-(``unfold``'s adjoint), dW at live positions only, on the same rows.
+the input's patches: each output pixel's receptive field becomes one row (a strided view of the
+padded input, copied once into rows), the sparse kernels compute ``rows @ W^T + b``, and the result
+is the output in channels-last order (a view, no copy). A 1x1 convolution with stride 1 and no
+padding needs no patches: its rows are the input's pixels. Autograd runs the rest: dX through the
+product's dX and the patches' adjoint, dW at live positions only, on the same rows. The patches
+cost memory and time a direct convolution does not pay, most at large images with few channels.
 
 Every DST algorithm works on it unchanged: it is a :class:`SparseModule` like any other.
 """
@@ -226,10 +227,19 @@ class SparseConv2d(SparseModule):
         if self.kernel_size == (1, 1) and self.stride == (1, 1) and pads == (0, 0):
             rows = x.permute(0, 2, 3, 1).reshape(n * h * w, self.in_channels)  # a view for channels-last input
         else:
-            patches = F.unfold(x, self.kernel_size, self.dilation, pads, self.stride)  # (N, C*kh*kw, L)
-            rows = patches.transpose(1, 2).reshape(n * oh * ow, self.in_features)
+            rows = self._patch_rows(x, pads).reshape(n * oh * ow, self.in_features)
         y = self.product(rows, self._parameters["bias"]).view(n, oh, ow, self.out_channels).permute(0, 3, 1, 2)
         return y if out_dtype is None or out_dtype is torch.float32 else y.to(out_dtype)
+
+    def _patch_rows(self, x: Tensor, pads) -> Tensor:
+        """``(N, H', W', C, kh, kw)``: each output pixel's receptive field, a view of the padded
+        input (pixels, then channels, then the kernel window: the weight's column order), which
+        the reshape to rows copies once."""
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel_size, self.stride, self.dilation
+        if pads != (0, 0):
+            x = F.pad(x, (pads[1], pads[1], pads[0], pads[0]))
+        windows = x.permute(0, 2, 3, 1).unfold(1, dh * (kh - 1) + 1, sh).unfold(2, dw * (kw - 1) + 1, sw)
+        return windows[..., ::dh, ::dw]
 
     def extra_repr(self) -> str:
         """The geometry, sparsity and live count, for ``repr``."""
