@@ -7,7 +7,6 @@ source revision that produced them, so every result file carries this dict
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.metadata
 import os
@@ -16,13 +15,13 @@ import re
 import subprocess
 from pathlib import Path
 
-import cpuinfo
 
+def this_cpu_slug() -> str:
+    """The slug of the CPU this process runs on."""
+    from sparselab.dispatch import cpu  # imports torch (through sparselab): only when asked
 
-@functools.lru_cache(maxsize=1)
-def _cpuinfo() -> dict:
-    # py-cpuinfo spawns a subprocess and takes about a second: ask once.
-    return cpuinfo.get_cpu_info()
+    info = cpu.describe()
+    return cpu_slug(info["brand"], info["flags"])
 
 
 def cpu_slug(brand: str, flags: list[str]) -> str:
@@ -61,18 +60,21 @@ def machine_info() -> dict:
     # Imported here: torch takes ~2 s to import and result loading never needs it.
     import torch
 
-    info = _cpuinfo()
-    brand = info.get("brand_raw") or platform.processor() or "unknown"
-    flags = sorted(info.get("flags", []))
+    from sparselab.dispatch import cpu
+
+    info = cpu.describe()
+    brand, flags, caches = info["brand"], info["flags"], info["caches"]
     status = _git("status", "--porcelain", "--untracked-files=no")
     return {
         "brand": brand,
         "flags": flags,
-        "arch": info.get("arch") or platform.machine(),
+        "arch": info["arch"] or platform.machine(),
         "cpu_count": os.cpu_count(),
         "affinity_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "l2_cache_size": info.get("l2_cache_size"),
-        "l3_cache_size": info.get("l3_cache_size"),
+        # Bytes per instance (one core's L2), and {level: [bytes per instance, instances]}.
+        "l2_cache_size": caches.get("l2", (None, 0))[0],
+        "l3_cache_size": caches.get("l3", (None, 0))[0],
+        "caches": {level: list(size) for level, size in caches.items()},
         "torch_num_threads": torch.get_num_threads(),
         "torch_version": torch.__version__,
         "sparselab_version": _sparselab_version(),

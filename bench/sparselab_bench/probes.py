@@ -172,7 +172,7 @@ def run_probes(
         if "l2_gbs" in result or "l3_gbs" in result:
             result["cache_method"] = (
                 "torch copy_ of buffers filling half the cache (L2 per core, L3 as "
-                "py-cpuinfo reports it), 20 copies per timing, median of 51; a lower bound"
+                "sysfs describes one instance), 20 copies per timing, median of 51; a lower bound"
             )
         result.update(peak_gflops(threads, seconds, gemm_size))
     finally:

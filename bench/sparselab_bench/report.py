@@ -97,6 +97,22 @@ def best_vs_dense(df: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(SHAPE + ["sparsity"]).reset_index(drop=True)
 
 
+def cache_rows(machine: dict) -> list[list[str]]:
+    """One row per cache level, as ``lscpu`` prints it: the total and how many instances."""
+    caches = machine.get("caches")
+    if not isinstance(caches, dict):  # a file from before the per-level description
+        l2, l3 = fmt_bytes(machine.get("l2_cache_size")), fmt_bytes(machine.get("l3_cache_size"))
+        return [["L2 / L3", f"{l2} / {l3}"]]
+    rows = []
+    for level in ("l1d", "l2", "l3"):
+        if level in caches:
+            per, count = caches[level]
+            rows.append(
+                [f"{level.capitalize()} cache", f"{fmt_bytes(per * count)} ({count} instance{'s' * (count != 1)})"]
+            )
+    return rows
+
+
 def machine_section(files: list[BenchFile], probes: dict | None, probe_note: str) -> str:
     m = files[0].machine
     commit = m.get("git_commit") or "unknown"
@@ -108,7 +124,7 @@ def machine_section(files: list[BenchFile], probes: dict | None, probe_note: str
         ["cpu_slug", f"`{m['cpu_slug']}`"],
         ["arch", m.get("arch", "unknown")],
         ["logical cores (os / affinity)", f"{m.get('cpu_count', '?')} / {m.get('affinity_count', '?')}"],
-        ["L2 / L3", f"{fmt_bytes(m.get('l2_cache_size'))} / {fmt_bytes(m.get('l3_cache_size'))}"],
+        *cache_rows(m),
         ["SIMD flags", " ".join(simd) or "unknown"],
         ["torch threads", m.get("torch_num_threads", "unknown")],
         ["torch / sparselab", f"{m.get('torch_version', '?')} / {m.get('sparselab_version', '?')}"],

@@ -32,10 +32,9 @@ def repo_root(start: Path | None = None) -> Path:
 
 
 def this_cpu_slug() -> str:
-    from .machine import _cpuinfo, cpu_slug
+    from .machine import this_cpu_slug
 
-    info = _cpuinfo()
-    return cpu_slug(info.get("brand_raw") or "unknown", sorted(info.get("flags", [])))
+    return this_cpu_slug()
 
 
 def runs_dir(root: Path, slug: str) -> Path:

@@ -6,9 +6,8 @@ and model, ISA flags, cache sizes, architecture, the library version, the extens
 hash and the tuning method's version (:data:`METHOD_VERSION`: choices made by an older method are
 re-measured, not kept). The thread count is not here: it is part of each key.
 
-py-cpuinfo takes about a second (it probes the CPU in a subprocess), which would be paid by every
-process on its first sparse op. Its result is therefore cached in-process and on disk, keyed by a
-cheap probe of /proc/cpuinfo (Linux only; elsewhere only in-process).
+The CPU part comes from :mod:`sparselab.dispatch.cpu`, which reads the operating system itself,
+so the fingerprint does not depend on which ``cpuinfo`` package happens to be installed.
 """
 
 from __future__ import annotations
@@ -16,15 +15,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
-import platform
 import re
 from importlib import metadata
 
-import cpuinfo  # py-cpuinfo
-
 from .. import _C
-from . import registry
+from . import cpu, registry
 
 #: The version of the tuner's method whose choices a table holds; part of the fingerprint, so a
 #: table made by an older method is measured again, not kept (CHANGES.md lists the versions).
@@ -37,82 +32,23 @@ _ISA_FLAG = re.compile(
     r"^(sse|ssse|avx|fma|f16c|bmi|amx|asimd|neon|sve|fphp|dotprod|i8mm|bf16|vnni|popcnt|lzcnt|"
     r"abm|movbe|adx|aes|sha|vaes|vpclmul|pclmul|gfni|fp16|fp$)"
 )
-_PROBE_KEYS = (
-    "vendor_id",
-    "cpu family",
-    "model",
-    "model name",
-    "stepping",
-    "flags",
-    "cache size",
-    "features",
-    "cpu implementer",
-    "cpu part",
-    "cpu variant",
-)
 
 
-def _cheap_probe() -> str | None:
-    """A hash of the stable lines of /proc/cpuinfo, or None where there is no such file."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return None
-    stable = sorted({line.strip() for line in text.splitlines() if line.split(":")[0].strip().lower() in _PROBE_KEYS})
-    blob = "\n".join(stable) + f"\n{platform.machine()}\n{os.cpu_count()}"
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _slow_cpuinfo() -> dict:
-    info = cpuinfo.get_cpu_info()
+def cpu_description() -> dict:
+    """The CPU part of the fingerprint; cache sizes are bytes per instance (one core's L2)."""
+    info = cpu.describe()
+    caches = info["caches"]
     return {
-        "arch": info.get("arch", platform.machine()),
-        "brand": info.get("brand_raw", ""),
-        "vendor": info.get("vendor_id_raw", ""),
-        "family": info.get("family"),
-        "model": info.get("model"),
-        "isa_flags": sorted(f for f in info.get("flags", []) if _ISA_FLAG.match(f)),
-        "l1d_cache": info.get("l1_data_cache_size"),
-        "l2_cache": info.get("l2_cache_size"),
-        "l3_cache": info.get("l3_cache_size"),
+        "arch": info["arch"],
+        "brand": info["brand"],
+        "vendor": info["vendor"],
+        "family": info["family"],
+        "model": info["model"],
+        "isa_flags": [f for f in info["flags"] if _ISA_FLAG.match(f)],
+        "l1d_cache": caches.get("l1d", (None, 0))[0],
+        "l2_cache": caches.get("l2", (None, 0))[0],
+        "l3_cache": caches.get("l3", (None, 0))[0],
     }
-
-
-_cpu: dict | None = None  # in-process cache of the CPU description
-
-
-def cpu_description(memo_dir: str | None = None) -> dict:
-    """The CPU part of the fingerprint. ``memo_dir`` (the cache dir) keeps py-cpuinfo's answer."""
-    global _cpu
-    if _cpu is not None:
-        return dict(_cpu)
-    probe = _cheap_probe()
-    memo = os.path.join(memo_dir, f"cpuinfo-{probe}.json") if (memo_dir and probe) else None
-    desc = None
-    if memo:
-        try:
-            with open(memo, encoding="utf-8") as f:
-                desc = json.load(f)
-        except (OSError, ValueError):
-            desc = None
-    if not isinstance(desc, dict):
-        desc = _slow_cpuinfo()
-        if memo:
-            _write_memo(memo, desc)
-    _cpu = desc
-    return dict(desc)
-
-
-def _write_memo(memo: str, desc: dict) -> None:
-    try:  # best effort: an unwritable dir only costs the slow call again next process
-        os.makedirs(os.path.dirname(memo), exist_ok=True)
-        tmp = f"{memo}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(desc, f)
-        os.replace(tmp, memo)
-    except OSError:
-        pass
 
 
 @functools.lru_cache(maxsize=None)
@@ -134,9 +70,9 @@ def library_version() -> str:
         return "0+unknown"
 
 
-def current(memo_dir: str | None = None) -> dict:
+def current() -> dict:
     """The full fingerprint of this CPU and this build."""
-    fp = dict(cpu_description(memo_dir))
+    fp = cpu_description()
     fp["library_version"] = library_version()
     fp["build_hash"] = build_hash()
     fp["tuning_method"] = METHOD_VERSION

@@ -154,7 +154,7 @@ class TuningCache:
     @property
     def fingerprint(self) -> dict:
         if self._fingerprint is None:
-            self._fingerprint = fingerprint_mod.current(str(self.directory))
+            self._fingerprint = fingerprint_mod.current()
         return self._fingerprint
 
     @property
