@@ -76,8 +76,11 @@ fi
 # The studies are run by hand, and rarely: here each one imports and parses its options (one
 # process: torch is imported once).
 python - bench/studies/*.py <<'EOF_STUDIES'
-import contextlib, io, runpy, sys, traceback
+import contextlib, io, os, runpy, sys, traceback
 
+# As `python bench/studies/x.py` would, put the study's folder first on sys.path, not the
+# current directory: the checkout's sparselab/ (no built extension) must not shadow the install.
+sys.path[0] = os.path.abspath("bench/studies")
 studies, failed = sys.argv[1:], []
 for path in studies:
     sys.argv = [path, "--help"]

@@ -4,7 +4,8 @@
     sparselab-tune --quick              a tiny grid (CI smoke test)
     sparselab-tune --model SPEC         layers from JSON (file or inline): [{out, in, n?, sparsity}]
     sparselab-tune --module pkg.mod:fn  layers of the model fn() builds (its SparseLinear layers)
-    sparselab-tune --show [--json]      print the table of this machine's tuned keys (JSON: for tools)
+    sparselab-tune --show [--wide|--json]  print this machine's tuned keys (--wide: every column;
+                                        JSON: for tools)
     sparselab-tune --export FILE        write this machine's table to FILE
     sparselab-tune --import FILE        merge FILE (refused if tuned on another CPU/build; --force)
     sparselab-tune --clear              forget this machine's table
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import logging
-import os
 import sys
 
 import torch
@@ -29,7 +29,7 @@ from sparselab import settings
 from sparselab.dispatch import wisdom
 from sparselab.dispatch.wisdom import ForeignFingerprintError
 
-from . import grids, hook, table, tuner
+from . import grids, hook, interference, table, tuner
 from .grids import SpecError
 
 
@@ -48,7 +48,12 @@ def _parse_ints(text: str, what: str) -> list[int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="sparselab-tune", description="Tune SparseLab's kernel choice for this machine.")
+    p = argparse.ArgumentParser(
+        prog="sparselab-tune",
+        description="Tune SparseLab's kernel choice for this machine.",
+        epilog="columns of the table (--show: op to prov; --wide: all):\n" + table.columns_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     p.add_argument(
         "-v", "--verbose", action="store_true", help="log each key's tuning (time, choice, runner-up) to stderr"
@@ -65,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--threads", type=int, metavar="T", help="torch thread count to tune for")
     src.add_argument("--retune", action="store_true", help="re-tune keys already in the cache")
     act = p.add_argument_group("cache actions")
-    act.add_argument("--show", action="store_true", help="print the tuning table")
+    act.add_argument("--show", action="store_true", help="print the tuning table, one concise row per key")
+    act.add_argument("--wide", action="store_true", help="with --show (or after tuning): every column")
     act.add_argument(
         "--json", action="store_true", help="print the table (of --show, or of the keys just tuned) as JSON on stdout"
     )
@@ -111,34 +117,41 @@ def _tune(args, cache) -> tuple[list[str], list[str]]:
     keys = grids.keys_for(layers, batches, torch.get_num_threads())
     _warn_if_busy()
     retune = args.retune or settings.get_mode() == "force"
-    done, failed = [], []
+    done, failed, provisional = [], [], []
     for key, shape in tqdm(keys, desc="tuning", unit="key", file=sys.stderr, disable=args.json):
-        if not retune and cache.get(key) is not None:
+        old = cache.get(key)
+        if not retune and old is not None and not old.get("provisional"):
             done.append(str(key))
             continue
         try:
             entry = tuner.tune(key, shape=shape)
+            if entry.get("provisional"):  # timed under load: once more, keep the quieter timing
+                again = tuner.tune(key, shape=shape)
+                entry = min(entry, again, key=lambda e: e.get("interference") or 0.0)
         except Exception as e:  # one broken key must not lose the rest of the grid
             failed.append(f"{key}: {type(e).__name__}: {e}")
             continue
-        cache.put(key, entry)
+        if hook.store(cache, key, entry).get("provisional"):
+            provisional.append(str(key))
         done.append(str(key))
     for line in failed:
         print(f"error: tuning failed for {line}", file=sys.stderr)
+    if provisional:
+        print(
+            f"note: {len(provisional)} keys were timed while other work took the CPU; they are kept as "
+            "provisional (used, marked in --show) and measured again at first use on a quiet machine, "
+            "or by running sparselab-tune again",
+            file=sys.stderr,
+        )
     return done, failed
 
 
 def _warn_if_busy() -> None:
-    # Other processes steal the cores the kernels are timed on; the choices get noisy.
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        return
-    cpus = os.cpu_count() or 1
-    if load >= 0.5 * cpus:
+    # Other processes steal the cores the kernels are timed on; say so before the first key.
+    if not interference.quiet_now():
         print(
-            f"warning: the machine is busy (load average {load:.1f} on {cpus} CPUs); timings "
-            f"will be noisy: tune on an idle machine for the best choices",
+            "warning: other processes are running: keys timed while they take the CPU are kept "
+            "as provisional and measured again later; tune on an idle machine for the best choices",
             file=sys.stderr,
         )
 
@@ -186,7 +199,7 @@ def _run(args) -> int:
             print(table.to_json(rows, fp, cache.path))
         else:
             print(f"# {fp.get('brand', '?')} | build {fp.get('build_hash', '?')} | {cache.path}")
-            print(table.render(rows))
+            print(table.render(rows, wide=args.wide))
     if failed:
         print(f"error: {len(failed)} of {len(failed) + len(tuned)} keys failed to tune", file=sys.stderr)
         return 1

@@ -2,8 +2,12 @@
 
 The planner (:mod:`sparselab.dispatch.planner`) finds :func:`on_miss` through the
 ``sparselab.on_miss`` entry point and calls it once per distinct (op, shape, N, density,
-threads) whose key the table has no entry for, and in force mode once per key this process
-meets.
+threads) whose key the table has no entry for or holds only provisionally (timed while other
+work took the CPU), and in force mode once per key this process meets.
+
+A provisional entry is measured again at most once per process, and only when the machine is
+quiet at that moment (:func:`interference.quiet_now`); until then it is used as it is. A new
+provisional entry never replaces a trusted one (:func:`store`).
 """
 
 from __future__ import annotations
@@ -14,12 +18,12 @@ import warnings
 from sparselab import settings
 from sparselab.dispatch import planner, wisdom
 
-from . import tuner
+from . import interference, tuner
 from .problem import release_data
 
-__all__ = ["on_miss", "reset", "tuning_active"]
+__all__ = ["on_miss", "reset", "store", "tuning_active"]
 
-_retuned: set[str] = set()  # keys tuned again by this process in force mode
+_retuned: set[str] = set()  # keys tuned again by this process (force mode, provisional entries)
 _tuning = threading.local()  # set while a tuning runs in this thread (re-entry guard)
 _failed_warned = False
 
@@ -51,9 +55,28 @@ def on_miss(key, shape) -> dict | None:
         return None
     with wisdom.lock:
         entry = wisdom.lookup(key)
-        if entry is not None and (settings.get_mode() != "force" or str(key) in _retuned):
+        if entry is not None and (str(key) in _retuned or not _worth_retuning(key, entry)):
             return entry
-        return _tune_and_store(key, shape)
+        return _tune_and_store(key, shape) or entry
+
+
+def _worth_retuning(key, entry: dict) -> bool:
+    if settings.get_mode() == "force":
+        return True
+    if not entry.get("provisional"):
+        return False
+    _retuned.add(str(key))  # one look per process: a busy moment now is not asked about again
+    return interference.quiet_now()
+
+
+def store(cache, key, entry: dict) -> dict:
+    """Put ``entry`` unless it is provisional and the table holds a trusted one for ``key``;
+    the entry the table then holds."""
+    old = cache.get(key)
+    if entry.get("provisional") and old is not None and not old.get("provisional"):
+        return old
+    cache.put(key, entry)
+    return entry
 
 
 def _tune_and_store(key, shape) -> dict | None:
@@ -73,7 +96,5 @@ def _tune_and_store(key, shape) -> dict | None:
     finally:
         _tuning.active = False
         release_data()  # a training process should not keep the tuning data alive
-    wisdom.get_cache().put(key, entry)
-    if settings.get_mode() == "force":
-        _retuned.add(str(key))
-    return entry
+    _retuned.add(str(key))
+    return store(wisdom.get_cache(), key, entry)

@@ -1,7 +1,9 @@
 """The tuning table: one row per tuned key (for `sparselab-tune --show` and after a tuning run).
 
-Rows are plain dicts so the library needs no pandas; `render` aligns them as text, `to_json`
-keeps them as JSON (missing values as null there, as `-` in the text).
+Rows are plain dicts so the library needs no pandas; `render` aligns them as text (the concise
+:data:`CONCISE` columns, which fit 100 characters, or every column of :data:`COLUMNS` for
+``--wide``), `to_json` keeps them as JSON (missing values as null there, as `-` in the text).
+:data:`COLUMN_HELP` says what each column is; `--help` and docs/guides/tuning.md repeat it.
 """
 
 from __future__ import annotations
@@ -10,26 +12,48 @@ import json
 
 from sparselab.dispatch.keys import parse_key
 
-COLUMNS = [
-    "op",
-    "out",
-    "in",
-    "n",
-    "n_timed",
-    "density",
-    "threads",
-    "variant",
-    "time_us",
-    "runner_up",
-    "runner_up_us",
-    "pred_us",
-    "runner_up_pred_us",
-    "x_dense",
-    "x_scalar",
-]
+#: What each column means, in the order of ``--wide``.
+COLUMN_HELP = {
+    "op": "spmm_fwd (Y = X W^T), spmm_dx (dX = dY W), sddmm_dw (dW at live positions) or "
+    "backward_fused (dX and dW together; its choice 'separate' is the two ops)",
+    "shape": "out x in features of the layer the key was timed on",
+    "n": "batch rows of the key (its bucket's representative)",
+    "n_timed": "batch rows the candidates were timed at (N is capped to keep tuning short)",
+    "density": "share of live weights",
+    "threads": "threads the kernels run with",
+    "choice": "the variant the planner runs for the key",
+    "time_us": "the choice's time per call at n_timed rows, microseconds",
+    "x_dense": "the best dense (torch) candidate's time over the choice's, in the same race: "
+    "above 1 the sparse kernel is faster",
+    "prov": "'yes' when the key was timed while other work took the CPU: used, and measured "
+    "again at a later first use on a quiet machine",
+    "runner_up": "the second-fastest candidate",
+    "runner_up_us": "the runner-up's time per call at n_timed rows, microseconds",
+    "pred_us": "where n is well above n_timed: the choice's time predicted at n from a second "
+    "timing point (that prediction made the choice)",
+    "runner_up_pred_us": "the runner-up's predicted time at n",
+    "x_scalar": "the scalar reference kernel's time over the choice's",
+    "lost": "share of the timed threads' time other work took while the key was tuned",
+}
+COLUMNS = list(COLUMN_HELP)
+CONCISE = ["op", "shape", "n", "density", "threads", "choice", "time_us", "x_dense", "prov"]
 # Numbers read best right-aligned; names left-aligned.
-_TEXT_COLUMNS = {"op", "variant", "runner_up"}
+_TEXT_COLUMNS = {"op", "choice", "runner_up", "prov"}
 SORT = ("op", "out", "in", "n", "density", "threads")
+# Short headers where the column's name is wider than its values.
+_HEADERS = {"threads": "thr"}
+
+
+def columns_help(width: int = 100) -> str:
+    """The columns and their meaning, one per line, for ``--help``."""
+    import textwrap
+
+    name_w = max(map(len, COLUMN_HELP)) + 2
+    lines = []
+    for name, text in COLUMN_HELP.items():
+        label = _HEADERS.get(name, name) if name in CONCISE else name
+        lines += textwrap.wrap(text, width, initial_indent=f"  {label:<{name_w}}", subsequent_indent=" " * (name_w + 2))
+    return "\n".join(lines)
 
 
 def _us(seconds):
@@ -59,11 +83,12 @@ def build(entries: dict[str, dict], only: set[str] | None = None) -> list[dict]:
                 "op": k.op,
                 "out": k.out_features,
                 "in": k.in_features,
+                "shape": f"{k.out_features}x{k.in_features}",
                 "n": k.n,
                 "n_timed": e.get("n_timed"),
                 "density": round(k.density, 4),
                 "threads": k.threads,
-                "variant": e["variant"],
+                "choice": e["variant"],
                 "time_us": _us(e.get("median_s")),
                 "runner_up": e.get("runner_up"),
                 "runner_up_us": _us(e.get("runner_up_s")),
@@ -71,6 +96,8 @@ def build(entries: dict[str, dict], only: set[str] | None = None) -> list[dict]:
                 "runner_up_pred_us": _us(pred.get(e.get("runner_up"))),
                 "x_dense": _ratio(e.get("dense_s"), e.get("median_s")),
                 "x_scalar": _ratio(e.get("reference_s"), e.get("median_s")),
+                "prov": "yes" if e.get("provisional") else None,
+                "lost": e.get("interference"),
             }
         )
     return sorted(rows, key=lambda r: tuple(r[c] for c in SORT))
@@ -80,23 +107,26 @@ def _cell(value) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:g}"
+        return f"{value:.0f}" if abs(value) >= 1e4 else f"{value:g}"  # no exponents for long times
     return str(value)
 
 
-def render(rows: list[dict]) -> str:
-    """Aligned text columns; a missing value is '-'."""
+def render(rows: list[dict], wide: bool = False) -> str:
+    """Aligned text columns (:data:`CONCISE`, or every column with ``wide``); a missing value is
+    '-', a trusted key's ``prov`` blank."""
     if not rows:
         return "(no tuned keys)"
-    cells = [[_cell(r.get(c)) for c in COLUMNS] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(COLUMNS)]
+    columns = COLUMNS if wide else CONCISE
+    headers = [h if wide else _HEADERS.get(h, h) for h in columns]
+    cells = [[("" if c == "prov" and r.get(c) is None else _cell(r.get(c))) for c in columns] for r in rows]
+    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(headers)]
 
     def line(values):
         return "  ".join(
-            v.ljust(w) if c in _TEXT_COLUMNS else v.rjust(w) for c, v, w in zip(COLUMNS, values, widths)
+            v.ljust(w) if c in _TEXT_COLUMNS else v.rjust(w) for c, v, w in zip(columns, values, widths)
         ).rstrip()
 
-    return "\n".join([line(COLUMNS)] + [line(row) for row in cells])
+    return "\n".join([line(headers)] + [line(row) for row in cells])
 
 
 def to_json(rows: list[dict], fingerprint: dict, path) -> str:

@@ -5,7 +5,10 @@ An entry (what the cache stores per key) records the choice and enough to explai
   reference_s, n_timed, medians (every candidate that raced), rejected {name: why}, race_s,
   pair (backward keys: the spmm_dx and sddmm_dw variants of the separate pair), tie_kept_prior
   (backward keys: a tie went to the planner's prior, see _backward_tie_to_prior),
-  tuning_s, phases_s (tuning_s by phase), load (1-min load average while tuning), tuned_at.
+  tuning_s, phases_s (tuning_s by phase), load (1-min load average while tuning), tuned_at,
+  interference (the share of the timed threads' time other work took, interference.py; None
+  where the OS does not say) and provisional (True when that share was above
+  interference.NOISY_FRACTION: the choice is used, and measured again when the machine is quiet).
   Times are per call at n_timed rows.
   - A large layer (problem.Problem.check_part) is checked and screened on its first rows before
     the race (screen.py): the entry holds check_rows, screen_s (every valid candidate's time on
@@ -41,6 +44,7 @@ from sparselab.dispatch.keys import N_CAP
 
 from . import candidates as cand
 from . import screen, second_point
+from .interference import NOISY_FRACTION, Watch
 from .problem import Problem
 from .race import CUT_RATIOS, DUEL_REPS, TIE_BAND, Candidate, NoValidCandidate, race
 
@@ -389,6 +393,15 @@ def tune(
         deadline: seconds for this key (default :func:`sparselab.settings.tuning_deadline_s`).
         variants, problem, reference, budget_s, clock: for tests.
     """
+    with Watch(key.threads) as watch:
+        entry = _tune(key, shape, variants, problem, reference, budget_s, deadline, clock)
+    entry["interference"] = watch.fraction
+    entry["provisional"] = watch.fraction is not None and watch.fraction > NOISY_FRACTION
+    _log_entry(key, entry)
+    return entry
+
+
+def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -> dict:
     started = time.perf_counter()
     deadline_total = settings.tuning_deadline_s() if deadline is None else deadline
     deadline_at = clock() + deadline_total
@@ -467,7 +480,6 @@ def tune(
         load=_load(),  # a busy machine makes the choice noisy: keep the evidence
         tuned_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
     )
-    _log_entry(key, entry)
     return entry
 
 
@@ -478,11 +490,12 @@ def _log_entry(key, e: dict) -> None:
         else f"runner-up {e.get('runner_up') or '-'}"
     )
     log.info(
-        "tuned %s in %.3f s: %s (%.1f us at N=%d), %s",
+        "tuned %s in %.3f s: %s (%.1f us at N=%d), %s%s",
         key,
         e["tuning_s"],
         e["variant"],
         e["median_s"] * 1e6,
         e["n_timed"],
         runner_up,
+        f"; provisional: other work took {e['interference']:.0%} of the threads' time" if e.get("provisional") else "",
     )

@@ -4,8 +4,9 @@ Modelled on FFTW's planner and wisdom. :func:`plan` is the one place a kernel is
 returns a :class:`Plan` naming the variant. A plan is memoised per exact call signature, and a
 layer keeps its own plans, so a planned call costs a dict lookup. On a miss the planner asks
 the wisdom (:mod:`sparselab.dispatch.wisdom`, the tuning table of this CPU and build); where the
-table has no entry it calls the on-miss hook, which the tuner (``sparselab.tuning``) provides
-through the ``sparselab.on_miss`` entry point: it measures the key and stores its choice. With
+table has no entry (or only a provisional one, timed while other work took the CPU) it calls the
+on-miss hook, which the tuner (``sparselab.tuning``) provides through the ``sparselab.on_miss``
+entry point: it measures the key and stores its choice. With
 tuning off, or no entry and no hook, the planner's rules apply (:mod:`sparselab.dispatch.rules`).
 
 A layer's backward is planned too (op :data:`BACKWARD`): its plan names a fused variant (dX and
@@ -148,7 +149,7 @@ def consult(
     key = make_key(op, out_features, in_features, n, density, threads)
     entry = wisdom.lookup(key)
     hook = _hook()
-    if hook is not None and (entry is None or mode == "force"):
+    if hook is not None and (entry is None or mode == "force" or entry.get("provisional")):
         entry = hook(key, (out_features, in_features, n, density))
     if entry is None:
         return rules.heuristic(*call)

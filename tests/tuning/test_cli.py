@@ -73,7 +73,7 @@ def test_model_spec_tunes_each_op_and_prints_table(capsys, fake_tune):
     assert code == 0
     # layer 1: 4 ops (3 kernels and the backward) x 2 batches; layer 2 has its own n: 4 ops x 1
     assert len(fake_tune) == 12
-    assert "variant" in out and "x_dense" in out and "sddmm_dw" in out and "backward_fused" in out
+    assert "choice" in out and "x_dense" in out and "sddmm_dw" in out and "backward_fused" in out
     # a second run finds every key cached
     code, out, err = run(capsys, "--model", SPEC, "--batch", "32,256")
     assert code == 0 and len(fake_tune) == 12
@@ -112,7 +112,9 @@ def test_show_export_import_clear(tmp_path, capsys, fake_tune, isolated):
     assert code == 0 and "no tuned keys" in out and fake_tune == []
     run(capsys, "--model", SPEC)
     code, out, _ = run(capsys, "--show")
-    assert code == 0 and "runner_up" in out and "x_scalar" in out and "Fake CPU" in out
+    assert code == 0 and "x_dense" in out and "runner_up" not in out and "Fake CPU" in out
+    code, out, _ = run(capsys, "--show", "--wide")
+    assert code == 0 and "runner_up" in out and "x_scalar" in out and "n_timed" in out
 
     exported = tmp_path / "export.json"
     code, out, _ = run(capsys, "--export", str(exported))
@@ -221,21 +223,53 @@ def test_show_json_is_the_table_as_json(capsys, fake_tune):
     doc = json.loads(out)  # stdout holds the JSON document and nothing else
     assert code == 0 and doc["fingerprint"] == FP and len(doc["keys"]) == 8
     row = doc["keys"][0]
-    assert row["variant"] == "scalar" and row["time_us"] == 200.0 and row["pred_us"] is None
+    assert row["choice"] == "scalar" and row["time_us"] == 200.0 and row["pred_us"] is None
     code, out, _ = run(capsys, "--clear", "--show", "--json")
     assert code == 0 and json.loads(out)["keys"] == []
 
 
-def test_table_text_aligns_columns_and_shows_dash_for_missing(capsys, fake_tune):
+@pytest.mark.parametrize("wide", [False, True])
+def test_table_text_aligns_columns_and_shows_dash_for_missing(capsys, fake_tune, wide):
     run(capsys, "--model", SPEC, "--batch", "8")
-    code, out, _ = run(capsys, "--show")
+    code, out, _ = run(capsys, "--show", *(["--wide"] if wide else []))
     lines = out.splitlines()[1:]  # the first line names the machine
-    assert "None" not in out and "NaN" not in out and " - " in out
+    assert "None" not in out and "NaN" not in out
+    assert (" - " in out) == wide  # the fake entries have no runner-up prediction
     header = lines[0]
+    threads = "threads" if wide else "thr"
     for line in lines[1:]:
         assert len(line) <= len(header) + 40
         # each right-aligned number column ends where its header ends
-        assert line[header.index("threads") + len("threads") - 1] != " "
+        assert line[header.index(threads) + len(threads) - 1] != " "
+
+
+def test_the_concise_table_fits_100_columns_at_its_widest():
+    from sparselab.tuning import table
+
+    from sparselab.dispatch import registry
+
+    longest = max((v.name for v in registry.variants()), key=len)
+    entry = {"variant": longest, "median_s": 2.345678, "dense_s": 0.01234, "provisional": True}
+    text = "backward_fused|50257x16384|n2048|d1|float32|t128"
+    rows = table.build({text: entry, "spmm_fwd|64x64|n1|d13|float32|t1": dict(entry, variant="scalar")})
+    rendered = table.render(rows)
+    assert max(map(len, rendered.splitlines())) <= 100
+    assert longest in rendered and "yes" in rendered
+    assert max(map(len, table.render(rows, wide=True).splitlines())) > 100  # --wide has more
+
+
+def test_every_column_is_documented_in_help_and_in_the_guide(capsys):
+    from pathlib import Path
+
+    from sparselab.tuning import table
+
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    helptext = capsys.readouterr().out
+    guide = (Path(__file__).parents[2] / "docs" / "guides" / "tuning.md").read_text()
+    for column in table.COLUMNS:
+        assert f"  {column} " in helptext or f"  {table._HEADERS.get(column)} " in helptext, column
+        assert f"`{column}`" in guide, column
 
 
 def test_any_failed_key_exits_1_and_keeps_the_others(capsys, monkeypatch):

@@ -582,7 +582,7 @@ def test_capped_batch_choice_follows_the_key_n_not_the_timed_n():
     from sparselab.tuning import table
 
     row = table.build({str(make_key("spmm_fwd", 4096, 4096, 2048, 0.1, 2)): e})[0]
-    assert row["variant"] == "avx2_tile128" and row["time_us"] > row["runner_up_us"]
+    assert row["choice"] == "avx2_tile128" and row["time_us"] > row["runner_up_us"]
     assert row["pred_us"] == pytest.approx(1e6 * (4e-3 + 3.5e-5 * 2048), rel=1e-3)
     assert row["runner_up_pred_us"] > row["pred_us"]
     # At the timed N itself there is no second point and the first race decides.
