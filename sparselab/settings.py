@@ -7,6 +7,7 @@
 | ``SPARSELAB_TUNING_DEADLINE_S`` | seconds one key's tuning may take | a number in ``(0, 3600]`` | ``0.8`` |
 | ``SPARSELAB_CACHE_DIR`` | folder of the tuning table (the wisdom) | a path | see below |
 | ``SPARSELAB_SCRATCH_KEEP_MB`` | kernel scratch kept between calls, per calling thread (read by the extension) | a whole number in ``[0, 1048576]`` | ``4`` |
+| ``SPARSELAB_SYSTEM_WISDOM`` | whether the tuning tables shipped for known CPU classes are consulted (:mod:`sparselab.dispatch.system_wisdom`) | ``on``, ``off`` | ``on`` |
 | ``SPARSELAB_MAX_ISA`` | the widest instruction set whose kernels may run, as oneDNN's ``ONEDNN_MAX_CPU_ISA`` (part of the tuning table's key) | ``scalar``, ``avx2``, ``avx512``, ``neon`` | the CPU's widest |
 
 The tuning table lives in ``$SPARSELAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/sparselab``, else
@@ -42,6 +43,7 @@ __all__ = [
     "tuning_deadline_s",
     "cache_dir",
     "max_isa",
+    "system_wisdom",
     "scratch_keep_mb",
     "check_scratch_keep_mb",
 ]
@@ -54,6 +56,7 @@ ENV_DEADLINE = "SPARSELAB_TUNING_DEADLINE_S"
 ENV_CACHE_DIR = "SPARSELAB_CACHE_DIR"
 SCRATCH_KEEP_MB = "SPARSELAB_SCRATCH_KEEP_MB"
 ENV_MAX_ISA = "SPARSELAB_MAX_ISA"
+ENV_SYSTEM_WISDOM = "SPARSELAB_SYSTEM_WISDOM"
 ISAS = ("scalar", "avx2", "avx512", "neon")
 
 MODES = ("on", "off", "force")
@@ -187,6 +190,15 @@ def max_isa() -> str | None:
     """The ISA cap asked for in ``$SPARSELAB_MAX_ISA`` (read once, at import), or None for none.
     The registry clamps it to what the CPU has (:func:`sparselab.dispatch.registry.max_isa`)."""
     return _max_isa or None
+
+
+_system_wisdom = env_choice(ENV_SYSTEM_WISDOM, ("on", "off"), "on") == "on"
+
+
+def system_wisdom() -> bool:
+    """Whether shipped tuning tables are consulted: ``$SPARSELAB_SYSTEM_WISDOM`` (read once, at
+    import), ``on`` unless ``off``."""
+    return _system_wisdom
 
 
 def tuning_deadline_s() -> float:

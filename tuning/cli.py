@@ -10,7 +10,9 @@
     sparselab-tune --import FILE        merge FILE (refused if tuned on another CPU/build; --force)
     sparselab-tune --clear              forget this machine's table
 
-Actions combine in the order clear, import, tune, export, show. Exit status: 0 on success, 1 when
+    sparselab-tune --ship DIR           write this machine's table as the shipped one of its CPU class
+
+Actions combine in the order clear, import, tune, export, ship, show. Exit status: 0 on success, 1 when
 any key failed to tune (the others are kept), 2 on a user mistake (``error: ...``). ``-v`` shows
 each key's tuning (the ``sparselab`` logger at INFO) on stderr.
 """
@@ -26,10 +28,10 @@ import torch
 from tqdm import tqdm
 
 from sparselab import settings
-from sparselab.dispatch import wisdom
+from sparselab.dispatch import system_wisdom, wisdom
 from sparselab.dispatch.wisdom import ForeignFingerprintError
 
-from . import grids, hook, interference, table, tuner
+from . import grids, hook, interference, ship, table, tuner
 from .grids import SpecError
 
 
@@ -79,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     act.add_argument("--import", dest="import_file", metavar="FILE", help="merge a table from FILE")
     act.add_argument("--force", action="store_true", help="with --import: accept a foreign CPU/build")
     act.add_argument("--clear", action="store_true", help="delete this machine's tuning table")
+    act.add_argument(
+        "--ship",
+        metavar="DIR",
+        help="write this machine's trusted entries as the shipped table of its CPU class into DIR "
+        "(sparselab/data/system_wisdom in a checkout)",
+    )
     return p
 
 
@@ -160,7 +168,7 @@ def _run(args) -> int:
     if args.force and not args.import_file:
         raise UserError("--force only applies to --import")
     tuning_asked = bool(args.quick or args.model or args.module or args.batch or args.threads or args.retune)
-    other_action = bool(args.show or args.export or args.import_file or args.clear)
+    other_action = bool(args.show or args.export or args.import_file or args.clear or args.ship)
     cache = wisdom.get_cache()
     # With --json, stdout holds only the JSON document; progress lines go to stderr.
     out = sys.stderr if args.json else sys.stdout
@@ -191,6 +199,15 @@ def _run(args) -> int:
         except OSError as e:
             raise UserError(f"cannot write {args.export}: {e}") from None
         print(f"exported {count} entries to {args.export}", file=out)
+    if args.ship:
+        try:
+            path, count, left_out = ship.ship(cache, args.ship)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        except OSError as e:
+            raise UserError(f"cannot write into {args.ship}: {e}") from None
+        note = f" ({left_out} provisional entries left out)" if left_out else ""
+        print(f"shipped {count} entries to {path}{note}", file=out)
     if args.show or tuned is not None:
         fp = cache.fingerprint
         only = None if args.show else set(tuned)
@@ -199,11 +216,22 @@ def _run(args) -> int:
             print(table.to_json(rows, fp, cache.path))
         else:
             print(f"# {fp.get('brand', '?')} | build {fp.get('build_hash', '?')} | {cache.path}")
+            print(f"# {_shipped_line()}")
             print(table.render(rows, wide=args.wide))
     if failed:
         print(f"error: {len(failed)} of {len(failed) + len(tuned)} keys failed to tune", file=sys.stderr)
         return 1
     return 0
+
+
+def _shipped_line() -> str:
+    cls = system_wisdom.cpu_class()
+    entries, path = system_wisdom.table()
+    if path is not None:
+        return f"shipped table for this CPU class: {len(entries)} keys ({path}); this machine's entries win"
+    if not settings.system_wisdom():
+        return "shipped tables are off (SPARSELAB_SYSTEM_WISDOM=off)"
+    return f"no shipped table for this CPU class ({system_wisdom.class_id(cls)}) and build"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -105,6 +105,15 @@ def max_isa() -> str | None:
     return _CAP
 
 
+def widest_isa() -> str:
+    """The widest ISA whose kernels may run here: the CPU's, or the cap's when one is in force."""
+    if _CAP is not None:
+        return _CAP
+    order = next((o for o in _ISA_ORDER.values() if all(i in _C_ISAS for i in o)), ("scalar",))
+    runnable = [isa for isa in order if not _C.isa_unavailable_reason(isa)]
+    return runnable[-1] if runnable else "scalar"
+
+
 def _capped_reason(isa: str) -> str:
     """Why the cap takes ``isa`` away ('' if it does not)."""
     if _CAP is None or isa in ("torch", "planned"):

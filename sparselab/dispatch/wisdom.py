@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import tempfile
 import threading
@@ -30,8 +29,8 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from .. import settings
+from . import entry, registry, system_wisdom
 from . import fingerprint as fingerprint_mod
-from . import registry
 from .keys import parse_key
 
 # 2: backward_fused keys (a fused variant or the separate pair). A format-1 file (no such keys)
@@ -42,34 +41,10 @@ READ_FORMATS = (1, 2)
 NEWER = "newer format"
 LOCK_TIMEOUT_S = 30.0
 log = logging.getLogger(__name__)
-# Optional numeric fields of an entry that the table and dispatch do arithmetic on.
-_NUMBERS = ("median_s", "runner_up_s", "dense_s", "reference_s", "n_timed")
-_NAME_TO_TIME = ("medians", "predicted_s", "second_medians", "first_fastest_s", "second_fastest_s")
 
 
 class ForeignFingerprintError(ValueError):
     """A tuning file made on another CPU or build."""
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _entry_problem(v) -> str | None:
-    """Why ``v`` is not a usable entry (None if it is): the fields the library reads must have
-    the types it reads them as."""
-    if not isinstance(v, dict) or not isinstance(v.get("variant"), str):
-        return "no variant name"
-    if v.get("runner_up") is not None and not isinstance(v["runner_up"], str):
-        return "runner_up is not a name"
-    for name in _NUMBERS:
-        if v.get(name) is not None and not _is_number(v[name]):
-            return f"{name} is not a number"
-    for name in _NAME_TO_TIME:
-        table = v.get(name)
-        if table is not None and not (isinstance(table, dict) and all(_is_number(t) for t in table.values())):
-            return f"{name} is not a table of times"
-    return None
 
 
 def _validate(doc, fp: dict) -> str | None:
@@ -87,7 +62,7 @@ def _validate(doc, fp: dict) -> str | None:
             parse_key(k)
         except ValueError:
             return f"bad key {k!r}"
-        problem = _entry_problem(v)
+        problem = entry.problem(v)
         if problem is not None:
             return f"bad entry for {k!r}: {problem}"
     if not isinstance(doc.get("fingerprint"), dict):
@@ -338,14 +313,18 @@ def forget_cache() -> None:
 
 
 def lookup(key) -> dict | None:
-    """The table's entry for ``key`` when its variant runs on this CPU, else None."""
-    entry = get_cache().get(key)
-    if entry is None:
-        return None
-    name = entry["variant"]
-    if key.op == registry.BACKWARD and name == registry.SEPARATE:
-        return entry
+    """The entry for ``key`` whose variant runs on this CPU: this machine's table first, then the
+    table shipped for its CPU class (:mod:`~sparselab.dispatch.system_wisdom`); else None."""
+    for found in (get_cache().get(key), system_wisdom.get(key)):
+        if found is not None and _runs_here(key.op, found["variant"]):
+            return found
+    return None
+
+
+def _runs_here(op: str, name: str) -> bool:
+    if op == registry.BACKWARD and name == registry.SEPARATE:
+        return True
     try:
-        return entry if registry.get(key.op, name).available else None
+        return registry.get(op, name).available
     except ValueError:  # a name this build does not have
-        return None
+        return False

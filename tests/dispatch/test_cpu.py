@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -117,7 +118,10 @@ _PROBE = textwrap.dedent(
 
 
 def _probe(env) -> dict:
-    done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env, check=True)
+    # Run outside the checkout, so the installed package is imported, not ./sparselab.
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env, check=True, cwd=tempfile.gettempdir()
+    )
     return json.loads(done.stdout.splitlines()[-1])
 
 

@@ -143,8 +143,10 @@ HOG = textwrap.dedent(
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs os.sched_setaffinity (Linux)")
 @pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs /proc schedstat (Linux)")
-def test_a_process_sharing_the_cpu_is_measured_as_interference():
-    out = subprocess.run([sys.executable, "-c", HOG], capture_output=True, text=True, check=True, timeout=60)
+def test_a_process_sharing_the_cpu_is_measured_as_interference(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", HOG], capture_output=True, text=True, check=True, timeout=60, cwd=tmp_path
+    )
     fraction, quiet = out.stdout.split()
     if fraction == "None":
         pytest.skip("this kernel keeps no per-thread run-queue time (schedstat)")
