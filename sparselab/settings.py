@@ -4,7 +4,7 @@
 |---|---|---|---|
 | ``SPARSELAB_TUNING`` | tuning mode (:func:`set_mode`) | ``on``, ``off``, ``force`` | ``on`` |
 | ``SPARSELAB_PREFER`` | what dispatch optimises (:func:`set_prefer`) | ``speed``, ``memory`` | ``speed`` |
-| ``SPARSELAB_TUNING_DEADLINE_S`` | seconds one key's tuning may take | a number in ``(0, 3600]`` | ``0.8`` |
+| ``SPARSELAB_TUNING_DEADLINE_S`` | seconds one key's tuning may take | a number in ``(0, 3600]`` | ``0.5`` |
 | ``SPARSELAB_CACHE_DIR`` | folder of the tuning table (the wisdom) | a path | see below |
 | ``SPARSELAB_SCRATCH_KEEP_MB`` | kernel scratch kept between calls, per calling thread (read by the extension) | a whole number in ``[0, 1048576]`` | ``4`` |
 | ``SPARSELAB_SYSTEM_WISDOM`` | whether the tuning tables shipped for known CPU classes are consulted (:mod:`sparselab.dispatch.system_wisdom`) | ``on``, ``off`` | ``on`` |
@@ -61,7 +61,7 @@ ISAS = ("scalar", "avx2", "avx512", "neon")
 
 MODES = ("on", "off", "force")
 PREFERENCES = ("speed", "memory")
-DEADLINE_S = 0.8
+DEADLINE_S = 0.5
 DEADLINE_MAX_S = 3600.0  # a longer deadline is a typo (an hour per key), not a thorough tuning
 SCRATCH_KEEP_MB_DEFAULT = 4
 SCRATCH_KEEP_MB_MAX = 1 << 20  # the same bound as kMaxKeepMb in the extension
@@ -203,7 +203,7 @@ def system_wisdom() -> bool:
 
 def tuning_deadline_s() -> float:
     """Seconds one key's tuning may take: ``$SPARSELAB_TUNING_DEADLINE_S`` if it is a finite
-    positive number of at most an hour, else 0.8."""
+    positive number of at most an hour, else 0.5."""
     raw = os.environ.get(ENV_DEADLINE, "").strip()
     if not raw:
         return DEADLINE_S

@@ -15,8 +15,12 @@ Simplicity order (lower is simpler and wins a tie within the race's tie band):
 
 from __future__ import annotations
 
-from sparselab.dispatch import registry
+from sparselab.dispatch import registry, system_wisdom
 from sparselab.dispatch.registry import BACKWARD, SEPARATE, SEPARATE_PAIR
+
+# A candidate the shipped table of this CPU class timed more than this many times slower than its
+# choice for the key (or screened out) is not raced: on a machine of the same class it cannot win.
+SHIPPED_SKIP_RATIO = 3.0
 
 FORM_ORDER = {"plain": 0, "scatter": 1, "unrolled": 2, "tiled": 3}
 ISA_ORDER = {"scalar": 0, "neon": 1, "avx2": 2, "avx512": 3}
@@ -68,3 +72,19 @@ def reference_of(op: str) -> str:
     """The candidate whose output the others are checked against: the scalar kernel, or for the
     backward the separate pair (its two kernels were checked against the scalar ones when tuned)."""
     return SEPARATE if op == BACKWARD else registry.REFERENCE
+
+
+def far_behind_in_shipped_table(key, keep=()) -> list[str]:
+    """The candidates of ``key`` that the shipped table of this CPU class
+    (:mod:`sparselab.dispatch.system_wisdom`) ranks far behind its choice: timed more than
+    SHIPPED_SKIP_RATIO times slower on the whole layer, or screened out on its check part.
+    ``keep`` (the reference, the planner's default) is never listed; nor is a candidate the table
+    did not time (a new kernel). Empty without a shipped entry for the key."""
+    shipped = system_wisdom.get(key)
+    if not shipped or not shipped.get("medians"):
+        return []
+    medians = shipped["medians"]
+    best = min(medians.values())
+    far = {n for n, t in medians.items() if t > SHIPPED_SKIP_RATIO * best}
+    far |= {n for n in shipped.get("screened_out") or () if isinstance(n, str)}
+    return sorted(far - set(keep) - {"dense_torch"})

@@ -206,7 +206,7 @@ def _run(args) -> int:
             raise UserError(str(e)) from None
         except OSError as e:
             raise UserError(f"cannot write into {args.ship}: {e}") from None
-        note = f" ({left_out} provisional entries left out)" if left_out else ""
+        note = f" ({left_out} provisional or skip-tuned entries left out)" if left_out else ""
         print(f"shipped {count} entries to {path}{note}", file=out)
     if args.show or tuned is not None:
         fp = cache.fingerprint

@@ -13,9 +13,12 @@ Pure logic over callables (no registry, no torch), so it is tested with fakes an
    is not cut (after round 1 it has two runs, the warm-up and one timed run). The ratio
    tightens round by round (successive halving in spirit); the first cut, after the single
    warm-up run, is the most generous.
-3. The race ends when one candidate is left, every survivor has ``max_reps`` samples, or the
-   next round would overrun ``budget_s`` (counted from the end of the warm-ups) or the caller's
-   ``deadline`` (a ``clock()`` time: the tuner's bound on one key, warm-ups included).
+3. The race ends when one candidate is left, every survivor has ``max_reps`` samples, the
+   leader is clear (from the second round on, every other survivor's *fastest* run is more than
+   ``clear_lead`` above the leader's median: more runs can only add time to theirs, so none of
+   them can catch up), or the next round would overrun ``budget_s`` (counted from the end of the
+   warm-ups) or the caller's ``deadline`` (a ``clock()`` time: the tuner's bound on one key,
+   warm-ups included).
 4. Close finish: if the budget ended the race and the two best survivors' medians are within
    ``close_band``, they run a duel of up to ``duel_reps`` more interleaved runs each (at most
    ``budget_s`` more time, and not past ``deadline``), so a choice between near-equal kernels
@@ -39,6 +42,10 @@ TIE_BAND = 0.03
 # Close finishes: the best two within CLOSE_BAND duel for up to DUEL_REPS more runs each.
 CLOSE_BAND = 0.10
 DUEL_REPS = 12
+# A leader whose every rival's fastest run is this much slower than its median has won: the race
+# stops (a rival cannot catch up, noise only adds time). Equal to CLOSE_BAND, so such a finish is
+# never close enough for a duel.
+CLEAR_LEAD = 0.10
 # The statistic that decides among finalists. The median (robust to a few slow runs) by default;
 # statistics.median's signature so min can be swapped in for measurements on a busy machine.
 ESTIMATOR = statistics.median
@@ -106,6 +113,7 @@ def race(
     tie_band: float = TIE_BAND,
     close_band: float = CLOSE_BAND,
     duel_reps: int = DUEL_REPS,
+    clear_lead: float = CLEAR_LEAD,
     deadline: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> RaceResult:
@@ -136,6 +144,10 @@ def race(
                 survivors.remove(n)
                 cut.append(n)
 
+    def leader_is_clear() -> bool:
+        leader = min(survivors, key=median)
+        return all(fastest(n) > median(leader) * (1.0 + clear_lead) for n in survivors if n != leader)
+
     cut_losers(cut_ratios[0])
 
     # 2-3. timed rounds. The budget is for these rounds: the warm-ups cost what they cost (every
@@ -160,6 +172,8 @@ def race(
                 samples[n].append(clock() - t0)
         cut_losers(cut_ratios[min(round_no, len(cut_ratios) - 1)])
         round_no += 1
+        if round_no > 2 and leader_is_clear():
+            break
 
     # 4. close finish: an interleaved duel of the best two
     if len(survivors) >= 2:

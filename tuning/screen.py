@@ -26,8 +26,8 @@ from typing import Any, Callable
 
 from .race import Candidate, run_once_checked
 
-CUT_RATIO = 4.0
-RERUN_RATIO = 8.0
+CUT_RATIO = 2.0
+RERUN_RATIO = 4.0
 
 
 @dataclass

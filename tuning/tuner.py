@@ -12,11 +12,14 @@ An entry (what the cache stores per key) records the choice and enough to explai
   Times are per call at n_timed rows.
   - A large layer (problem.Problem.check_part) is checked and screened on its first rows before
     the race (screen.py): the entry holds check_rows, screen_s (every valid candidate's time on
-    the part) and screened_out (valid, but too slow there to race).
+    the part) and screened_out (valid, but too slow there to race); capped_out lists those the
+    first race's cap left out (_first_racers).
   - When the key's N is at least 1.5x n_timed, the finalists were re-timed at n_second and the
     choice is the fastest predicted time at target_n (second_point.py); the entry then also holds
     second_medians, predicted_s and first_choice (what the first race alone would have chosen),
     or second_point_skipped (why not: the deadline). deadline_s is the deadline it was tuned under.
+  - On a CPU class with a shipped table (sparselab.dispatch.system_wisdom), the candidates that
+    table ranks far behind for the key do not race; skipped_by_shipped_table lists them.
 
 Cost bound. Mandatory: every candidate runs once to be checked (on a large layer on its check
 part, and then once on the whole layer as its warm-up) and, unless far behind already, once in
@@ -48,11 +51,11 @@ from .interference import NOISY_FRACTION, Watch
 from .problem import Problem
 from .race import CUT_RATIOS, DUEL_REPS, TIE_BAND, Candidate, NoValidCandidate, race
 
-BUDGET_S = 0.4
+BUDGET_S = 0.25
 # Share of the deadline the first race leaves for the second point, which large keys need most:
 # there the first race alone can choose a kernel several times slower at the key's N.
 SECOND_POINT_RESERVE = 0.35
-# Candidates at most in the first race of a screened key that gets a second point.
+# Candidates at most in the first race of a screened key.
 FIRST_RACE_MAX = 10
 # Such a first race takes candidates (each form's fastest first) while their estimated first
 # round (a warm-up and a timed call on the whole layer: the check part's time scaled by rows)
@@ -304,11 +307,11 @@ def _affordable(estimates: dict[str, float], rank, family, left: float, always: 
 
 
 def _first_racers(racers, screened, part, problem, form, prior, n2, first_deadline: float, clock) -> list:
-    """The candidates the first race of a screened key with a second point takes. Its first
-    round is not bounded by the deadline, and on a large layer a full field would leave no time
-    for the second point: at most FIRST_RACE_MAX (each form's fastest on the check part first,
+    """The candidates the first race of a screened key takes. Its warm-ups and first round are
+    not bounded by the deadline, and on a large layer a full field would overrun it (and leave no
+    time for a second point): at most FIRST_RACE_MAX (each form's fastest on the check part first,
     the planner's default always), then only those whose first round the time left affords."""
-    if n2 is None or screened is None:
+    if screened is None:
         return racers
     rank = {r.name: r.rank for r in racers}.__getitem__
     if len(racers) > FIRST_RACE_MAX:
@@ -421,8 +424,14 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
         pair, prior = reference, _backward_prior_of(key, shape)
     else:
         pair, prior = None, _op_prior_of(key, shape)
+    # On a CPU class with a shipped table, candidates that table ranks far behind do not race.
+    skipped = cand.far_behind_in_shipped_table(
+        key, keep=(reference, prior) + tuple(getattr(problem, "pair", None) or ())
+    )
     racers = [
-        Candidate(v.name, cand.rank(v, reference), problem.runner(v.name), cand.kind(v, reference)) for v in variants
+        Candidate(v.name, cand.rank(v, reference), problem.runner(v.name), cand.kind(v, reference))
+        for v in variants
+        if v.name not in skipped
     ]
     phases = {"setup": time.perf_counter() - started}
 
@@ -445,7 +454,9 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
     n2 = second_point.second_n(problem.n, target)
     first_budget = budget_s * (second_point.BUDGET_FRACTION if n2 is not None else 1.0)
     first_deadline = deadline_at - (SECOND_POINT_RESERVE * deadline_total if n2 is not None else 0.0)
+    field = [r.name for r in racers]
     racers = _first_racers(racers, screened, part, problem, form, prior, n2, first_deadline, clock)
+    capped_out = [n for n in field if n not in {r.name for r in racers}]
     # After a screen, a warm-up on the whole layer is no colder than the run on the part was (code,
     # X and the transposed index are warm), so it cuts at the screen's ratio rather than the
     # race's generous first one.
@@ -473,6 +484,10 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
         winner, runner_up = _backward_choice(key, shape, winner, runner_up, result, second)
 
     entry = _entry(problem, infos, reference, winner, runner_up, result, screened, part, second)
+    if skipped:
+        entry["skipped_by_shipped_table"] = [n for n in skipped if n in infos]
+    if capped_out:
+        entry["capped_out"] = capped_out
     entry.update(
         tuning_s=round(time.perf_counter() - started, 4),  # set-up included
         deadline_s=deadline_total,

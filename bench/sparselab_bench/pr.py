@@ -78,6 +78,18 @@ def suite_tree(root: Path, commit: str, builds: Path) -> Path:
     return tree
 
 
+def missing_build_tools() -> list[str]:
+    """The build tools (``[build-system] requires`` and cmake) this environment lacks; the bench
+    extra installs them."""
+    import importlib.util
+
+    modules = {"scikit-build-core": "scikit_build_core", "pybind11": "pybind11"}
+    missing = [name for name, module in modules.items() if importlib.util.find_spec(module) is None]
+    if shutil.which("cmake") is None and importlib.util.find_spec("cmake") is None:
+        missing.append("cmake")
+    return missing
+
+
 def build(root: Path, commit: str, builds: Path, log=print) -> Path:
     """Site directory holding SparseLab built from ``commit`` (cached by commit)."""
     home = builds / commit
@@ -85,6 +97,12 @@ def build(root: Path, commit: str, builds: Path, log=print) -> Path:
     if done.is_file():
         log(f"pr: using the cached build of {commit[:12]} ({site})")
         return site
+    missing = missing_build_tools()
+    if missing:
+        raise BenchDataError(
+            f"building {commit[:12]} needs {', '.join(missing)}, not installed here: "
+            "pip install torch==2.13.0 '.[bench]' installs the build tools with the bench extra"
+        )
     src, wheels = home / "src", home / "wheel"
     for d in (src, wheels, site):
         shutil.rmtree(d, ignore_errors=True)

@@ -349,3 +349,24 @@ def test_kernel_suite_times_the_layer_backward_on_every_grid(monkeypatch):
         planner.SEPARATE
     ]
     assert ("baseline", "dense_torch") in impls and impls[-1] == ("dispatch", "dispatch")
+
+
+def test_the_bench_extra_brings_every_build_requirement():
+    """`sparselab-bench pr` builds the base without build isolation, so an install made by the
+    README's command (``.[test,bench]``) must hold every [build-system] requirement."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
+    doc = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+
+    def name(req: str) -> str:
+        return req.split(">")[0].split("=")[0].split("<")[0].strip().lower()
+
+    bench_extra = {name(r) for r in doc["project"]["optional-dependencies"]["bench"]}
+    needed = {name(r) for r in doc["build-system"]["requires"]} | {"cmake"}
+    assert needed <= bench_extra, needed - bench_extra
+
+
+def test_pr_build_without_the_build_tools_says_which_and_how(tmp_path, monkeypatch):
+    monkeypatch.setattr(pr, "missing_build_tools", lambda: ["scikit-build-core"])
+    with pytest.raises(BenchDataError, match=r"scikit-build-core.*\.\[bench\]"):
+        pr.build(tmp_path, "0" * 40, tmp_path / "builds")
+    assert not (tmp_path / "builds").exists()  # refused before touching anything

@@ -155,15 +155,17 @@ def test_shipping_merges_with_the_table_of_the_same_build_and_leaves_out_provisi
     _write(folder, system_wisdom.cpu_class(), {str(a): _entry("scalar"), str(b): _entry("scalar")})
     get_cache().put(b, _entry("dense_torch"))
     get_cache().put(c, dict(_entry("dense_torch"), provisional=True))
+    d = make_key("spmm_fwd", 512, 512, 1024, 0.1, 2)
+    get_cache().put(d, dict(_entry("dense_torch"), skipped_by_shipped_table=["scalar"]))
     path, count, left_out = ship.ship(get_cache(), folder)
     entries = json.loads(path.read_text())["entries"]
-    assert count == 2 and left_out == 1
+    assert count == 2 and left_out == 2 and str(d) not in entries
     assert entries[str(a)]["variant"] == "scalar" and entries[str(b)]["variant"] == "dense_torch"
 
 
 def test_shipping_an_empty_table_is_refused(user_cache):
     get_cache, tuned, folder = user_cache
-    with pytest.raises(ValueError, match="no trusted entries"):
+    with pytest.raises(ValueError, match="no entries to ship"):
         ship.ship(get_cache(), folder)
     assert not folder.exists() or not list(folder.iterdir())
 
@@ -198,3 +200,23 @@ def test_the_installed_package_holds_every_table_of_the_checkout():
     if not checkout.is_dir():
         pytest.skip("no checkout beside the tests")
     assert sorted(p.name for p in SHIPPED.glob("*.json")) == sorted(p.name for p in checkout.glob("*.json"))
+
+
+def test_tuning_on_a_shipped_class_skips_what_the_table_ranks_far_behind(user_cache):
+    """Candidates the shipped entry timed over 3x slower than its choice (or screened out) do not
+    race; the reference, the planner's default, dense_torch and untimed kernels still do."""
+    get_cache, tuned, folder = user_cache
+    key = make_key("spmm_fwd", 256, 256, 32, 0.1, 2)
+    prior = tuner._op_prior_of(key, None)  # the planner's default always races
+    names = [v.name for v in registry.variants("spmm_fwd") if v.available and v.name not in ("scalar", prior)]
+    fast, slow, screened, untimed = names[0], names[1], names[2], names[3]
+    shipped = {
+        "variant": fast,
+        "medians": {fast: 1e-5, slow: 5e-5, "scalar": 9e-5, "dense_torch": 8e-5},
+        "screened_out": [screened],
+    }
+    _write(folder, system_wisdom.cpu_class(), {str(key): shipped})
+    entry = tuner.tune(key)
+    assert set(entry["skipped_by_shipped_table"]) == {slow, screened}
+    raced = set(entry["medians"]) | set(entry.get("screen_s") or {})
+    assert {"scalar", "dense_torch", fast, untimed} <= raced and not raced & {slow, screened}
