@@ -89,10 +89,11 @@ class Watch:
         self.fraction = round(lost, 4)
 
 
-def _own_running() -> int:
+def _running_threads(pid: int | str = "self") -> int:
+    """Threads of process ``pid`` in state R (running or runnable) now."""
     running = 0
     try:
-        tasks = list(_TASKS.iterdir())
+        tasks = list((Path("/proc") / str(pid) / "task").iterdir())
     except OSError:
         return 0
     for task in tasks:
@@ -106,14 +107,18 @@ def _own_running() -> int:
     return running
 
 
-def _others_running() -> int | None:
+def others_running(also_ours=()) -> int | None:
+    """Threads of other processes that want a CPU now: the run queue minus this process's running
+    threads and those of the processes ``also_ours`` (pids, e.g. a benchmark child); None if the
+    OS does not say."""
     try:
         text = _STAT.read_text()
     except OSError:
         return None
     for line in text.splitlines():
         if line.startswith("procs_running "):
-            return max(0, int(line.split()[1]) - _own_running())
+            ours = _running_threads() + sum(_running_threads(pid) for pid in also_ours)
+            return max(0, int(line.split()[1]) - ours)
     return None
 
 
@@ -121,7 +126,7 @@ def quiet_now(samples: int = 5, spacing_s: float = 0.002) -> bool:
     """Whether no other process wanted a CPU at some moment of ``samples`` looks (a few ms)."""
     least = None
     for i in range(samples):
-        others = _others_running()
+        others = others_running()
         if others is None:
             return True
         least = others if least is None else min(least, others)

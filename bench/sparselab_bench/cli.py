@@ -75,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--save-baseline",
         action="store_true",
-        help="also make this run the CPU's baseline (bench/baselines/<cpu>.json)",
+        help="also make this run the CPU's baseline (bench/baselines/<cpu>.json); refused when another "
+        "process ran before, during or after the suite",
     )
     run.epilog = "After --: the suite and pytest options (default: the kernel suite's headline cases)."
 
@@ -169,7 +170,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from . import storage
+    from . import quiet, storage
     from .suite import DEFAULT, QUICK, suite_args
 
     root, slug = storage.repo_root(), storage.this_cpu_slug()
@@ -189,15 +190,28 @@ def _run(args: argparse.Namespace) -> int:
         "--benchmark-sort=fullname",
         f"--benchmark-storage=file://{storage.runs_dir(root, slug)}",
     ]
+    if args.save_baseline and not quiet.quiet_look():
+        raise BenchDataError(
+            "not saving a baseline: another process is running (check `uptime` and `top`); a baseline timed "
+            "under load makes every later comparison on this CPU noisy"
+        )
     with tempfile.TemporaryDirectory(prefix="sparselab-bench-cwd-") as cwd:
-        code = subprocess.run(command, cwd=cwd).returncode
+        child = subprocess.Popen(command, cwd=cwd)
+        watch = quiet.RunWatch(child.pid).start()
+        code = child.wait()
+        watch.stop()
+    after = quiet.quiet_look()
     if code != 0:
         return code
     new = [p for p in storage.runs(root, slug) if p not in before]
     if not new:
         raise BenchDataError("the suite ran but saved no run (no benchmark selected?)")
     print(f"saved {new[-1]}")
+    print(quiet.describe(True, watch, after))
     if args.save_baseline:
+        why = quiet.verdict(True, watch, after)
+        if why is not None:
+            raise BenchDataError(f"not saving a baseline: {why}; the run is kept as {new[-1]}")
         target = storage.baseline_path(root, slug)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(new[-1], target)

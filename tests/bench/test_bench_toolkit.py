@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -370,3 +372,49 @@ def test_pr_build_without_the_build_tools_says_which_and_how(tmp_path, monkeypat
     with pytest.raises(BenchDataError, match=r"scikit-build-core.*\.\[bench\]"):
         pr.build(tmp_path, "0" * 40, tmp_path / "builds")
     assert not (tmp_path / "builds").exists()  # refused before touching anything
+
+
+# ------------------------------------------------------------------ a baseline needs a quiet machine
+
+
+@pytest.mark.skipif(not Path("/proc/loadavg").exists(), reason="needs Linux /proc")
+def test_a_process_beside_the_suite_is_seen_by_the_run_watch():
+    from sparselab_bench import quiet
+
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        suite = subprocess.Popen(["sleep", "1.2"])  # stands in for the benchmark process
+        watch = quiet.RunWatch(suite.pid).start()
+        suite.wait()
+        watch.stop()
+    finally:
+        hog.kill()
+        hog.wait()
+    assert watch.samples >= 3 and watch.busy_fraction > 0.5
+    assert "wanted a CPU" in quiet.verdict(True, watch, True)
+
+
+def test_baseline_verdict_needs_quiet_before_during_and_after():
+    from sparselab_bench import quiet
+
+    class Watch:
+        samples, busy_fraction = 100, 0.0
+
+    assert quiet.verdict(True, Watch(), True) is None
+    assert "started" in quiet.verdict(False, Watch(), True)
+    assert "ended" in quiet.verdict(True, Watch(), False)
+    Watch.busy_fraction = quiet.BUSY_FRACTION + 0.01
+    assert "wanted a CPU" in quiet.verdict(True, Watch(), True)
+
+
+def test_save_baseline_on_a_busy_machine_is_refused_before_running(repo, monkeypatch, capsys):
+    from sparselab_bench import quiet
+
+    (repo / "bench" / "suite").mkdir(parents=True)
+    (repo / "bench" / "suite" / "bench_kernels.py").write_text("def test_k(): pass\n")
+    monkeypatch.setattr(quiet, "quiet_look", lambda seconds=1.0: False)
+    monkeypatch.setattr(quiet, "RunWatch", lambda *a, **k: pytest.fail("the suite must not run"))
+    code, out, err = run_cli(capsys, "run", "--quick", "--save-baseline")
+    assert code == 2 and "not saving a baseline" in err
+    assert not storage.baseline_path(repo, SLUG).exists() and not storage.runs(repo, SLUG)
