@@ -111,14 +111,22 @@ def others_running(also_ours=()) -> int | None:
     """Threads of other processes that want a CPU now: the run queue minus this process's running
     threads and those of the processes ``also_ours`` (pids, e.g. a benchmark child); None if the
     OS does not say."""
+
+    def ours() -> int:
+        return _running_threads() + sum(_running_threads(pid) for pid in also_ours)
+
+    # Our threads are counted just before and just after the run queue is read, and the larger
+    # count taken: OpenMP threads sleep and wake between the reads, and one that ran at either
+    # moment must not be taken for another process.
+    before = ours()
     try:
         text = _STAT.read_text()
     except OSError:
         return None
+    after = ours()
     for line in text.splitlines():
         if line.startswith("procs_running "):
-            ours = _running_threads() + sum(_running_threads(pid) for pid in also_ours)
-            return max(0, int(line.split()[1]) - ours)
+            return max(0, int(line.split()[1]) - max(before, after))
     return None
 
 

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import shutil
+import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from .results import BenchDataError
+
+# Runs of the suite a baseline is made of (fresh processes, one after the other): its file keeps
+# each benchmark's median in every run, and compare does not call a head within them a change.
+BASELINE_RUNS = 3
 
 
 def _version() -> str:
@@ -77,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also make this run the CPU's baseline (bench/baselines/<cpu>.json); refused when another "
         "process ran before, during or after the suite",
+    )
+    run.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help=f"run the suite this many times, each in a fresh process (default: {BASELINE_RUNS} with "
+        "--save-baseline, whose file then holds each benchmark's median in every run, else 1)",
     )
     run.epilog = "After --: the suite and pytest options (default: the kernel suite's headline cases)."
 
@@ -170,7 +181,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from . import quiet, storage
+    from . import baseline, quiet, storage
     from .suite import DEFAULT, QUICK, suite_args
 
     root, slug = storage.repo_root(), storage.this_cpu_slug()
@@ -195,27 +206,31 @@ def _run(args: argparse.Namespace) -> int:
             "not saving a baseline: another process is running (check `uptime` and `top`); a baseline timed "
             "under load makes every later comparison on this CPU noisy"
         )
-    with tempfile.TemporaryDirectory(prefix="sparselab-bench-cwd-") as cwd:
-        child = subprocess.Popen(command, cwd=cwd)
-        watch = quiet.RunWatch(child.pid).start()
-        code = child.wait()
-        watch.stop()
-    after = quiet.quiet_look()
-    if code != 0:
-        return code
-    new = [p for p in storage.runs(root, slug) if p not in before]
-    if not new:
-        raise BenchDataError("the suite ran but saved no run (no benchmark selected?)")
-    print(f"saved {new[-1]}")
-    print(quiet.describe(True, watch, after))
-    if args.save_baseline:
+    runs = args.runs if args.runs is not None else (BASELINE_RUNS if args.save_baseline else 1)
+    saved = []
+    for i in range(runs):
+        with tempfile.TemporaryDirectory(prefix="sparselab-bench-cwd-") as cwd:
+            child = subprocess.Popen(command, cwd=cwd)
+            watch = quiet.RunWatch(child.pid).start()
+            code = child.wait()
+            watch.stop()
+        after = quiet.quiet_look()
+        if code != 0:
+            return code
+        new = [p for p in storage.runs(root, slug) if p not in before and p not in saved]
+        if not new:
+            raise BenchDataError("the suite ran but saved no run (no benchmark selected?)")
+        saved.append(new[-1])
+        print(f"saved {new[-1]} (run {i + 1} of {runs})")
+        print(quiet.describe(True, watch, after))
         why = quiet.verdict(True, watch, after)
-        if why is not None:
-            raise BenchDataError(f"not saving a baseline: {why}; the run is kept as {new[-1]}")
+        if args.save_baseline and why is not None:
+            raise BenchDataError(f"not saving a baseline: {why}; the runs are kept in {saved[0].parent}")
+    if args.save_baseline:
         target = storage.baseline_path(root, slug)
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(new[-1], target)
-        print(f"baseline for {slug}: {target}")
+        target.write_text(json.dumps(baseline.merge(saved), indent=1) + "\n")
+        print(f"baseline for {slug} ({runs} runs): {target}")
     return 0
 
 

@@ -2,7 +2,9 @@
 
 For each benchmark in both files: ratio = head median / base median, with a 95%
 interval. A change is flagged only if it exceeds the threshold AND its interval
-excludes 1, so a noisy benchmark cannot produce a verdict on its own.
+excludes 1, so a noisy benchmark cannot produce a verdict on its own. A baseline made of
+several runs (baseline.py) widens both bounds to its slowest and fastest run: a head within
+the speeds the baseline itself saw between runs is "same".
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure  # renders PNG through Agg, no pyplot state
 
+from . import baseline
 from .results import BenchDataError, BenchFile, read_bench_file
 from .text import fmt_seconds, markdown_table
 
@@ -56,11 +59,14 @@ def _has_rounds(row: pd.Series) -> bool:
     return isinstance(data, list) and len(data) >= 5
 
 
-def verdict(ratio: float, low: float, high: float, threshold: float) -> str:
+def verdict(ratio: float, low: float, high: float, threshold: float, runs: tuple[float, float] = (1.0, 1.0)) -> str:
+    """``runs``: the fastest and slowest baseline run relative to the baseline's median
+    (baseline.band); a head must also be beyond those to be called slower or faster."""
+    fastest, slowest = runs
     # Symmetric in speed: a 5% threshold flags head/base > 1.05 and base/head > 1.05.
-    if ratio > 1 + threshold and low > 1:
+    if ratio > (1 + threshold) * slowest and low > slowest:
         return "slower"
-    if ratio < 1 / (1 + threshold) and high < 1:
+    if ratio < fastest / (1 + threshold) and high < fastest:
         return "faster"
     return "same"
 
@@ -106,6 +112,7 @@ def compare_files(
         b, h = base_rows.loc[name], head_rows.loc[name]
         ratio = h["median"] / b["median"]
         low, high, method = ratio_interval(b, h, rng)
+        runs = baseline.band(b.get(baseline.RUN_MEDIANS), b["median"]) or (1.0, 1.0)
         records.append(
             {
                 "name": name,
@@ -115,7 +122,8 @@ def compare_files(
                 "low": low,
                 "high": high,
                 "method": method,
-                "verdict": verdict(ratio, low, high, threshold),
+                "base_runs": runs,
+                "verdict": verdict(ratio, low, high, threshold, runs),
             }
         )
     only_base = len(base_rows) - len(common)
@@ -138,10 +146,19 @@ def markdown(comparison: Comparison) -> str:
     summary = (
         f"**{counts.get('faster', 0)} faster, {counts.get('slower', 0)} slower, "
         f"{counts.get('same', 0)} same** (threshold ±{comparison.threshold:.0%}; a verdict also needs "
-        "the 95% interval of head/base to exclude 1)"
+        "the 95% interval of head/base to exclude 1, and to be beyond the baseline's own runs where it has several)"
     )
     table = markdown_table(
-        ["benchmark", "base median", "head median", "head/base", "95% interval", "interval from", "verdict"],
+        [
+            "benchmark",
+            "base median",
+            "head median",
+            "head/base",
+            "95% interval",
+            "interval from",
+            "base runs",
+            "verdict",
+        ],
         [
             [
                 f"`{r.name}`",
@@ -150,6 +167,7 @@ def markdown(comparison: Comparison) -> str:
                 f"{r.ratio:.3f}",
                 f"{r.low:.3f} – {r.high:.3f}",
                 r.method,
+                "-" if tuple(r.base_runs) == (1.0, 1.0) else f"{r.base_runs[0]:.3f} – {r.base_runs[1]:.3f}",
                 f"**{r.verdict}**" if r.verdict != "same" else r.verdict,
             ]
             for r in rows.itertuples()

@@ -6,7 +6,8 @@ whole scheduler slices). ``sparselab-bench run --save-baseline`` therefore:
 
 - before the run, looks at the run queue for a second: some other process must be idle at a look;
 - during the run, samples the run queue every ``SAMPLE_S`` from the parent (which only waits):
-  a sample is busy when a thread of another process wants a CPU beside the suite's own;
+  a sample is busy when a thread of another process wants a CPU beside the suite's own (and is
+  found running by name: the names are printed);
 - after the run, looks once more as before.
 
 More than ``BUSY_FRACTION`` busy samples, or a busy look before or after, and the run is kept as an
@@ -15,6 +16,7 @@ ordinary run but not promoted to the baseline.
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
@@ -37,16 +39,24 @@ class RunWatch:
 
     def __init__(self, pid: int):
         self.pid, self.samples, self.busy = pid, 0, 0
+        self.seen: collections.Counter = collections.Counter()  # names running beside the suite
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
         while not self._stop.wait(SAMPLE_S):
-            others = interference.others_running(also_ours=_tree(self.pid))
+            ours = _tree(self.pid)
+            others = interference.others_running(also_ours=ours)
             if others is None:
                 return
             self.samples += 1
-            self.busy += others > 0
+            # The run queue and our threads' states are not read at one instant, and the suite's
+            # OpenMP threads sleep and wake hundreds of times a second: a sample is busy only when
+            # a running thread of another process is also found by name.
+            names = _running_elsewhere(set(ours) | {os.getpid()}) if others > 0 else []
+            if names:
+                self.busy += 1
+                self.seen.update(names)
 
     def start(self) -> RunWatch:
         self._thread.start()
@@ -81,6 +91,22 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
+def _running_elsewhere(ours: set[int]) -> list[str]:
+    """Names of the running threads' processes outside ``ours`` (what took the CPU)."""
+    names = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in ours:
+            continue
+        try:
+            for task in os.listdir(f"/proc/{entry}/task"):
+                stat = open(f"/proc/{entry}/task/{task}/stat").read()
+                if stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] == "R":
+                    names.append(stat[stat.find("(") + 1 : stat.rfind(")")])
+        except OSError:
+            continue
+    return names
+
+
 def verdict(before: bool, watch: RunWatch, after: bool) -> str | None:
     """Why the run must not become a baseline (None when it may)."""
     if not before:
@@ -96,6 +122,9 @@ def verdict(before: bool, watch: RunWatch, after: bool) -> str | None:
 def describe(before: bool, watch: RunWatch, after: bool) -> str:
     fraction = watch.busy_fraction
     during = "not measured" if fraction is None else f"{fraction:.1%} of {watch.samples} samples busy"
+    seen = getattr(watch, "seen", None)
+    if seen:
+        during += " (" + ", ".join(f"{name} x{count}" for name, count in seen.most_common(3)) + ")"
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (
         f"load check: before {'quiet' if before else 'BUSY'}, during {during}, "

@@ -418,3 +418,39 @@ def test_save_baseline_on_a_busy_machine_is_refused_before_running(repo, monkeyp
     code, out, err = run_cli(capsys, "run", "--quick", "--save-baseline")
     assert code == 2 and "not saving a baseline" in err
     assert not storage.baseline_path(repo, SLUG).exists() and not storage.runs(repo, SLUG)
+
+
+def test_a_baseline_of_several_runs_keeps_the_middle_run_and_every_runs_median(tmp_path):
+    from sparselab_bench import baseline
+
+    runs = [
+        write_results(tmp_path / f"run{i}.json", [bench("test_k[a]", m, seed=i), bench("test_k[b]", 1e-3, seed=9 + i)])
+        for i, m in enumerate((3e-3, 1e-3, 2e-3))
+    ]
+    merged = baseline.merge(runs)
+    a = next(b for b in merged["benchmarks"] if b["fullname"].endswith("[a]"))
+    assert a["stats"]["median"] == pytest.approx(2e-3)  # the middle run's rounds
+    assert a["extra_info"][baseline.RUN_MEDIANS] == pytest.approx([3e-3, 1e-3, 2e-3])
+    assert baseline.band(a["extra_info"][baseline.RUN_MEDIANS], 2e-3) == pytest.approx((0.5, 1.5))
+
+
+def test_compare_calls_a_head_within_the_baselines_own_runs_the_same(tmp_path):
+    """Two quiet runs of one build differed up to 2x on the development VM: a head inside the
+    speeds the baseline saw between its runs is no change; beyond them (and the threshold) it is."""
+    from sparselab_bench import baseline
+    from sparselab_bench.compare import compare_files
+
+    runs = [
+        write_results(tmp_path / f"run{i}.json", [bench("test_k[a]", m, seed=i)])
+        for i, m in enumerate((1e-3, 1.4e-3, 1.2e-3))
+    ]
+    base = tmp_path / "baseline.json"
+    base.write_text(json.dumps(baseline.merge(runs)))
+    # Base median 1.2 ms (the middle run); its runs span 0.833x-1.167x of it; threshold 5%.
+    for head_median, want in ((1.4e-3, "same"), (1.6e-3, "slower"), (1.0e-3, "same"), (0.9e-3, "faster")):
+        head = write_results(tmp_path / "head.json", [bench("test_k[a]", head_median, seed=7)])
+        row = compare_files(base, head).rows.iloc[0]
+        assert row["verdict"] == want, (head_median, row.to_dict())
+    # The same head against one run alone (no band) is called slower.
+    head = write_results(tmp_path / "head.json", [bench("test_k[a]", 1.4e-3, seed=7)])
+    assert compare_files(runs[2], head).rows.iloc[0]["verdict"] == "slower"

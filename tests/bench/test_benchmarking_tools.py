@@ -472,7 +472,7 @@ def test_compare_flags_a_clear_regression(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "compare", base, head, "--out", out_dir)
     assert code == 0  # regressions only fail with --fail-on-regression
     assert "| `bench/test_kernels.py::t_slow` | 1 ms | 1.3 ms | 1.300 |" in out
-    assert "bootstrap | **slower** |" in out
+    assert "bootstrap | - | **slower** |" in out
     assert "**0 faster, 1 slower, 1 same**" in out
     assert (out_dir / "compare.md").read_text() in out and (out_dir / "compare.png").stat().st_size > 1000
     code, _, _ = run_cli(capsys, "compare", base, head, "--out", out_dir, "--fail-on-regression")
@@ -493,7 +493,7 @@ def test_compare_does_not_flag_noise(tmp_path, capsys):
 def test_compare_flags_improvements_and_uses_quartiles_without_round_data(tmp_path, capsys):
     base, head = _pair(tmp_path, [bench("t", 1e-3, with_data=False)], [bench("t", 0.5e-3, with_data=False)])
     code, out, _ = run_cli(capsys, "compare", base, head, "--out", tmp_path)
-    assert code == 0 and "quartiles | **faster** |" in out
+    assert code == 0 and "quartiles | - | **faster** |" in out
 
 
 def test_compare_refuses_different_cpus_unless_forced(tmp_path, capsys):
