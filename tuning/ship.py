@@ -15,7 +15,42 @@ import platform
 import time
 from pathlib import Path
 
+from sparselab import settings
 from sparselab.dispatch import cpu, system_wisdom, wisdom
+
+# What a shipped entry keeps: the choice, the times the planner, the tuner's skips and --show
+# read, and where it came from. The rest (screen times, phases, second-point lines) stays in the
+# measuring machine's own table.
+SHIPPED_FIELDS = (
+    "variant",
+    "median_s",
+    "runner_up",
+    "runner_up_s",
+    "dense",
+    "dense_s",
+    "reference_s",
+    "n_timed",
+    "medians",
+    "predicted_s",
+    "screened_out",
+    "pair",
+    "interference",
+    "tuned_at",
+)
+
+
+def _slim(entry: dict) -> dict:
+    """The shipped fields of ``entry``, times to 4 significant digits (a table per CPU class is
+    package data: 480 full entries are 750 KB)."""
+
+    def short(v):
+        if isinstance(v, float):
+            return float(f"{v:.4g}")
+        if isinstance(v, dict):
+            return {k: short(x) for k, x in v.items()}
+        return v
+
+    return {k: short(entry[k]) for k in SHIPPED_FIELDS if k in entry}
 
 
 def ship(cache, directory: str | os.PathLike) -> tuple[Path, int, int]:
@@ -35,6 +70,7 @@ def ship(cache, directory: str | os.PathLike) -> tuple[Path, int, int]:
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{system_wisdom.class_id(cls)}.json"
+    trusted = {k: _slim(e) for k, e in trusted.items()}
     merged = dict(trusted)
     try:
         old = wisdom.read_document(path)
@@ -48,6 +84,7 @@ def ship(cache, directory: str | os.PathLike) -> tuple[Path, int, int]:
         "cpu_count": info["cpu_count"],
         "machine": platform.machine(),
         "date": time.strftime("%Y-%m-%d"),
+        "deadline_s": settings.tuning_deadline_s(),
     }
     wisdom.write_atomic(path, system_wisdom.document(merged, cls, measured_on))
     system_wisdom.clear()

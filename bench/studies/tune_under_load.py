@@ -97,7 +97,8 @@ import json, statistics, sys, time
 import torch
 from sparselab.dispatch.keys import make_key
 from sparselab.tuning.problem import Problem
-tables, shapes, sparsity, batch = json.loads(sys.argv[1]), json.loads(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+tables = json.loads(open(sys.argv[1]).read())
+shapes, sparsity, batch = json.loads(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 threads = torch.get_num_threads()
 out = {}
 for o, i in shapes:
@@ -130,13 +131,16 @@ print(json.dumps(out))
 
 def side_by_side(tables: dict) -> dict:
     """Each table's choices for the headline keys timed interleaved in one fresh process."""
-    done = subprocess.run(
-        [sys.executable, "-c", _SIDE_BY_SIDE, json.dumps(tables), json.dumps(SHAPES), str(SPARSITY), str(BATCH)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=tempfile.gettempdir(),
-    )
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:  # tables outgrow a command line
+        json.dump(tables, f)
+        f.flush()
+        done = subprocess.run(
+            [sys.executable, "-c", _SIDE_BY_SIDE, f.name, json.dumps(SHAPES), str(SPARSITY), str(BATCH)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=tempfile.gettempdir(),
+        )
     return json.loads(done.stdout.splitlines()[-1])
 
 
