@@ -155,6 +155,9 @@ def test_layer_uses_its_plan_for_every_op_and_follows_value_updates():
     for op in kernels.OPS:
         v = next(v for v in kernels.variants(op, available_only=True) if v.prepares)
         d.plans[(op, 70, threads)] = sparselab.dispatch.planner.Plan(op, v, 70, threads)
+    # The backward runs as the pair of those plans (a tuned fused kernel would sum in another order).
+    pair = sparselab.dispatch.registry.SEPARATE_PAIR
+    d.plans[(pair.op, 70, threads)] = sparselab.dispatch.planner.Plan(pair.op, pair, 70, threads)
     for step in range(2):
         x.grad = None
         layer.zero_grad()
