@@ -63,7 +63,8 @@ grep -q "Headline" "$tmp/summary.md"
 sparselab-bench --version >/dev/null
 # Against this CPU's committed baseline when there is one (timing never fails the smoke run),
 # else the file against itself, so the compare tooling runs either way.
-slug="$(python -c 'from sparselab_bench.storage import this_cpu_slug; print(this_cpu_slug())')"
+# From the temp dir: at the repo root `python -c` would import the checkout's sparselab/ (no _C).
+slug="$(cd "$tmp" && python -c 'from sparselab_bench.storage import this_cpu_slug; print(this_cpu_slug())')"
 base="bench/baselines/$slug.json"
 if [ -f "$base" ]; then
   echo "smoke: comparing with this CPU's baseline $base"

@@ -102,8 +102,10 @@ def _parser() -> argparse.ArgumentParser:
         dest="head_ref",
         help="git ref of the head (default: the installed SparseLab, i.e. this checkout with its uncommitted changes)",
     )
-    pr.add_argument("--quick", action="store_true", help="quick grid, 3 processes per side")
-    pr.add_argument("--processes", type=int, help="processes per side (default 5, --quick 3)")
+    pr.add_argument("--quick", action="store_true", help="quick grid, 4 processes per side")
+    pr.add_argument(
+        "--processes", type=int, help="processes per side (default 6, --quick 4; an even count balances the order)"
+    )
     pr.add_argument("--threshold", type=float, default=0.05, help="relative change a verdict needs (default 0.05)")
     pr.add_argument(
         "--threads",
