@@ -303,9 +303,9 @@ def run_pr(
     root = repo_root()
     builds = builds or root / ".benchmarks" / "builds"
     suite = suite or (QUICK if quick else DEFAULT)
-    # An even count: each side runs second in a back-to-back pair as often as first. With 3, head
-    # ran second in 2 of 3 pairs, and a pair's second process ran slower on the Zen 3 VM (base =
-    # head: 110 rows slower and 2 faster of 491).
+    # An even count: each side runs first in a back-to-back pair as often as second, so a drift of
+    # the machine within pairs cancels. With 3, base = head on the Zen 3 VM read 110 rows slower
+    # and 2 faster of 491 (head ran second in 2 of 3 pairs); with 4, 37 slower and 35 faster.
     processes = processes or (4 if quick else 6)
     base_commit = resolve_ref(root, base_ref)
     head_commit = resolve_ref(root, head_ref) if head_ref else None
