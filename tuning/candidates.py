@@ -78,8 +78,10 @@ def far_behind_in_shipped_table(key, keep=()) -> list[str]:
     """The candidates of ``key`` that the shipped table of this CPU class
     (:mod:`sparselab.dispatch.system_wisdom`) ranks far behind its choice: timed more than
     SHIPPED_SKIP_RATIO times slower on the whole layer, or screened out on its check part.
-    ``keep`` (the reference, the planner's default) is never listed; nor is a candidate the table
-    did not time (a new kernel). Empty without a shipped entry for the key."""
+    ``keep`` (the reference, the planner's default) is never listed; nor are the table's own
+    choice, runner-up and second-point finalists (a kernel chosen at the key's N may trail at the
+    timed N), nor a candidate the table did not time (a new kernel). Empty without a shipped
+    entry for the key."""
     shipped = system_wisdom.get(key)
     if not shipped or not shipped.get("medians"):
         return []
@@ -87,4 +89,5 @@ def far_behind_in_shipped_table(key, keep=()) -> list[str]:
     best = min(medians.values())
     far = {n for n, t in medians.items() if t > SHIPPED_SKIP_RATIO * best}
     far |= {n for n in shipped.get("screened_out") or () if isinstance(n, str)}
-    return sorted(far - set(keep) - {"dense_torch"})
+    chosen = {shipped.get("variant"), shipped.get("runner_up"), *(shipped.get("predicted_s") or {})}
+    return sorted(far - set(keep) - chosen - {"dense_torch"})

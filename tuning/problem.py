@@ -320,7 +320,7 @@ def _planned_pair(key, shape) -> tuple[str, str]:
     out_f, in_f, n, density = shape
     names = []
     for op in ("spmm_dx", "sddmm_dw"):
-        entry = wisdom.get_cache().get(key._replace(op=op))
+        entry = wisdom.lookup(key._replace(op=op))  # as the layer will plan it: shipped table included
         name = entry.get("variant") if entry else None
         try:
             ok = isinstance(name, str) and registry.get(op, name).available

@@ -213,6 +213,7 @@ def _second_race(
             deadline=deadline,
             clock=clock,
             duel_reps=0,
+            clear_lead=math.inf,  # each finalist's fastest run makes a line: no early end
         )
     except NoValidCandidate:
         return {}

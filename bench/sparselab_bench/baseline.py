@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import statistics
 from pathlib import Path
 
 RUN_MEDIANS = "baseline_run_medians"
@@ -45,10 +44,3 @@ def band(run_medians, median: float) -> tuple[float, float] | None:
     if not isinstance(run_medians, (list, tuple)) or len(run_medians) < 2 or not median > 0:
         return None
     return min(run_medians) / median, max(run_medians) / median
-
-
-def spread(run_medians) -> float | None:
-    """The slowest baseline run over the fastest."""
-    if not isinstance(run_medians, (list, tuple)) or len(run_medians) < 2:
-        return None
-    return max(run_medians) / statistics.median(run_medians) if min(run_medians) > 0 else None

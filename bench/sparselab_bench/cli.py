@@ -203,6 +203,8 @@ def _run(args: argparse.Namespace) -> int:
         "--benchmark-sort=fullname",
         f"--benchmark-storage=file://{storage.runs_dir(root, slug)}",
     ]
+    if args.runs is not None and args.runs < 1:
+        raise BenchDataError("--runs must be at least 1")
     if args.save_baseline and not quiet.quiet_look():
         raise BenchDataError(
             "not saving a baseline: another process is running (check `uptime` and `top`); a baseline timed "
@@ -211,6 +213,7 @@ def _run(args: argparse.Namespace) -> int:
     runs = args.runs if args.runs is not None else (BASELINE_RUNS if args.save_baseline else 1)
     saved = []
     for i in range(runs):
+        before_run = quiet.quiet_look()
         with tempfile.TemporaryDirectory(prefix="sparselab-bench-cwd-") as cwd:
             child = subprocess.Popen(command, cwd=cwd)
             watch = quiet.RunWatch(child.pid).start()
@@ -224,8 +227,8 @@ def _run(args: argparse.Namespace) -> int:
             raise BenchDataError("the suite ran but saved no run (no benchmark selected?)")
         saved.append(new[-1])
         print(f"saved {new[-1]} (run {i + 1} of {runs})")
-        print(quiet.describe(True, watch, after))
-        why = quiet.verdict(True, watch, after)
+        print(quiet.describe(before_run, watch, after))
+        why = quiet.verdict(before_run, watch, after)
         if args.save_baseline and why is not None:
             raise BenchDataError(f"not saving a baseline: {why}; the runs are kept in {saved[0].parent}")
     if args.save_baseline:

@@ -3,8 +3,9 @@
 - Runs: pytest-benchmark's own storage (``--benchmark-autosave``) under
   ``<repo>/.benchmarks/<cpu-slug>/`` (bench/suite/conftest.py points ``--benchmark-storage`` there when
   it is left at its default). Local history, not committed.
-- Baseline: ``<repo>/bench/baselines/<cpu-slug>.json``, a copy of one run promoted with
-  ``sparselab-bench run --save-baseline`` (committed: what a PR on that CPU is compared with).
+- Baseline: ``<repo>/bench/baselines/<cpu-slug>.json``, made of several quiet runs by
+  ``sparselab-bench run --save-baseline`` (baseline.py; committed: what a PR on that CPU is
+  compared with).
 
 The CPU slug is machine.cpu_slug: brand plus a hash of the CPU flags, so two machines with the
 same brand and different ISA extensions never share a folder.

@@ -314,8 +314,11 @@ def forget_cache() -> None:
 
 def lookup(key) -> dict | None:
     """The entry for ``key`` whose variant runs on this CPU: this machine's table first, then the
-    table shipped for its CPU class (:mod:`~sparselab.dispatch.system_wisdom`); else None."""
-    for found in (get_cache().get(key), system_wisdom.get(key)):
+    table shipped for its CPU class (:mod:`~sparselab.dispatch.system_wisdom`); else None. A
+    provisional entry of this machine's (timed under load) gives way to a shipped one."""
+    mine, shipped = get_cache().get(key), system_wisdom.get(key)
+    order = (shipped, mine) if mine is not None and mine.get("provisional") else (mine, shipped)
+    for found in order:
         if found is not None and _runs_here(key.op, found["variant"]):
             return found
     return None
