@@ -23,7 +23,7 @@ import logging
 from pathlib import Path
 
 from .. import settings
-from . import cpu, entry, fingerprint, registry
+from . import entry, fingerprint, registry
 
 __all__ = ["FORMAT", "cpu_class", "class_id", "table", "get", "directory", "document", "problem", "clear"]
 
@@ -35,16 +35,9 @@ log = logging.getLogger(__name__)
 def cpu_class() -> dict:
     """The class of this CPU: what decides which kernel is fastest, without the details that
     differ between machines of one class (brand string, stepping, core count)."""
-    info = cpu.describe()
-    caches = info["caches"]
-    return {
-        "vendor": info["vendor"],
-        "family": info["family"],
-        "model": info["model"],
-        "isa": registry.widest_isa(),
-        "l2_cache": caches.get("l2", (None, 0))[0],
-        "l3_cache": caches.get("l3", (None, 0))[0],
-    }
+    described = fingerprint.cpu_description()
+    cls = {name: described[name] for name in ("vendor", "family", "model", "l2_cache", "l3_cache")}
+    return {**cls, "isa": registry.widest_isa()}
 
 
 def class_id(cls: dict) -> str:
