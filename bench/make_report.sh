@@ -80,7 +80,7 @@ cat >>"$report_readme" <<EOF
   [SUMMARY.md](SUMMARY.md)), but at a high load even those are noisy: SUMMARY.md's "noise
   reference" (one kernel timed twice, as a fixed variant and through dispatch) shows how much.
   Regenerate on a quiet machine (\`bash bench/make_report.sh\`) before quoting absolute numbers.
-- Headline ratios (issue 2) and tuned dispatch vs the best fixed variant: [SUMMARY.md](SUMMARY.md).
+- Headline ratios and tuned dispatch vs the best fixed variant: [SUMMARY.md](SUMMARY.md).
   Raw results: \`results.json\` (pytest-benchmark; \`sparselab-bench compare\` takes it as a base).
 EOF
 echo "make_report: wrote $dir (README.md, SUMMARY.md, plots, probes.json, results.json) in ${elapsed} s"

@@ -3,7 +3,7 @@
 
     sparselab-bench summarize RESULTS.json [MORE.json ...] [--out FILE.md] [--section headline|dispatch|overhead]
 
-- Headline (issue 2): per headline case, the fastest SparseLab variant vs dense torch and vs
+- Headline: per headline case, the fastest SparseLab variant vs dense torch and vs
   oneDNN measured in the same run: time ratio (sparse/dense: < 1 means sparse is faster) and
   GFLOP/s on live weights; and the N=1 forward speedups.
 - Dispatch: per case, the autotuned call (``variant=None``) vs the fastest fixed variant timed
@@ -105,7 +105,7 @@ def headline(df: pd.DataFrame) -> str:
         "sparse/CSR time",
     ]
     parts = [
-        "## Headline (issue 2)\n",
+        "## Headline\n",
         "Best SparseLab variant vs dense torch and oneDNN (`mkldnn_linear`, operands converted "
         "outside the timed region) doing the same job, timed in the same run. "
         "Time ratios: sparse/dense, < 1 means sparse is faster. GFLOP/s on live weights "

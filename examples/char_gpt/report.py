@@ -248,10 +248,10 @@ def quality_section(runs: list[dict], targets: list, notes: str) -> list[str]:
 
 def mnist_section(mn: dict | None, targets: list) -> list[str]:
     if not mn:
-        return ["## MNIST MLP (issue 5)\n", "Not run.\n"]
+        return ["## MNIST MLP\n", "Not run.\n"]
     a = mn["args"]
     lines = [
-        "## MNIST MLP (issue 5), same reporting",
+        "## MNIST MLP, reported the same way",
         "",
         f"LeNet-300-100, hidden layers {a['sparsity']:.0%} sparse, {a['epochs']} epochs, batch {a['batch_size']}, "
         f"SGD lr {a['lr']} momentum 0.9, cosine; `bench/studies/dst_mnist.py`'s model, data order and DST settings "
@@ -305,7 +305,7 @@ def main(argv=None) -> int:
         + quality_section(runs, targets, Path(args.notes).read_text() if args.notes else "")
         + mnist_section(mn, targets)
     )
-    head = ["# End to end: sparse char GPT and MNIST MLP on CPU vs dense (issue 7)", ""]
+    head = ["# End to end: sparse char GPT and MNIST MLP on CPU vs dense", ""]
     if args.intro:
         head += [Path(args.intro).read_text(), ""]
     head += ["## Targets", "", "| target | measured | |", "|---|---|---|"]
