@@ -13,7 +13,9 @@ forced, allocates the output and hands raw pointers to ``sparselab._C``.
   with ``bias_grad=True`` also ``dY.sum(0)``, summed by the fused kernel.
 
 float64 weights run the scalar float64 path (for gradcheck); float32 weights
-dispatch through the variant table, dense torch included.
+dispatch through the variant table, dense torch included. bfloat16 weights take bfloat16
+operands: the call widens W's values and the operands to float32 (exact), runs the float32
+path, which accumulates in float32, and returns bfloat16 results rounded to nearest.
 """
 
 from __future__ import annotations
@@ -27,6 +29,11 @@ from .storage import PaddedCSR
 from .storage.checks import check_dense_operand
 
 __all__ = ["spmm_fwd", "spmm_dx", "sddmm_dw", "backward_fused"]
+
+
+def _widened(*tensors):
+    """float32 copies of bfloat16 operands (None stays None)."""
+    return tuple(None if t is None else t.float() for t in tensors)
 
 
 def _check_weight(W) -> None:
@@ -95,6 +102,9 @@ def spmm_fwd(
         if bias.shape != (out_f,):
             raise ValueError(f"bias must have shape ({out_f},), got {tuple(bias.shape)}")
         bias = bias.contiguous()
+    if dtype is torch.bfloat16:
+        Y = spmm_fwd(W.widened(), *_widened(X, bias), variant=variant, threads=threads)
+        return Y.to(dtype)
     nthreads = _threads(threads)
     n = X.shape[0]
     v = None if n == 0 or dtype == torch.float64 else _resolve("spmm_fwd", W, n, variant, nthreads)
@@ -119,6 +129,8 @@ def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None, threa
     dtype = W.values.dtype
     check_dense_operand("dY", dY, None, out_f, dtype)
     _check_variant_arg("spmm_dx", variant)
+    if dtype is torch.bfloat16:
+        return spmm_dx(W.widened(), *_widened(dY), variant=variant, threads=threads).to(dtype)
     nthreads = _threads(threads)
     n = dY.shape[0]
     v = None if n == 0 or dtype == torch.float64 else _resolve("spmm_dx", W, n, variant, nthreads)
@@ -148,6 +160,8 @@ def sddmm_dw(
     check_dense_operand("dY", dY, None, out_f, dtype)
     check_dense_operand("X", X, dY.shape[0], in_f, dtype)
     _check_variant_arg("sddmm_dw", variant)
+    if dtype is torch.bfloat16:
+        return sddmm_dw(W.widened(), *_widened(dY, X), variant=variant, threads=threads).to(dtype)
     nthreads = _threads(threads)
     n = dY.shape[0]
     v = None if n == 0 or dtype == torch.float64 else _resolve("sddmm_dw", W, n, variant, nthreads)
@@ -189,6 +203,9 @@ def backward_fused(
     check_dense_operand("dY", dY, None, out_f, dtype)
     check_dense_operand("X", X, dY.shape[0], in_f, dtype)
     _check_variant_arg("backward_fused", None if variant == SEPARATE else variant)
+    if dtype is torch.bfloat16:
+        grads = backward_fused(W.widened(), *_widened(dY, X), variant=variant, threads=threads, bias_grad=bias_grad)
+        return tuple(g.to(dtype) for g in grads)
     nthreads = _threads(threads)
     n = dY.shape[0]
     v = None

@@ -36,19 +36,22 @@ void bind_layer_plan(py::module_& m) {
            py::arg("values"), py::arg("cols"), py::arg("idx_bits"), py::arg("row_start"), py::arg("row_nnz"),
            py::arg("rows"), py::arg("ncols"), py::arg("t_cols"), py::arg("t_idx_bits"), py::arg("t_row_start"),
            py::arg("t_row_nnz"), py::arg("perm"), py::arg("keep_prepared"))
-      .def("spmm_fwd", by_id(&LayerPlan::spmm_fwd))
-      .def("spmm_dx", by_id(&LayerPlan::spmm_dx))
-      .def("sddmm_dw", by_id(&LayerPlan::sddmm_dw))
+      .def("spmm_fwd", by_id(&LayerPlan::spmm_fwd), py::arg("id"), py::arg("n"), py::arg("x"), py::arg("ldx"),
+           py::arg("bias"), py::arg("y"), py::arg("ldy"), py::arg("threads"), py::arg("values") = 0)
+      .def("spmm_dx", by_id(&LayerPlan::spmm_dx), py::arg("id"), py::arg("n"), py::arg("dy"), py::arg("lddy"),
+           py::arg("dx"), py::arg("lddx"), py::arg("threads"), py::arg("values") = 0)
+      .def("sddmm_dw", by_id(&LayerPlan::sddmm_dw), py::arg("id"), py::arg("n"), py::arg("dy"), py::arg("lddy"),
+           py::arg("x"), py::arg("ldx"), py::arg("dw"), py::arg("threads"), py::arg("values") = 0)
       .def(
           "backward_fused",
           [](LayerPlan& p, int64_t id, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx,
-             int64_t lddx, uintptr_t dw, int threads, uintptr_t db) {
+             int64_t lddx, uintptr_t dw, int threads, uintptr_t db, uintptr_t values) {
             const Variant& v = variant_at(id);
             py::gil_scoped_release nogil;
-            p.backward_fused(v, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);
+            p.backward_fused(v, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads, values);
           },
           py::arg("id"), py::arg("n"), py::arg("dy"), py::arg("lddy"), py::arg("x"), py::arg("ldx"), py::arg("dx"),
-          py::arg("lddx"), py::arg("dw"), py::arg("threads"), py::arg("db") = 0)
+          py::arg("lddx"), py::arg("dw"), py::arg("threads"), py::arg("db") = 0, py::arg("values") = 0)
       .def_property_readonly("has_transposed", &LayerPlan::has_transposed)
       .def_property_readonly("nnz", &LayerPlan::nnz)
       .def("cached_bytes", [](LayerPlan& p) {

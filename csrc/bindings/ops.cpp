@@ -89,7 +89,8 @@ void bind_ops(py::module_& m) {
       "scatter_to_dense",
       [](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz, int64_t rows,
          int64_t ncols, int value_bits, uintptr_t dense, int threads) {
-        if (value_bits != 32 && value_bits != 64) throw py::value_error("value_bits must be 32 or 64");
+        if (value_bits != 16 && value_bits != 32 && value_bits != 64)
+          throw py::value_error("value_bits must be 16, 32 or 64");
         const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
         py::gil_scoped_release nogil;
         scatter_to_dense(w, value_bits, dense, threads);

@@ -60,38 +60,47 @@ CallW LayerPlan::call_view(const Variant& v, int side, int64_t n, int threads) {
 }
 
 void LayerPlan::spmm_fwd(const Variant& v, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y,
-                         int64_t ldy, int threads) {
+                         int64_t ldy, int threads, uintptr_t values) {
   check_op(v, Op::SpmmFwd);
   std::lock_guard<std::mutex> hold(mu_);
-  call_spmm_fwd(v, call_view(v, kW, n, threads), n, x, ldx, bias, y, ldy, threads);
+  CallW c = call_view(v, kW, n, threads);
+  c.w.values = values_or_own(values);
+  call_spmm_fwd(v, c, n, x, ldx, bias, y, ldy, threads);
 }
 
 void LayerPlan::spmm_dx(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx,
-                        int threads) {
+                        int threads, uintptr_t values) {
   check_op(v, Op::SpmmDx);
   std::lock_guard<std::mutex> hold(mu_);
   if (v.dx_layout == DxLayout::Scatter) {
-    call_spmm_dx_scatter(v, call_view(v, kW, n, threads), n, dy, lddy, dx, lddx, threads);
+    CallW c = call_view(v, kW, n, threads);
+    c.w.values = values_or_own(values);
+    call_spmm_dx_scatter(v, c, n, dy, lddy, dx, lddx, threads);
     return;
   }
   if (!has_t_) throw std::runtime_error("variant '" + v.name + "' needs W's transposed index, which this plan lacks");
-  call_spmm_dx_transposed(v, call_view(v, kWt, n, threads), w_.w.values, perm_, n, dy, lddy, dx, lddx, threads);
+  call_spmm_dx_transposed(v, call_view(v, kWt, n, threads), values_or_own(values), perm_, n, dy, lddy, dx, lddx,
+                          threads);
 }
 
 void LayerPlan::sddmm_dw(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
-                         uintptr_t dw, int threads) {
+                         uintptr_t dw, int threads, uintptr_t values) {
   check_op(v, Op::SddmmDw);
   std::lock_guard<std::mutex> hold(mu_);
-  call_sddmm_dw(v, call_view(v, kW, n, threads), n, dy, lddy, x, ldx, dw, threads);
+  CallW c = call_view(v, kW, n, threads);
+  c.w.values = values_or_own(values);
+  call_sddmm_dw(v, c, n, dy, lddy, x, ldx, dw, threads);
 }
 
 void LayerPlan::backward_fused(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
-                               uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db, int threads) {
+                               uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db, int threads,
+                               uintptr_t values) {
   check_op(v, Op::BackwardFused);
   std::lock_guard<std::mutex> hold(mu_);
   if (!has_t_) throw std::runtime_error("variant '" + v.name + "' needs W's transposed index, which this plan lacks");
   CallW w;
   w.w = w_.w;
+  w.w.values = values_or_own(values);
   w.nnz = w_.nnz;
   call_backward_fused(v, w, call_view(v, kWt, n, threads), perm_, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);
 }

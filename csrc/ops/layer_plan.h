@@ -19,17 +19,20 @@ class LayerPlan {
   // w: the layer's W. wt, perm: its transposed index (wt.cols == 0 when the layer keeps
   // none). keep_prepared: build and keep variants' prepared data (else kernels build
   // what they need per call, and the plan holds only counts and partitions).
+  // Every call takes `values`: float32 slot values to use instead of w.values (0: w's own),
+  // so a layer that stores bfloat16 widens them per call into memory the plan never keeps.
   LayerPlan(const RawCsr& w, const RawCsr& wt, uintptr_t perm, bool keep_prepared);
 
   void spmm_fwd(const Variant& v, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy,
-                int threads);
-  void spmm_dx(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
+                int threads, uintptr_t values);
+  void spmm_dx(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads,
+               uintptr_t values);
   void sddmm_dw(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw,
-                int threads);
+                int threads, uintptr_t values);
   // dX and dW (and the bias gradient into db unless it is 0) in one call of a backward_fused
   // variant (needs the transposed index).
   void backward_fused(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx,
-                      int64_t lddx, uintptr_t dw, uintptr_t db, int threads);
+                      int64_t lddx, uintptr_t dw, uintptr_t db, int threads, uintptr_t values);
 
   bool has_transposed() const { return has_t_; }
   int64_t nnz() const { return w_.nnz; }
@@ -43,6 +46,7 @@ class LayerPlan {
     int64_t nnz = 0;
   };
   CallW call_view(const Variant& v, int side, int64_t n, int threads);
+  uintptr_t values_or_own(uintptr_t values) const { return values ? values : w_.w.values; }
 
   Side w_, wt_;
   bool has_t_;

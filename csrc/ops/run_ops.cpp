@@ -417,6 +417,8 @@ void scatter_to_dense(const RawCsr& w_in, int value_bits, uintptr_t dense, int t
     using Idx = decltype(idx);
     if (value_bits == 64)
       scatter_typed<Idx>(w, reinterpret_cast<double*>(dense), threads);
+    else if (value_bits == 16)  // bfloat16: copied as its bits
+      scatter_typed<Idx>(w, reinterpret_cast<uint16_t*>(dense), threads);
     else
       scatter_typed<Idx>(w, reinterpret_cast<float*>(dense), threads);
   });

@@ -86,7 +86,7 @@ void run_sddmm_dw_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, ui
 void build_transpose(const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t t_capacity = -1);
 
 // dense[i * ncols + cols[k]] = values[k] for every live slot (dense must be
-// zeroed by the caller). float32 (value_bits 32) or float64 (64).
+// zeroed by the caller). value_bits: 16 (bfloat16, copied as bits), 32 or 64.
 void scatter_to_dense(const RawCsr& w, int value_bits, uintptr_t dense, int threads);
 
 // Bytes of scratch currently retained by this thread's arena, and a way to

@@ -9,6 +9,10 @@ memory. The layer swaps in a new record whole.
 
 The cache is the layer's operand for :mod:`sparselab.nn.function`: ``fwd``, ``dx``, ``dw`` and
 ``backward`` run the planned kernels on raw pointers.
+
+A bfloat16 layer runs the same float32 plans: each call widens the values and its operands to
+float32 temporaries (exact) that the call frees, and rounds its results to bfloat16. Nothing
+float32 is kept between calls, so the layer's memory is its bfloat16 state.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from .function import TensorOperand
 
 __all__ = ["LayerCache", "storage_state"]
 
-_PLANS_MAX = 64  # batch sizes vary (the last batch of an epoch, eval): keep the maps bounded
+_PLANS_MAX = 64
+_PLANNED_DTYPES = (torch.float32, torch.bfloat16)  # batch sizes vary (the last batch of an epoch, eval): keep the maps bounded
 
 
 def storage_state(module) -> tuple:
@@ -80,7 +85,8 @@ class LayerCache:
         inference = any(t.is_inference() for t in (cols, rs, rn))
         keep_t = self.transposed_tensors[0].numel() > 0
         self.kernels = None
-        if cols.numel() > 0 and values.dtype is torch.float32 and not inference:
+        self.low_precision = values.dtype is torch.bfloat16
+        if cols.numel() > 0 and values.dtype in _PLANNED_DTYPES and not inference:
             # A layer that keeps no transposed index (the memory preference) keeps no block-major index either.
             self.kernels = kernel_plan(self.w_args, self.transposed if keep_t else None, keep_prepared=keep_t)
         self.plans: dict = {}  # (op, n, threads) -> planner.Plan
@@ -148,42 +154,67 @@ class LayerCache:
 
     # ---- the operand: planned kernels on raw pointers ----
 
+    def _widened(self):
+        """(W's view, its raw args, the float32 values' address for the plan: 0 for its own)."""
+        if not self.low_precision:
+            return self.view, self.w_args, 0, None
+        view = self.view.widened()
+        return view, (view.values.data_ptr(),) + self.w_args[1:], view.values.data_ptr(), view.values
+
     def fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
+        if self.low_precision:
+            return self._fwd(x.float(), None if bias is None else bias.float()).to(x.dtype)
+        return self._fwd(x, bias)
+
+    def _fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
         n, threads = len(x), torch.get_num_threads()
         kid = self.kernel_ids.get(("spmm_fwd", n, threads))
         if kid is None:
             kid = self.kernel_id("spmm_fwd", n, threads)
+        view, w_args, values, _keep = self._widened()
         if kid < 0:
             v, threads = self.plan("spmm_fwd", n)
-            return run_spmm_fwd(v, self.view, self.w_args, x, bias, threads)
+            return run_spmm_fwd(v, view, w_args, x, bias, threads)
         out_f, in_f = self.shape
         y = x.new_empty(n, out_f)  # x is a float32 CPU tensor (checked): not torch's default dtype
         ldx = in_f if x.is_contiguous() else leading_dim(x)
         self.kernels.spmm_fwd(
-            kid, n, x.data_ptr(), ldx, 0 if bias is None else bias.data_ptr(), y.data_ptr(), out_f, threads
+            kid, n, x.data_ptr(), ldx, 0 if bias is None else bias.data_ptr(), y.data_ptr(), out_f, threads, values
         )
         return y
 
     def dx(self, dy: Tensor) -> Tensor:
+        if self.low_precision:
+            return self._dx(dy.float()).to(dy.dtype)
+        return self._dx(dy)
+
+    def _dx(self, dy: Tensor) -> Tensor:
         n, threads = dy.shape[0], torch.get_num_threads()
         kid = self.kernel_id("spmm_dx", n, threads)
+        view, w_args, values, _keep = self._widened()
         if kid < 0:
             v, threads = self.plan("spmm_dx", n)
             t = self.transposed if v is not None and v.dx_layout == "transposed" else None
-            if t is not None and t.cols.numel() != self.view.nnz:  # the memory preference keeps no index here
-                t = self.view.transposed()
-            return run_spmm_dx(v, self.view, self.w_args, t, dy, threads)
+            if t is not None and t.cols.numel() != view.nnz:  # the memory preference keeps no index here
+                t = view.transposed()
+            return run_spmm_dx(v, view, w_args, t, dy, threads)
         in_f = self.shape[1]
         dx = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
-        self.kernels.spmm_dx(kid, n, dy.data_ptr(), leading_dim(dy), dx.data_ptr(), in_f, threads)
+        self.kernels.spmm_dx(kid, n, dy.data_ptr(), leading_dim(dy), dx.data_ptr(), in_f, threads, values)
         return dx
 
     def dw(self, dy: Tensor, x: Tensor) -> Tensor:
+        if self.low_precision:
+            return self._dw(dy.float(), x.float()).to(torch.bfloat16)
+        return self._dw(dy, x)
+
+    def _dw(self, dy: Tensor, x: Tensor) -> Tensor:
         n, threads = dy.shape[0], torch.get_num_threads()
         kid = self.kernel_id("sddmm_dw", n, threads)
         if kid < 0:
             v, threads = self.plan("sddmm_dw", n)
-            return run_sddmm_dw(v, self.view, self.w_args, dy, x, threads)
+            view, w_args, _, _keep = self._widened()
+            return run_sddmm_dw(v, view, w_args, dy, x, threads)
         dw = torch.empty(self.view.capacity, dtype=torch.float32, device="cpu")
         self.kernels.sddmm_dw(
             kid, n, dy.data_ptr(), leading_dim(dy), x.data_ptr(), leading_dim(x), dw.data_ptr(), threads
@@ -193,6 +224,15 @@ class LayerCache:
     def backward(self, dy: Tensor, x: Tensor, bias_grad: bool) -> Optional[tuple]:
         """(dX, dW, dB) from one fused kernel call where the backward plan names one (dB None
         unless ``bias_grad``), else None: the plan's separate pair, an empty W, no kept index."""
+        if not self.low_precision:
+            return self._backward(dy, x, bias_grad)
+        out = self._backward(dy.float(), x.float(), bias_grad)
+        if out is None:
+            return None
+        dx, dw, db = out
+        return dx.to(x.dtype), dw.to(torch.bfloat16), None if db is None else db.to(torch.bfloat16)
+
+    def _backward(self, dy: Tensor, x: Tensor, bias_grad: bool) -> Optional[tuple]:
         n, threads = dy.shape[0], torch.get_num_threads()
         kid = self.kernel_ids.get((BACKWARD, n, threads))
         if kid is None:
@@ -200,6 +240,7 @@ class LayerCache:
         if kid < 0:
             return None
         out_f, in_f = self.shape
+        _, _, values, _keep = self._widened()
         dx = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
         dw = torch.empty(self.view.capacity, dtype=torch.float32, device="cpu")
         db = torch.empty(out_f, dtype=torch.float32, device="cpu") if bias_grad else None
@@ -215,6 +256,7 @@ class LayerCache:
             dw.data_ptr(),
             threads,
             0 if db is None else db.data_ptr(),
+            values,
         )
         return dx, dw, db
 

@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from ..storage import VALUE_DTYPES, PaddedCSR, live_count
+from ..storage import VALUE_DTYPE_NAMES, VALUE_DTYPES, PaddedCSR, live_count
 from .sparse_module import SparseModule, check_cpu, check_sparsity
 
 __all__ = ["SparseLinear", "METHODS"]
@@ -19,7 +19,7 @@ METHODS = ("magnitude", "random")
 def _check_dtype(dtype) -> torch.dtype:
     dtype = torch.get_default_dtype() if dtype is None else dtype
     if dtype not in VALUE_DTYPES:
-        raise TypeError(f"SparseLinear supports float32 and float64 weights, got {dtype}")
+        raise TypeError(f"SparseLinear supports {VALUE_DTYPE_NAMES} weights, got {dtype}")
     return dtype
 
 
@@ -52,8 +52,9 @@ class SparseLinear(SparseModule):
             entries, spread over the rows as evenly as they divide, at uniformly random columns
             (drawn from torch's global RNG).
         device: only the CPU (``None``, ``'cpu'``); anything else raises.
-        dtype: ``torch.float32`` (the autotuned kernels) or ``torch.float64`` (a scalar path, for
-            gradcheck); default ``torch.get_default_dtype()``.
+        dtype: ``torch.float32`` (the autotuned kernels), ``torch.bfloat16`` (2-byte values,
+            gradients and optimizer state; each call widens to the float32 kernels) or
+            ``torch.float64`` (a scalar path, for gradcheck); default ``torch.get_default_dtype()``.
         padding: spare slots per row for dynamic sparse training (a float is a fraction of the
             mean live row count, an int a slot count).
         index_dtype: column index dtype; default int16 when ``in_features <= 32768``.

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 
 from .. import settings
 from ..optim import mark_sparse_values
-from ..storage import VALUE_DTYPES, PaddedCSR, build_transposed, no_transposed
+from ..storage import VALUE_DTYPE_NAMES, VALUE_DTYPES, PaddedCSR, build_transposed, no_transposed
 from .cache import LayerCache, storage_state
 from .custom_ops import row_major, wrap_csr
 from .function import SparseProduct, sparse_linear
@@ -351,7 +351,7 @@ class SparseModule(nn.Module):
         y = self.product(x if len(shape) == 2 else x.reshape(-1, self.in_features), self._parameters["bias"])
         if len(shape) != 2:
             y = y.reshape(*shape[:-1], self.out_features)
-        return y if out_dtype is None or out_dtype is torch.float32 else y.to(out_dtype)
+        return y if out_dtype is None else y.to(out_dtype)
 
     def product(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
         """``x W^T + bias`` for a 2-D input of the weight's dtype through the planned kernels,
@@ -432,25 +432,29 @@ class SparseModule(nn.Module):
     def _autocast_input(self, x: Tensor, w_dtype: torch.dtype) -> tuple:
         """(input for the kernels, output dtype or None). Under CPU autocast a float32 layer takes
         low-precision activations and returns the autocast dtype; the float32 kernels do the
-        arithmetic. Any other dtype mismatch is refused."""
+        arithmetic. A bfloat16 layer takes any floating input under autocast as bfloat16, as
+        ``nn.Linear`` does there. Any other dtype mismatch is refused."""
         autocast = torch.is_autocast_enabled("cpu")
+        if w_dtype is torch.float64:
+            if x.dtype is not w_dtype:
+                raise self._dtype_error(x)
+            return x, None
+        out = torch.get_autocast_dtype("cpu") if autocast else None
         if x.dtype is not w_dtype:
-            if w_dtype is torch.float32 and x.is_floating_point() and x.dtype is not torch.float64 and autocast:
-                return x.float(), torch.get_autocast_dtype("cpu")
-            raise self._dtype_error(x)
-        if w_dtype is torch.float32 and autocast:
-            return x, torch.get_autocast_dtype("cpu")
-        return x, None
+            if not (autocast and x.is_floating_point() and x.dtype is not torch.float64):
+                raise self._dtype_error(x)
+            x = x.to(w_dtype)
+        return x, None if out is w_dtype else out
 
     def _dtype_error(self, x: Tensor) -> TypeError:
         what, w = type(self).__name__, self.weight_values.dtype
+        autocast = f"run the model under torch.autocast('cpu', dtype={x.dtype}), which {what} supports"
         if x.dtype in VALUE_DTYPES:
             fix = f"convert the input (x.to({w})) or the layer (layer.to({x.dtype}))"
+            if x.itemsize < w.itemsize:
+                fix += f", or {autocast}"
         elif x.is_floating_point():
-            fix = (
-                f"convert the input (x.to({w})), or run the model under "
-                f"torch.autocast('cpu', dtype={x.dtype}), which {what} supports"
-            )
+            fix = f"convert the input (x.to({w})), or {autocast}"
         else:
             fix = f"convert the input (x.to({w}))"
         return TypeError(f"{what} has {w} weights but got a {x.dtype} input; {fix}")
@@ -465,14 +469,14 @@ class SparseModule(nn.Module):
             i = fn(torch.zeros(1, dtype=torch.int16))
         except Exception as e:
             raise RuntimeError(
-                f"{what} runs on the CPU with float32/float64 weights only; "
+                f"{what} runs on the CPU with {VALUE_DTYPE_NAMES} weights only; "
                 f"this conversion is not supported ({type(e).__name__}: {e})"
             ) from e
         for t in (f, i):
             if isinstance(t, Tensor):
                 check_cpu(t.device, what)
         if isinstance(f, Tensor) and f.dtype not in VALUE_DTYPES:
-            raise TypeError(f"{what} supports float32 and float64 weights only, got a conversion to {f.dtype}")
+            raise TypeError(f"{what} supports {VALUE_DTYPE_NAMES} weights only, got a conversion to {f.dtype}")
         if isinstance(i, Tensor) and i.dtype != torch.int16:
             raise TypeError(
                 f"this conversion would change {what}'s index tensors to {i.dtype}; "

@@ -1,6 +1,6 @@
 """Sparse weight storage: the padded-CSR format, its transposed index, and the checks of both."""
 
-from .checks import INT16_MAX_COLUMNS, PADDING, VALUE_DTYPES, index_bits, index_dtype_for
+from .checks import INT16_MAX_COLUMNS, PADDING, VALUE_DTYPE_NAMES, VALUE_DTYPES, index_bits, index_dtype_for
 from .padded_csr import PaddedCSR, build_transposed, live_count
 from .transposed import TransposedIndex, no_transposed
 
@@ -12,6 +12,7 @@ __all__ = [
     "no_transposed",
     "PADDING",
     "VALUE_DTYPES",
+    "VALUE_DTYPE_NAMES",
     "INT16_MAX_COLUMNS",
     "index_dtype_for",
     "index_bits",

@@ -18,7 +18,9 @@ import torch
 
 PADDING = -1  # the column of a padding slot
 INT16_MAX_COLUMNS = 32768  # indices 0..32767 fit in int16
-VALUE_DTYPES = (torch.float32, torch.float64)
+# bfloat16 values are stored at 2 bytes and widened to float32 for each kernel call.
+VALUE_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+VALUE_DTYPE_NAMES = "float32, float64 or bfloat16"
 INDEX_DTYPES = (torch.int16, torch.int32)
 
 _F32, _F64, _I16, _I32, _I64 = torch.float32, torch.float64, torch.int16, torch.int32, torch.int64
@@ -68,7 +70,7 @@ def _check_index(w):
         if t.dim() != 1 or not t.is_contiguous():
             raise ValueError(f"{name} must be a contiguous 1-D tensor, got shape {tuple(t.shape)} strides {t.stride()}")
     if w.values.dtype not in VALUE_DTYPES:
-        raise TypeError(f"values must be float32 or float64, got {w.values.dtype}")
+        raise TypeError(f"values must be {VALUE_DTYPE_NAMES}, got {w.values.dtype}")
     if w.cols.dtype not in (torch.int16, torch.int32):
         raise TypeError(f"cols must be int16 or int32, got {w.cols.dtype}")
     if w.cols.dtype == torch.int16 and in_f > 32768:

@@ -20,6 +20,7 @@ from .. import _C
 from .checks import (
     INT16_MAX_COLUMNS,
     PADDING,
+    VALUE_DTYPE_NAMES,
     VALUE_DTYPES,
     check_topology,
     check_transposed,
@@ -82,7 +83,7 @@ class PaddedCSR:
     are live, with strictly increasing columns, and the rest are padding (column -1).
 
     Args:
-        values: float32 or float64, one per slot (padding slots included).
+        values: float32, float64 or bfloat16, one per slot (padding slots included).
         cols: int16 or int32 column of each slot, -1 at padding.
         row_start: int64, ``out_features + 1`` entries: the first slot of each row, then the
             capacity.
@@ -169,7 +170,7 @@ class PaddedCSR:
         """Keep the nonzeros of a 2-D dense float tensor (explicit zeros are dropped).
 
         Args:
-            dense: a finite float32 or float64 CPU tensor, ``(out_features, in_features)``.
+            dense: a finite float32, float64 or bfloat16 CPU tensor, ``(out_features, in_features)``.
             padding: spare slots per row for dynamic sparse training: a float is a fraction of the
                 mean live row count, an int a slot count.
             index_dtype: ``torch.int16`` or ``torch.int32`` column indices; default int16 when
@@ -178,7 +179,7 @@ class PaddedCSR:
         if not isinstance(dense, torch.Tensor):
             raise TypeError(f"dense must be a torch.Tensor, got {type(dense).__name__}")
         if dense.dtype not in VALUE_DTYPES:
-            raise TypeError(f"dense must be float32 or float64, got {dense.dtype}")
+            raise TypeError(f"dense must be {VALUE_DTYPE_NAMES}, got {dense.dtype}")
         if dense.device.type != "cpu":
             raise ValueError(f"dense must be on the CPU, got device {dense.device}")
         if dense.dim() != 2 or dense.shape[0] < 1 or dense.shape[1] < 1:
@@ -231,7 +232,7 @@ class PaddedCSR:
         if not isinstance(sparsity, (int, float)) or not (0.0 <= sparsity < 1.0):
             raise ValueError(f"sparsity must be in [0, 1), got {sparsity!r}")
         if dtype not in VALUE_DTYPES:
-            raise TypeError(f"dtype must be float32 or float64, got {dtype}")
+            raise TypeError(f"dtype must be {VALUE_DTYPE_NAMES}, got {dtype}")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
         if init_std is not None and (
@@ -265,7 +266,7 @@ class PaddedCSR:
         """From a ``torch.sparse_csr`` tensor. Columns are sorted within rows.
 
         Args:
-            t: a 2-D float32 or float64 CPU tensor with layout ``torch.sparse_csr``, without
+            t: a 2-D float32, float64 or bfloat16 CPU tensor with layout ``torch.sparse_csr``, without
                 duplicate entries.
             padding: spare slots per row for dynamic sparse training: a float is a fraction of the
                 mean live row count, an int a slot count.
@@ -277,7 +278,7 @@ class PaddedCSR:
         if t.dim() != 2 or t.shape[0] < 1 or t.shape[1] < 1:
             raise ValueError(f"t must be 2-D with both sizes >= 1, got shape {tuple(t.shape)}")
         if t.dtype not in VALUE_DTYPES:
-            raise TypeError(f"t must be float32 or float64, got {t.dtype}")
+            raise TypeError(f"t must be {VALUE_DTYPE_NAMES}, got {t.dtype}")
         if t.device.type != "cpu":
             raise ValueError(f"t must be on the CPU, got device {t.device}")
         crow, col, val = t.crow_indices(), t.col_indices(), t.values().detach()
@@ -358,7 +359,7 @@ class PaddedCSR:
         """W as a dense ``(out_features, in_features)`` tensor (live slots only)."""
         args = self.raw_args()
         dense = torch.zeros(self.shape, dtype=self.values.dtype)
-        bits = 64 if self.values.dtype == torch.float64 else 32
+        bits = dense.element_size() * 8
         _C.scatter_to_dense(*args, bits, dense.data_ptr(), 1)  # memory-bound: one thread
         return dense
 
@@ -403,6 +404,16 @@ class PaddedCSR:
         if include_cache and self._transposed is not None:
             total += self._transposed.memory_bytes()
         return total
+
+    def widened(self) -> "PaddedCSR":
+        """W with float32 values for the kernels: ``self`` unless its values are bfloat16, else a
+        PaddedCSR sharing the index tensors (and the kept transposed index) whose values are a
+        float32 copy. Widening bfloat16 is exact."""
+        if self.values.dtype is not torch.bfloat16:
+            return self
+        w = PaddedCSR(self.values.detach().float(), self.cols, self.row_start, self.row_nnz, self.shape, check=False)
+        w.topology_version, w._transposed = self.topology_version, self._transposed
+        return w
 
     def clone(self) -> "PaddedCSR":
         """A deep copy: new values and index tensors, no cached transposed index."""

@@ -378,7 +378,7 @@ def test_to_dtype_and_device_errors():
             layer.to(bad)
     with pytest.raises((ValueError, RuntimeError), match="CPU"):
         layer.cuda()
-    with pytest.raises(TypeError, match="float32 and float64"):
+    with pytest.raises(TypeError, match="float32, float64 or bfloat16"):
         layer.half()
     with pytest.raises(TypeError, match="index tensors"):
         layer.type(torch.float64)
@@ -406,7 +406,7 @@ def test_bad_inputs_give_clear_errors():
         SparseLinear(8, 4, device="meta")
     with pytest.raises(ValueError, match="CPU only"):
         SparseLinear(8, 4, device="cuda")
-    with pytest.raises(TypeError, match="float32 and float64"):
+    with pytest.raises(TypeError, match="float32, float64 or bfloat16"):
         SparseLinear(8, 4, dtype=torch.float16)
     with pytest.raises(ValueError, match="in_features"):
         SparseLinear(0, 4)
