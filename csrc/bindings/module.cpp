@@ -9,4 +9,5 @@ PYBIND11_MODULE(_C, m) {
   sparselab::bind_layer_plan(m);
   sparselab::bind_dst(m);
   sparselab::bind_scratch(m);
+  sparselab::bind_optim(m);
 }

@@ -35,7 +35,7 @@ from ..nn.conv2d import SparseConv2d
 from ..nn.linear import METHODS, SparseLinear
 from ..nn.sparse_module import SparseModule
 from ..nn.sparse_module import check_sparsity as _check_sparsity
-from ..storage import live_count
+from ..storage import VALUE_DTYPE_NAMES, VALUE_DTYPES, live_count
 
 __all__ = ["sparsify", "load_dense_state_dict", "SparsifySummary", "HEAD_MIN_OUT_FEATURES"]
 
@@ -148,6 +148,7 @@ def sparsify(
     reinit: bool = False,
     padding: float | int = 0.0,
     index_dtype=None,
+    dtype: torch.dtype | None = None,
     head_min_out_features: int = HEAD_MIN_OUT_FEATURES,
     return_summary: bool = False,
 ):
@@ -168,6 +169,8 @@ def sparsify(
             model from scratch) instead of keeping them.
         padding: spare slots per row (per output channel) of each sparse layer.
         index_dtype: the column index dtype of each sparse layer.
+        dtype: the value dtype of each sparse layer (``torch.bfloat16`` halves its bytes); default
+            the dense layer's. Layers left dense keep theirs: ``model.to(dtype)`` converts all.
         head_min_out_features: the model's last layer stays dense when it has fewer outputs than
             this (default 32; 0 converts it whatever its size), unless ``include`` or a sparsity
             mapping names it.
@@ -179,6 +182,8 @@ def sparsify(
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if dtype is not None and dtype not in VALUE_DTYPES:
+        raise TypeError(f"dtype must be {VALUE_DTYPE_NAMES} (or None: the dense layer's), got {dtype!r}")
     if not (callable(sparsity) or isinstance(sparsity, Mapping)):
         _check_sparsity(sparsity)
     if (
@@ -234,6 +239,8 @@ def sparsify(
         kind = _kind(m)
         spare = {"spare_slots": padding} if kind is SparseConv2d else {"padding": padding}
         new = kind.from_dense(m, s, **opts, **spare)
+        if dtype is not None:
+            new.to(dtype)
         new.train(m.training)
         summary.converted[name] = f"{kind.__name__}, sparsity {s:g}"
         if name == "":

@@ -51,7 +51,7 @@ class SparseMultiheadAttention(nn.Module):
         batch_first: inputs and outputs are ``(batch, seq, feature)`` (default ``(seq, batch, feature)``).
         sparsity: sparsity of each projection.
         device: only the CPU.
-        dtype: ``torch.float32`` or ``torch.float64``.
+        dtype: ``torch.float32``, ``torch.bfloat16`` or ``torch.float64`` (as for ``SparseLinear``).
         padding: spare slots per row of each projection, as for :class:`SparseLinear`.
 
     ``forward(query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,

@@ -33,7 +33,10 @@ from .function import TensorOperand
 __all__ = ["LayerCache", "storage_state"]
 
 _PLANS_MAX = 64
-_PLANNED_DTYPES = (torch.float32, torch.bfloat16)  # batch sizes vary (the last batch of an epoch, eval): keep the maps bounded
+_PLANNED_DTYPES = (
+    torch.float32,
+    torch.bfloat16,
+)  # batch sizes vary (the last batch of an epoch, eval): keep the maps bounded
 
 
 def storage_state(module) -> tuple:

@@ -43,7 +43,7 @@ class SparseConv1D(SparseLinear):
         bias: learn an additive bias (transformers' ``Conv1D`` always has one).
         sparsity: fraction of the weight's entries that are zero, in ``[0, 1)``.
         device: only the CPU.
-        dtype: ``torch.float32`` or ``torch.float64``.
+        dtype: ``torch.float32``, ``torch.bfloat16`` or ``torch.float64`` (as for ``SparseLinear``).
         padding: spare slots per row for dynamic sparse training.
         index_dtype: column index dtype.
     """

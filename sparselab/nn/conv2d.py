@@ -47,7 +47,7 @@ class SparseConv2d(SparseModule):
         bias: learn an additive bias per output channel.
         sparsity: fraction of the weight's entries that are zero, in ``[0, 1)``.
         device: only the CPU.
-        dtype: ``torch.float32`` or ``torch.float64``.
+        dtype: ``torch.float32``, ``torch.bfloat16`` or ``torch.float64`` (as for ``SparseLinear``).
         spare_slots: spare slots per output channel for dynamic sparse training (what
             ``SparseLinear`` calls ``padding``: a float is a fraction of the mean live count per
             output channel, an int a slot count).
