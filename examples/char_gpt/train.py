@@ -126,11 +126,13 @@ OPTIMIZER_IMPLS = {"default": {}, "fused": {"fused": True}, "for-loop": {"foreac
 
 
 def make_optimizer(
-    model: nn.Module, name: str, lr: float, weight_decay: float, impl: str = "default"
+    model: nn.Module, name: str, lr: float, weight_decay: float, impl: str = "default", rounding: str = "torch"
 ) -> torch.optim.Optimizer:
     """AdamW (betas 0.9/0.95) or SGD (momentum 0.9); weight decay on linear weights only.
     ``impl``: torch's default (foreach: temporaries the size of every parameter at once),
-    ``'fused'`` (one kernel per parameter, no such temporaries) or ``'for-loop'``."""
+    ``'fused'`` (one kernel per parameter, no such temporaries) or ``'for-loop'``.
+    ``rounding``: ``'torch'`` is torch's AdamW; any of ``sparselab.optim.ROUNDINGS`` is
+    ``sparselab.optim.AdamW`` with that rounding of bfloat16 state."""
     decay, no_decay = [], []
     for m in model.modules():
         for pname, p in m.named_parameters(recurse=False):
@@ -139,6 +141,8 @@ def make_optimizer(
             )
             (decay if is_weight else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if name == "adamw" and rounding != "torch":
+        return sparselab.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, rounding=rounding)
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, **OPTIMIZER_IMPLS[impl])
     if name == "sgd":
@@ -155,6 +159,7 @@ def lr_at(step: int, *, base: float, steps: int, warmup: int) -> float:
 
 
 DEFAULT_LR = {"adamw": 1e-3, "sgd": 0.05}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 # ---------------------------------------------------------------- one training run
@@ -187,6 +192,8 @@ class Trainer:
             self.model = build_sparse_direct(GPT, self.cfg, seed=args.seed, sparsities=layer_sparsities(prefix=""))
         else:
             self.model = build_model(self.cfg, sparse=args.sparse, seed=args.seed)
+        if args.dtype != "float32":
+            self.model.to(DTYPES[args.dtype])
         self.build_seconds = time.perf_counter() - t0
         self.model.checkpoint_blocks = args.checkpoint_activations
         self.net = self.model  # what the training step calls: the model, or DDP around it
@@ -214,10 +221,10 @@ class Trainer:
                     update_freq=a.update_freq,
                     drop_fraction=a.drop_fraction,
                 )
-            self.opt = make_optimizer(self.model, a.optimizer, self.lr, a.weight_decay, a.optimizer_impl)
+            self.opt = make_optimizer(self.model, a.optimizer, self.lr, a.weight_decay, a.optimizer_impl, a.rounding)
         else:
             self.model.load_state_dict(resume_state["model"])  # adopts the saved topology and capacity
-            self.opt = make_optimizer(self.model, a.optimizer, self.lr, a.weight_decay, a.optimizer_impl)
+            self.opt = make_optimizer(self.model, a.optimizer, self.lr, a.weight_decay, a.optimizer_impl, a.rounding)
             self.opt.load_state_dict(resume_state["optimizer"])
             if a.sparse:
                 # a loaded algorithm never re-budgets layers
@@ -328,7 +335,9 @@ def peak_rss_bytes() -> int:
 def run_name(args) -> str:
     mode = f"sparse-{args.dst}" if args.sparse else "dense"
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    return f"{args.config}_{mode}_{args.optimizer}_s{args.seed}" + (f"_{world}ranks" if world > 1 else "")
+    precision = "" if getattr(args, "dtype", "float32") == "float32" else f"_bf16-{args.rounding}"
+    name = f"{args.config}_{mode}_{args.optimizer}{precision}_s{args.seed}"
+    return name + (f"_{world}ranks" if world > 1 else "")
 
 
 def init_mode(args) -> str:
@@ -384,6 +393,13 @@ def parse_args(argv=None):
     ap.add_argument("--update-freq", type=int, default=100)
     ap.add_argument("--drop-fraction", type=float, default=0.3)
     ap.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
+    ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="the whole model's dtype")
+    ap.add_argument(
+        "--rounding",
+        default="torch",
+        choices=["torch", *sparselab.optim.ROUNDINGS],
+        help="AdamW: torch's (rounds bfloat16 state to nearest), or sparselab.optim.AdamW with this rounding",
+    )
     ap.add_argument("--lr", type=float, default=None, help="peak learning rate (adamw 1e-3, sgd 0.05)")
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=100)

@@ -19,8 +19,9 @@ change that choice without a subclass (defaults: none, lowest index):
 
 ``RandomTies`` is exact for float32 scores: each score is widened to float64
 and moved by less than an eighth of its float32 spacing, so distinct float32
-scores keep their order and equal ones are ordered at random. float64 scores
-(float64 layers) keep the lowest-index rule. The float64 selections cost
+scores keep their order and equal ones are ordered at random. bfloat16 scores
+(bfloat16 layers, whose 8-bit scores tie often) are widened to float32 first.
+float64 scores (float64 layers) keep the lowest-index rule. The float64 selections cost
 twice the score memory of the float32 ones.
 """
 
@@ -65,6 +66,8 @@ class RandomTies(TieBreaker):
     _warned = False
 
     def __call__(self, scores: Tensor, generator: torch.Generator) -> Tensor:
+        if scores.dtype == torch.bfloat16:  # widened exactly: bfloat16's many ties are ordered too
+            scores = scores.float()
         if scores.dtype != torch.float32:
             if not RandomTies._warned:
                 RandomTies._warned = True

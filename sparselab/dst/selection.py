@@ -57,7 +57,7 @@ class Selection:
         if n <= 0:
             return torch.empty(0, dtype=torch.int64)
         cols = layer.module.weight_cols  # padding holds column -1: never eligible
-        scores = scores.detach().reshape(-1)
+        scores = _widened(scores.detach().reshape(-1))
         if scores.dtype == torch.float32:
             scores = scores.contiguous()
             return radix_topk(lambda: [(scores, cols, 0)], n, largest=False)[0]  # capacity < 2**31
@@ -79,7 +79,7 @@ class Selection:
     def _block_scores(self, layer: LayerState, score_fn, r0: int, r1: int, dropped: Tensor | None) -> Tensor:
         """``score_fn(slice(r0, r1))`` flattened, with positions live after the drop set to -inf."""
         rows = slice(r0, r1)
-        block = score_fn(rows)
+        block = _widened(score_fn(rows))
         if self.grow_shaper is not None:
             block = self.grow_shaper(block, layer, rows)
         if self.tie_breaker is not None:
@@ -210,3 +210,8 @@ class Selection:
         return lambda rows: torch.rand(
             len(range(*rows.indices(layer.shape[0]))), layer.shape[1], generator=self.generator
         )
+
+
+def _widened(scores: Tensor) -> Tensor:
+    """bfloat16 scores (a bfloat16 layer's) as float32, exactly: they take the float32 selections."""
+    return scores.float() if scores.dtype is torch.bfloat16 else scores

@@ -179,3 +179,23 @@ def test_bfloat16_training_state_is_2_bytes_per_slot_and_10_per_live_weight_with
     assert m.index == 2 * cap + 8 * (out + 1) + 4 * out + 16
     per_live = m.total / layer.nnz
     assert 10.0 <= per_live < 10.5  # 2 value + 2 grad + 4 moments + 2 index, and the row arrays
+
+
+def test_hugging_face_round_trip_of_a_bfloat16_model(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from sparselab.model import hf
+
+    cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50, n_positions=16, bos_token_id=0,
+                                  eos_token_id=0)  # fmt: skip
+    torch.manual_seed(8)
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    sparselab.sparsify(model, 0.8)
+    model.to(BF16)
+    hf.save_pretrained(model, tmp_path)
+    same = hf.from_pretrained(transformers.GPT2LMHeadModel, tmp_path, dtype=BF16).eval()
+    ids = torch.randint(0, 50, (2, 8))
+    assert {p.dtype for p in same.parameters()} == {BF16}
+    assert torch.equal(same(ids).logits, model(ids).logits)
+    widened = hf.from_pretrained(transformers.GPT2LMHeadModel, tmp_path).eval()  # the config's float32
+    assert {p.dtype for p in widened.parameters()} == {torch.float32}
+    assert _rel(widened(ids).logits, model(ids).logits) < 2e-2
