@@ -71,8 +71,13 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(C, dim=2)
         h = self.n_head
         q, k, v = (t.view(B, T, h, C // h).transpose(1, 2) for t in (q, k, v))
+        # In a bfloat16 model the attention itself runs in float32: torch's bfloat16 attention
+        # backward took 58% of the 10M model's bfloat16 step on an AVX2 CPU (profiled).
+        low = q.dtype is torch.bfloat16
+        if low:
+            q, k, v = q.float(), k.float(), v.float()
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
-        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+        return self.proj(y.to(x.dtype).transpose(1, 2).reshape(B, T, C))
 
 
 class MLP(nn.Module):
