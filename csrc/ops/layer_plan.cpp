@@ -28,6 +28,12 @@ LayerPlan::LayerPlan(const RawCsr& w, const RawCsr& wt, uintptr_t perm, bool kee
   if (has_t_) init(wt_, wt);
 }
 
+uintptr_t LayerPlan::values_or_own(uintptr_t values) const {
+  const uintptr_t v = values ? values : w_.w.values;
+  if (!v) throw std::runtime_error("LayerPlan: this plan holds no values; the call must pass its float32 values");
+  return v;
+}
+
 CallW LayerPlan::call_view(const Variant& v, int side, int64_t n, int threads) {
   const Side& s = side == kW ? w_ : wt_;
   CallW c;

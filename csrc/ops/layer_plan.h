@@ -46,7 +46,8 @@ class LayerPlan {
     int64_t nnz = 0;
   };
   CallW call_view(const Variant& v, int side, int64_t n, int threads);
-  uintptr_t values_or_own(uintptr_t values) const { return values ? values : w_.w.values; }
+  // The float32 values a call runs on; a plan made without values (a bfloat16 layer's) needs them.
+  uintptr_t values_or_own(uintptr_t values) const;
 
   Side w_, wt_;
   bool has_t_;

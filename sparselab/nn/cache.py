@@ -91,7 +91,9 @@ class LayerCache:
         self.low_precision = values.dtype is torch.bfloat16
         if cols.numel() > 0 and values.dtype in _PLANNED_DTYPES and not inference:
             # A layer that keeps no transposed index (the memory preference) keeps no block-major index either.
-            self.kernels = kernel_plan(self.w_args, self.transposed if keep_t else None, keep_prepared=keep_t)
+            # A bfloat16 plan holds no values address: every call passes its widened float32 values.
+            plan_args = (0,) + self.w_args[1:] if self.low_precision else self.w_args
+            self.kernels = kernel_plan(plan_args, self.transposed if keep_t else None, keep_prepared=keep_t)
         self.plans: dict = {}  # (op, n, threads) -> planner.Plan
         self.kernel_ids: dict = {}  # (op, n, threads) -> id the kernel plan runs, or -1: the general runners
         tensors = (values, cols, rs, rn) + self.transposed_tensors
@@ -218,9 +220,10 @@ class LayerCache:
             v, threads = self.plan("sddmm_dw", n)
             view, w_args, _, _keep = self._widened()
             return run_sddmm_dw(v, view, w_args, dy, x, threads)
+        _, _, values, _keep = self._widened()
         dw = torch.empty(self.view.capacity, dtype=torch.float32, device="cpu")
         self.kernels.sddmm_dw(
-            kid, n, dy.data_ptr(), leading_dim(dy), x.data_ptr(), leading_dim(x), dw.data_ptr(), threads
+            kid, n, dy.data_ptr(), leading_dim(dy), x.data_ptr(), leading_dim(x), dw.data_ptr(), threads, values
         )
         return dw
 

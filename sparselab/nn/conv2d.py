@@ -229,7 +229,7 @@ class SparseConv2d(SparseModule):
         else:
             rows = self._patch_rows(x, pads).reshape(n * oh * ow, self.in_features)
         y = self.product(rows, self._parameters["bias"]).view(n, oh, ow, self.out_channels).permute(0, 3, 1, 2)
-        return y if out_dtype is None or out_dtype is torch.float32 else y.to(out_dtype)
+        return y if out_dtype is None else y.to(out_dtype)
 
     def _patch_rows(self, x: Tensor, pads) -> Tensor:
         """``(N, H', W', C, kh, kw)``: each output pixel's receptive field, a view of the padded

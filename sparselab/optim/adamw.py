@@ -73,6 +73,13 @@ class AdamW(torch.optim.Optimizer):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, rounding=rounding, seed=seed)
         super().__init__(params, defaults)
 
+    def __setstate__(self, state):
+        # A state_dict of torch's AdamW has no rounding or seed: its groups take this optimizer's.
+        super().__setstate__(state)
+        for group in self.param_groups:
+            group.setdefault("rounding", self.defaults["rounding"])
+            group.setdefault("seed", self.defaults["seed"])
+
     @torch.no_grad()
     def step(self, closure=None):
         """One AdamW step over every parameter with a gradient.
@@ -92,16 +99,42 @@ class AdamW(torch.optim.Optimizer):
                     continue
                 if p.grad.is_sparse:
                     raise RuntimeError("sparselab.optim.AdamW does not take sparse gradients")
+                if group["rounding"] not in ROUNDINGS:
+                    raise ValueError(f"rounding must be one of {ROUNDINGS}, got {group['rounding']!r}")
                 state = self.state[p]
                 if not state:
-                    state["step"] = torch.tensor(0.0)
+                    state["step"] = torch.tensor(0.0, dtype=torch.float32)  # not the default dtype
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
                 if group["rounding"] == "kahan" and p.dtype is torch.bfloat16 and "compensation" not in state:
                     state["compensation"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                _check_state(p, p.grad, state)
                 state["step"] += 1
                 _update(p, p.grad, state, group, step_seed(group["seed"], int(state["step"]), index))
         return loss
+
+
+def _check_state(p: Tensor, grad: Tensor, state: dict) -> None:
+    """Per-element state shaped like ``p`` and of its dtype (converted, as torch converts state on
+    load, so a model moved to another dtype after some steps keeps its moments); a parameter the
+    extension cannot reach is refused before any pointer is taken."""
+    if p.dtype is torch.bfloat16 and not p.is_cpu:
+        raise ValueError(f"sparselab.optim.AdamW steps bfloat16 parameters on the CPU only, got one on {p.device}")
+    if grad.shape != p.shape or grad.device != p.device:
+        raise ValueError(f"a gradient of shape {tuple(grad.shape)} on {grad.device} for a parameter {tuple(p.shape)}")
+    if state["step"].dtype != torch.float32:
+        state["step"] = state["step"].to(torch.float32)
+    for key in ("exp_avg", "exp_avg_sq", "compensation"):
+        t = state.get(key)
+        if t is None:
+            continue
+        if t.shape != p.shape:
+            raise ValueError(
+                f"optimizer state {key!r} has shape {tuple(t.shape)} but its parameter {tuple(p.shape)}: "
+                f"a state_dict of another model or capacity?"
+            )
+        if t.dtype != p.dtype or t.device != p.device or not t.is_contiguous():
+            state[key] = t.to(device=p.device, dtype=p.dtype, memory_format=torch.contiguous_format)
 
 
 def _update(p: Tensor, grad: Tensor, state: dict, group: dict, seed: int) -> None:
@@ -113,6 +146,8 @@ def _update(p: Tensor, grad: Tensor, state: dict, group: dict, seed: int) -> Non
     root_bc2 = math.sqrt(1.0 - beta2**step)
     m, v = state["exp_avg"], state["exp_avg_sq"]
     if p.dtype is torch.bfloat16:
+        if p.numel() == 0:
+            return
         comp = state.get("compensation")  # present with Kahan (made at the first step)
         rounding = ROUNDINGS.index(group["rounding"])
         tensors = [t.contiguous() for t in (p, grad.to(torch.bfloat16), m, v)]

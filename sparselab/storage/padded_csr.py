@@ -411,9 +411,7 @@ class PaddedCSR:
         float32 copy. Widening bfloat16 is exact."""
         if self.values.dtype is not torch.bfloat16:
             return self
-        w = PaddedCSR(self.values.detach().float(), self.cols, self.row_start, self.row_nnz, self.shape, check=False)
-        w.topology_version, w._transposed = self.topology_version, self._transposed
-        return w
+        return _Widened(self)
 
     def clone(self) -> "PaddedCSR":
         """A deep copy: new values and index tensors, no cached transposed index."""
@@ -472,6 +470,21 @@ class PaddedCSR:
             self.shape[0],
             self.shape[1],
         )
+
+
+class _Widened(PaddedCSR):
+    """A bfloat16 PaddedCSR's float32 twin for one call: its own values, the source's index
+    tensors, and the source's transposed index (built and kept on the source, so the next call's
+    twin finds it)."""
+
+    def __init__(self, source: PaddedCSR):
+        v = source.values.detach().float()
+        super().__init__(v, source.cols, source.row_start, source.row_nnz, source.shape, check=False)
+        self.topology_version = source.topology_version
+        self._source = source
+
+    def transposed(self) -> TransposedIndex:
+        return self._source.transposed()
 
 
 def build_transposed(

@@ -199,3 +199,67 @@ def test_hugging_face_round_trip_of_a_bfloat16_model(tmp_path):
     widened = hf.from_pretrained(transformers.GPT2LMHeadModel, tmp_path).eval()  # the config's float32
     assert {p.dtype for p in widened.parameters()} == {torch.float32}
     assert _rel(widened(ids).logits, model(ids).logits) < 2e-2
+
+
+class _Recording:
+    """Stands in for a layer's ``_C.LayerPlan`` and records the fused backward's calls."""
+
+    def __init__(self, plan):
+        self._plan, self.fused = plan, []
+
+    def __getattr__(self, name):
+        attr = getattr(self._plan, name)
+        if name != "backward_fused":
+            return attr
+
+        def call(kid, *args):
+            self.fused.append(kid)
+            return attr(kid, *args)
+
+        return call
+
+
+FUSED = [
+    pytest.param(v, id=v.name, marks=[] if v.available else [pytest.mark.skip(reason=v.reason)])
+    for v in sparselab.kernels.variants("backward_fused")
+]
+
+
+@pytest.mark.parametrize("v", FUSED)
+def test_a_bfloat16_layer_runs_each_fused_backward_through_its_plan(v):
+    torch.manual_seed(10)
+    layer = SparseLinear(96, 64, sparsity=0.8, dtype=BF16)
+    ref = copy.deepcopy(layer).double()
+    x = torch.randn(70, 96).to(BF16).requires_grad_()
+    xr = x.detach().double().requires_grad_()
+    g = torch.randn(70, 64).to(BF16)
+    cache = layer.layer_cache()
+    cache.kernels = _Recording(cache.kernels)
+    cache.kernel_ids[("backward_fused", 70, torch.get_num_threads())] = v.id
+    layer(x).backward(g)
+    ref(xr).backward(g.double())
+    assert cache.kernels.fused == [v.id]
+    assert _rel(x.grad, xr.grad) < 1e-2
+    assert _rel(layer.weight_values.grad, ref.weight_values.grad) < 1e-2
+    assert _rel(layer.bias.grad, ref.bias.grad) < 1e-2
+
+
+def test_bfloat16_ops_keep_the_transposed_index_on_the_weight():
+    W = sparselab.PaddedCSR.random(48, 40, 0.8, seed=3, dtype=BF16)
+    dy = torch.randn(5, 48).to(BF16)
+    name = next(
+        v.name for v in sparselab.kernels.variants("spmm_dx", available_only=True) if v.dx_layout == "transposed"
+    )
+    sparselab.ops.spmm_dx(W, dy, variant=name)
+    first = W.transposed()
+    sparselab.ops.spmm_dx(W, dy, variant=name)
+    assert W.transposed() is first  # built once, kept on the bfloat16 weight
+
+
+def test_a_bfloat16_plan_holds_no_values_and_refuses_a_call_without_them():
+    layer = SparseLinear(32, 16, sparsity=0.5, dtype=BF16)
+    plan = layer.layer_cache().kernels
+    v = next(v for v in sparselab.kernels.variants("spmm_fwd", available_only=True) if not v.is_dense)
+    x, y = torch.randn(2, 32), torch.empty(2, 16)
+    with pytest.raises(RuntimeError, match="holds no values"):
+        plan.spmm_fwd(v.id, 2, x.data_ptr(), 32, 0, y.data_ptr(), 16, 1)

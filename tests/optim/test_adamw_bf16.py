@@ -3,6 +3,7 @@ small updates (stochastic rounding or Kahan compensation) where torch's rounds t
 
 from __future__ import annotations
 
+import copy
 import io
 import math
 
@@ -202,3 +203,89 @@ def test_rigl_regrowth_resets_the_kahan_compensation_of_regrown_slots():
         assert bool((state["exp_avg_sq"][new][reset] == 0).all())
         assert torch.equal(state["compensation"][new][~reset], comp_before[old][~reset])
     assert regrown_seen > 0
+
+
+def test_state_of_another_shape_is_refused_before_the_extension_reads_it():
+    small = nn.Parameter(torch.zeros(16, dtype=BF16))
+    opt_small = AdamW([small])
+    small.grad = torch.ones_like(small)
+    opt_small.step()
+    big = nn.Parameter(torch.zeros(4096, dtype=BF16))
+    opt = AdamW([big])
+    opt.load_state_dict(opt_small.state_dict())
+    big.grad = torch.ones_like(big)
+    with pytest.raises(ValueError, match="shape"):
+        opt.step()
+
+
+def test_a_parameter_the_extension_cannot_reach_is_refused():
+    p = nn.Parameter(torch.zeros(8, dtype=BF16, device="meta"))
+    p.grad = torch.zeros_like(p)
+    with pytest.raises(ValueError, match="CPU only"):
+        AdamW([p]).step()
+
+
+def test_state_follows_a_model_converted_to_bfloat16_after_some_steps():
+    torch.manual_seed(9)
+    model = nn.Linear(8, 4)
+    opt = AdamW(model.parameters(), lr=1e-2)
+    for dtype in (torch.float32, BF16):
+        model.to(dtype)
+        model(torch.randn(5, 8, dtype=dtype)).float().sum().backward()
+        opt.step()
+        opt.zero_grad()
+    assert all(bool(p.isfinite().all()) for p in model.parameters())
+    assert opt.state[model.weight]["exp_avg"].dtype == BF16
+
+
+def test_the_step_count_is_float32_whatever_the_default_dtype():
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(BF16)
+    try:
+        p = nn.Parameter(torch.zeros(4, dtype=BF16))
+        opt = AdamW([p], lr=1e-3)
+        for _ in range(300):
+            p.grad = torch.ones_like(p)
+            opt.step()
+    finally:
+        torch.set_default_dtype(before)
+    assert opt.state[p]["step"].dtype == torch.float32 and int(opt.state[p]["step"]) == 300
+
+
+def test_a_torch_adamw_state_dict_loads_and_keeps_this_optimizers_rounding():
+    w0 = torch.randn(64).to(BF16)
+    a, b = nn.Parameter(w0.clone()), nn.Parameter(w0.clone())
+    theirs = torch.optim.AdamW([a], lr=1e-3)
+    a.grad = torch.ones_like(a)
+    theirs.step()
+    ours = AdamW([b], lr=1e-3, rounding="kahan", seed=5)
+    ours.load_state_dict(theirs.state_dict())
+    assert ours.param_groups[0]["rounding"] == "kahan" and ours.param_groups[0]["seed"] == 5
+    b.grad = torch.ones_like(b)
+    ours.step()
+    assert int(ours.state[b]["step"]) == 2 and "compensation" in ours.state[b]
+
+
+def test_the_saved_seed_wins_over_the_constructor_seed():
+    grads = _grads(4, [(2000,)], seed=6)
+    w0 = torch.randn(2000).to(BF16)
+    p = nn.Parameter(w0.clone())
+    opt = AdamW([p], lr=1e-3, seed=11)
+    _steps(opt, [p], grads[:2])
+    saved = copy.deepcopy(opt.state_dict())  # state_dict() shares the state tensors
+    q = nn.Parameter(p.detach().clone())
+    other = AdamW([q], lr=1e-3, seed=12)
+    other.load_state_dict(saved)
+    _steps(opt, [p], grads[2:])
+    _steps(other, [q], grads[2:])
+    assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+def test_an_empty_bfloat16_parameter_steps(rounding):
+    layer = SparseLinear(4, 4, sparsity=0.99, dtype=BF16)
+    assert layer.capacity == 0
+    opt = AdamW(layer.parameters(), rounding=rounding)
+    layer(torch.randn(2, 4, dtype=BF16)).float().sum().backward()
+    opt.step()
+    assert layer.bias.grad is not None
