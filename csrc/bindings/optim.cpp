@@ -13,7 +13,8 @@ void bind_optim(py::module_& m) {
          float lr, float beta1, float beta2, float eps, float weight_decay, float step_size, float root_bc2,
          int rounding, uint64_t seed, int threads) {
         if (rounding < 0 || rounding > 2) throw py::value_error("rounding must be 0, 1 or 2");
-        if (rounding == 2 && !compensation && n > 0) throw py::value_error("Kahan rounding needs a compensation buffer");
+        if (rounding == 2 && !compensation && n > 0)
+          throw py::value_error("Kahan rounding needs a compensation buffer");
         if (n < 0 || threads < 1) throw py::value_error("n must be >= 0 and threads >= 1");
         if (n > 0 && (!param || !grad || !exp_avg || !exp_avg_sq)) throw py::value_error("a null tensor address");
         AdamWBf16Args a{reinterpret_cast<uint16_t*>(param),

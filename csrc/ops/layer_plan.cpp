@@ -99,8 +99,7 @@ void LayerPlan::sddmm_dw(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy
 }
 
 void LayerPlan::backward_fused(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
-                               uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db, int threads,
-                               uintptr_t values) {
+                               uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db, int threads, uintptr_t values) {
   check_op(v, Op::BackwardFused);
   std::lock_guard<std::mutex> hold(mu_);
   if (!has_t_) throw std::runtime_error("variant '" + v.name + "' needs W's transposed index, which this plan lacks");
