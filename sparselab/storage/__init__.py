@@ -1,11 +1,13 @@
 """Sparse weight storage: the padded-CSR format, its transposed index, and the checks of both."""
 
+from .block_csr import BlockPaddedCSR
 from .checks import INT16_MAX_COLUMNS, PADDING, VALUE_DTYPE_NAMES, VALUE_DTYPES, index_bits, index_dtype_for
 from .padded_csr import PaddedCSR, build_transposed, live_count
 from .transposed import TransposedIndex, no_transposed
 
 __all__ = [
     "PaddedCSR",
+    "BlockPaddedCSR",
     "TransposedIndex",
     "build_transposed",
     "live_count",

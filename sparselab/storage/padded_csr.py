@@ -219,7 +219,7 @@ class PaddedCSR:
             in_features: columns.
             sparsity: the fraction of zeros, in ``[0, 1)``.
             seed: seeds the positions and values (the same seed, the same matrix).
-            dtype: ``torch.float32`` or ``torch.float64``.
+            dtype: ``torch.float32``, ``torch.bfloat16`` or ``torch.float64``.
             padding: spare slots per row for dynamic sparse training: a float is a fraction of the
                 mean live row count, an int a slot count.
             index_dtype: ``torch.int16`` or ``torch.int32`` column indices; default int16 when
