@@ -8,7 +8,7 @@ same shape; their forward + backward steps (input and weight gradients) are inte
 round and the medians kept. Work is the three products on live weights, ``6 * nnz * N`` flops.
 The table gives each step's time, its GFLOP/s on live weights, that rate as a fraction of this
 CPU's FP32 FMA peak (``bench/micro/fma_peak.cpp`` on the same threads), the time per unit of
-work relative to 90% (1.0 = proportional; the kernels issue asks 99% to stay within 1.5x) and
+work relative to 90% (1.0 = proportional, the goal is within 1.5x at 99%) and
 the time relative to ``nn.Linear``. Tuning follows the settings: every key is planned before the
 first round. Writes ``README.md``, ``results.json`` and ``time_per_work.png`` into ``--out``.
 """

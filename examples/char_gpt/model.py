@@ -72,7 +72,7 @@ class CausalSelfAttention(nn.Module):
         h = self.n_head
         q, k, v = (t.view(B, T, h, C // h).transpose(1, 2) for t in (q, k, v))
         # In a bfloat16 model the attention itself runs in float32: torch's bfloat16 attention
-        # backward took 58% of the 10M model's bfloat16 step on an AVX2 CPU (profiled).
+        # backward is slow on a CPU without AVX512_BF16 (reports/bf16/README.md).
         low = q.dtype is torch.bfloat16
         if low:
             q, k, v = q.float(), k.float(), v.float()
