@@ -94,7 +94,7 @@ void LayerPlan::sddmm_dw(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy
   check_op(v, Op::SddmmDw);
   std::lock_guard<std::mutex> hold(mu_);
   CallW c = call_view(v, kW, n, threads);
-  c.w.values = values_or_own(values);
+  c.w.values = values ? values : w_.w.values;  // dW kernels read W's topology only: 0 is fine here
   call_sddmm_dw(v, c, n, dy, lddy, x, ldx, dw, threads);
 }
 

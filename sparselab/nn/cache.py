@@ -32,11 +32,8 @@ from .function import TensorOperand
 
 __all__ = ["LayerCache", "storage_state"]
 
-_PLANS_MAX = 64
-_PLANNED_DTYPES = (
-    torch.float32,
-    torch.bfloat16,
-)  # batch sizes vary (the last batch of an epoch, eval): keep the maps bounded
+_PLANS_MAX = 64  # batch sizes vary (the last batch of an epoch, eval): keep the maps bounded
+_PLANNED_DTYPES = (torch.float32, torch.bfloat16)  # bfloat16 runs the float32 plans on widened values
 
 
 def storage_state(module) -> tuple:
@@ -220,10 +217,10 @@ class LayerCache:
             v, threads = self.plan("sddmm_dw", n)
             view, w_args, _, _keep = self._widened()
             return run_sddmm_dw(v, view, w_args, dy, x, threads)
-        _, _, values, _keep = self._widened()
         dw = torch.empty(self.view.capacity, dtype=torch.float32, device="cpu")
+        # dW reads W's topology only: no widened values (a capacity-sized copy) for this call.
         self.kernels.sddmm_dw(
-            kid, n, dy.data_ptr(), leading_dim(dy), x.data_ptr(), leading_dim(x), dw.data_ptr(), threads, values
+            kid, n, dy.data_ptr(), leading_dim(dy), x.data_ptr(), leading_dim(x), dw.data_ptr(), threads
         )
         return dw
 
