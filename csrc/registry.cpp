@@ -33,6 +33,12 @@ const char* op_name(Op op) {
       return "sddmm_dw";
     case Op::BackwardFused:
       return "backward_fused";
+    case Op::BlockSpmmFwd:
+      return "block_spmm_fwd";
+    case Op::BlockSpmmDx:
+      return "block_spmm_dx";
+    case Op::BlockSddmmDw:
+      return "block_sddmm_dw";
   }
   return "?";
 }
@@ -73,6 +79,10 @@ std::vector<Variant> build() {
     v.isa = e->isa;
     v.form = e->form;
     v.params = params_json(*e);
+    for (int k = 0; k < kMaxTileParams && e->param_names[k]; ++k) {
+      if (std::string(e->param_names[k]) == "block_rows") v.block_rows = e->param_values[k];
+      if (std::string(e->param_names[k]) == "block_cols") v.block_cols = e->param_values[k];
+    }
     v.dx_layout = e->dx_layout;
     v.fwd16 = e->fwd16;
     v.fwd32 = e->fwd32;

@@ -16,6 +16,9 @@ struct Variant {
   std::string form;    // plain | unrolled | tiled | ...
   std::string params;  // JSON object of the tile parameters, from the list
   DxLayout dx_layout = DxLayout::None;
+  // The block shape of W a Block* op variant takes (its block_rows and block_cols parameters).
+  int block_rows = 1;
+  int block_cols = 1;
   // Exactly the pointers matching `op` (and dx_layout) are set.
   FwdFn<int16_t> fwd16 = nullptr;
   FwdFn<int32_t> fwd32 = nullptr;

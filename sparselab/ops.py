@@ -12,6 +12,10 @@ forced, allocates the output and hands raw pointers to ``sparselab._C``.
   pass over W (a ``backward_fused`` variant), or the two ops where none runs;
   with ``bias_grad=True`` also ``dY.sum(0)``, summed by the fused kernel.
 
+W may be a :class:`~sparselab.storage.BlockPaddedCSR` too: the ops then run the block-sparse
+kernels of W's block shape (``registry.BLOCK_OPS``), torch on W's dense copy for float64 weights
+or a block shape no kernel takes, and ``backward_fused`` runs the pair.
+
 float64 weights run the scalar float64 path (for gradcheck); float32 weights
 dispatch through the variant table, dense torch included. bfloat16 weights take bfloat16
 operands: the call widens W's values and the operands to float32 (exact), runs the float32
@@ -22,10 +26,11 @@ from __future__ import annotations
 
 import torch
 
-from .dispatch import planner, registry
+from .dispatch import planner, registry, rules
+from .dispatch.block_runners import run_block_sddmm_dw, run_block_spmm_dx, run_block_spmm_fwd
 from .dispatch.registry import SEPARATE
 from .dispatch.runners import run_backward_fused, run_sddmm_dw, run_spmm_dx, run_spmm_fwd
-from .storage import PaddedCSR
+from .storage import BlockPaddedCSR, PaddedCSR
 from .storage.checks import check_dense_operand
 
 __all__ = ["spmm_fwd", "spmm_dx", "sddmm_dw", "backward_fused"]
@@ -37,9 +42,32 @@ def _widened(*tensors):
 
 
 def _check_weight(W) -> None:
-    if not isinstance(W, PaddedCSR):
-        raise TypeError(f"W must be a sparselab.PaddedCSR, got {type(W).__name__}")
+    if not isinstance(W, (PaddedCSR, BlockPaddedCSR)):
+        raise TypeError(f"W must be a sparselab.PaddedCSR or BlockPaddedCSR, got {type(W).__name__}")
     W.check()
+
+
+def _block_variant(op: str, W: BlockPaddedCSR, variant: str | None) -> registry.VariantInfo | None:
+    """The block op's variant for W: the named one (which must take W's block shape and run
+    here), else the rule's; None (torch on W's dense copy) for float64 W or a shape no kernel takes."""
+    if variant is not None:
+        if not isinstance(variant, str):
+            raise TypeError(f"variant must be a str or None, got {type(variant).__name__}")
+        v = registry.get(op, variant)
+        if v.block != W.block:
+            raise ValueError(f"{op} variant {variant!r} takes {v.block} blocks, W has {W.block}")
+        registry.require_available(op, variant)
+        return None if W.values.dtype == torch.float64 else v
+    if W.values.dtype == torch.float64:
+        return None
+    return rules.block_variant(op, W.block)
+
+
+def _float32_twin(W: BlockPaddedCSR) -> BlockPaddedCSR:
+    """A bfloat16 block weight's float32 copy for one call (the same index tensors)."""
+    return BlockPaddedCSR(
+        W.values.float(), W.block_cols, W.block_row_start, W.block_row_nnz, W.shape, W.block, check=False
+    )
 
 
 def _check_variant_arg(op: str, variant) -> None:
@@ -68,7 +96,7 @@ def _resolve(op: str, W: PaddedCSR, n: int, variant: str | None, threads: int) -
 
 
 def spmm_fwd(
-    W: PaddedCSR,
+    W: PaddedCSR | BlockPaddedCSR,
     X: torch.Tensor,
     bias: torch.Tensor | None = None,
     *,
@@ -93,7 +121,8 @@ def spmm_fwd(
     out_f, in_f = W.shape
     dtype = W.values.dtype
     check_dense_operand("X", X, None, in_f, dtype)
-    _check_variant_arg("spmm_fwd", variant)
+    if not isinstance(W, BlockPaddedCSR):
+        _check_variant_arg("spmm_fwd", variant)
     if bias is not None:
         if not isinstance(bias, torch.Tensor):
             raise TypeError(f"bias must be a torch.Tensor or None, got {type(bias).__name__}")
@@ -102,6 +131,11 @@ def spmm_fwd(
         if bias.shape != (out_f,):
             raise ValueError(f"bias must have shape ({out_f},), got {tuple(bias.shape)}")
         bias = bias.contiguous()
+    if isinstance(W, BlockPaddedCSR):
+        v = _block_variant("block_spmm_fwd", W, variant)
+        if dtype is torch.bfloat16:
+            return run_block_spmm_fwd(v, _float32_twin(W), *_widened(X, bias), _threads(threads)).to(dtype)
+        return run_block_spmm_fwd(v, W, X, bias, _threads(threads))
     if dtype is torch.bfloat16:
         Y = spmm_fwd(W.widened(), *_widened(X, bias), variant=variant, threads=threads)
         return Y.to(dtype)
@@ -111,7 +145,9 @@ def spmm_fwd(
     return run_spmm_fwd(v, W, W.raw_args(), X, bias, nthreads)
 
 
-def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None, threads: int | None = None) -> torch.Tensor:
+def spmm_dx(
+    W: PaddedCSR | BlockPaddedCSR, dY: torch.Tensor, *, variant: str | None = None, threads: int | None = None
+) -> torch.Tensor:
     """``dX = dY @ W`` for dY of shape (N, out_features).
 
     Args:
@@ -128,6 +164,11 @@ def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None, threa
     out_f, in_f = W.shape
     dtype = W.values.dtype
     check_dense_operand("dY", dY, None, out_f, dtype)
+    if isinstance(W, BlockPaddedCSR):
+        v = _block_variant("block_spmm_dx", W, variant)
+        if dtype is torch.bfloat16:
+            return run_block_spmm_dx(v, _float32_twin(W), *_widened(dY), _threads(threads)).to(dtype)
+        return run_block_spmm_dx(v, W, dY, _threads(threads))
     _check_variant_arg("spmm_dx", variant)
     if dtype is torch.bfloat16:
         return spmm_dx(W.widened(), *_widened(dY), variant=variant, threads=threads).to(dtype)
@@ -139,7 +180,12 @@ def spmm_dx(W: PaddedCSR, dY: torch.Tensor, *, variant: str | None = None, threa
 
 
 def sddmm_dw(
-    W: PaddedCSR, dY: torch.Tensor, X: torch.Tensor, *, variant: str | None = None, threads: int | None = None
+    W: PaddedCSR | BlockPaddedCSR,
+    dY: torch.Tensor,
+    X: torch.Tensor,
+    *,
+    variant: str | None = None,
+    threads: int | None = None,
 ) -> torch.Tensor:
     """Weight gradient at W's live slots: ``dW[k] = sum_b dY[b, row(k)] * X[b, col(k)]``.
 
@@ -159,6 +205,11 @@ def sddmm_dw(
     dtype = W.values.dtype
     check_dense_operand("dY", dY, None, out_f, dtype)
     check_dense_operand("X", X, dY.shape[0], in_f, dtype)
+    if isinstance(W, BlockPaddedCSR):
+        v = _block_variant("block_sddmm_dw", W, variant)
+        if dtype is torch.bfloat16:
+            return run_block_sddmm_dw(v, _float32_twin(W), *_widened(dY, X), _threads(threads)).to(dtype)
+        return run_block_sddmm_dw(v, W, dY, X, _threads(threads))
     _check_variant_arg("sddmm_dw", variant)
     if dtype is torch.bfloat16:
         return sddmm_dw(W.widened(), *_widened(dY, X), variant=variant, threads=threads).to(dtype)
@@ -169,7 +220,7 @@ def sddmm_dw(
 
 
 def backward_fused(
-    W: PaddedCSR,
+    W: PaddedCSR | BlockPaddedCSR,
     dY: torch.Tensor,
     X: torch.Tensor,
     *,
@@ -202,6 +253,11 @@ def backward_fused(
     dtype = W.values.dtype
     check_dense_operand("dY", dY, None, out_f, dtype)
     check_dense_operand("X", X, dY.shape[0], in_f, dtype)
+    if isinstance(W, BlockPaddedCSR):
+        if variant not in (None, SEPARATE):
+            raise ValueError(f"block-sparse W has no fused backward; variant must be None or {SEPARATE!r}")
+        pair = spmm_dx(W, dY, threads=threads), sddmm_dw(W, dY, X, threads=threads)
+        return pair + (dY.sum(0),) if bias_grad else pair
     _check_variant_arg("backward_fused", None if variant == SEPARATE else variant)
     if dtype is torch.bfloat16:
         grads = backward_fused(W.widened(), *_widened(dY, X), variant=variant, threads=threads, bias_grad=bias_grad)

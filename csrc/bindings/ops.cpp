@@ -68,6 +68,10 @@ void bind_ops(py::module_& m) {
       py::arg("t_row_nnz"), py::arg("perm"), py::arg("n"), py::arg("dy"), py::arg("lddy"), py::arg("x"), py::arg("ldx"),
       py::arg("dx"), py::arg("lddx"), py::arg("dw"), py::arg("threads"), py::arg("db") = 0);
 
+  m.def("block_spmm_fwd", one_off(&run_block_spmm_fwd));
+  m.def("block_spmm_dx", one_off(&run_block_spmm_dx));
+  m.def("block_sddmm_dw", one_off(&run_block_sddmm_dw));
+
   m.def("spmm_fwd_f64", float64(&run_spmm_fwd_f64));
   m.def("spmm_dx_f64", float64(&run_spmm_dx_f64));
   m.def("sddmm_dw_f64", float64(&run_sddmm_dw_f64));

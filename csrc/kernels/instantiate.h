@@ -80,11 +80,17 @@ constexpr bool params_match(const char* declared, const char* listed) {
 #define SL_DX(isa, form, name, seq) SL_ON_##isa(SL_CHECK(spmm_dx, form, name, seq))
 #define SL_DW(isa, form, name, seq) SL_ON_##isa(SL_CHECK(sddmm_dw, form, name, seq))
 #define SL_BWD(isa, form, name, seq) SL_ON_##isa(SL_CHECK(backward_fused, form, name, seq))
+#define SL_BLOCK_FWD(isa, form, name, seq) SL_ON_##isa(SL_CHECK(block_spmm_fwd, form, name, seq))
+#define SL_BLOCK_DX(isa, form, name, seq) SL_ON_##isa(SL_CHECK(block_spmm_dx, form, name, seq))
+#define SL_BLOCK_DW(isa, form, name, seq) SL_ON_##isa(SL_CHECK(block_sddmm_dw, form, name, seq))
 #include "../variants.def"
 #undef SL_FWD
 #undef SL_DX
 #undef SL_DW
 #undef SL_BWD
+#undef SL_BLOCK_FWD
+#undef SL_BLOCK_DX
+#undef SL_BLOCK_DW
 #undef SL_CHECK
 
 // A form's prepare() and prepared_floats(), or nulls when it has none.
@@ -136,6 +142,19 @@ struct PrepareOf<F, decltype(void(&F::prepared_floats))> {
   SL_ON_##isa(SL_ENTRY(BackwardFused, None, isa, name, form, seq, SL_NONE, SL_NONE, SL_NONE,                     \
                        &SL_FORM(backward_fused, form, seq)::scratch, SL_RUN(SL_FORM(backward_fused, form, seq)), \
                        SL_FORM(backward_fused, form, seq)))
+// Block-sparse kernels (W as R x C blocks over a block grid; block_forms_scalar.h).
+#define SL_BLOCK_FWD(isa, form, name, seq)                                                                            \
+  SL_ON_##isa(SL_ENTRY(BlockSpmmFwd, None, isa, name, form, seq, SL_RUN(SL_FORM(block_spmm_fwd, form, seq)), SL_NONE, \
+                       SL_NONE, &SL_FORM(block_spmm_fwd, form, seq)::scratch, SL_NONE,                                \
+                       SL_FORM(block_spmm_fwd, form, seq)))
+#define SL_BLOCK_DX(isa, form, name, seq)                                                                           \
+  SL_ON_##isa(SL_ENTRY(BlockSpmmDx, None, isa, name, form, seq, SL_NONE, SL_RUN(SL_FORM(block_spmm_dx, form, seq)), \
+                       SL_NONE, &SL_FORM(block_spmm_dx, form, seq)::scratch, SL_NONE,                               \
+                       SL_FORM(block_spmm_dx, form, seq)))
+#define SL_BLOCK_DW(isa, form, name, seq)                                                                        \
+  SL_ON_##isa(SL_ENTRY(BlockSddmmDw, None, isa, name, form, seq, SL_NONE, SL_NONE,                               \
+                       SL_RUN(SL_FORM(block_sddmm_dw, form, seq)), &SL_FORM(block_sddmm_dw, form, seq)::scratch, \
+                       SL_NONE, SL_FORM(block_sddmm_dw, form, seq)))
 
 extern const VariantEntry kVariants[];
 constexpr VariantEntry kVariants[] = {
@@ -147,6 +166,9 @@ constexpr VariantEntry kVariants[] = {
 #undef SL_DX
 #undef SL_DW
 #undef SL_BWD
+#undef SL_BLOCK_FWD
+#undef SL_BLOCK_DX
+#undef SL_BLOCK_DW
 #undef SL_ENTRY
 #undef SL_RUN
 #undef SL_NONE

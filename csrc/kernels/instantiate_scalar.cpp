@@ -4,6 +4,7 @@
 #define SL_ON_scalar(...) __VA_ARGS__
 
 #include "scalar_forms.h"
+#include "block_sparse/block_forms_scalar.h"
 
 namespace sparselab {
 namespace isa_scalar {

@@ -8,7 +8,9 @@
 
 namespace sparselab {
 
-enum class Op { SpmmFwd, SpmmDx, SddmmDw, BackwardFused };
+// The Block* ops take a block-sparse W: a CsrView over its block grid whose slots hold R x C
+// weights each (csrc/kernels/block_sparse/).
+enum class Op { SpmmFwd, SpmmDx, SddmmDw, BackwardFused, BlockSpmmFwd, BlockSpmmDx, BlockSddmmDw };
 
 // How a spmm_dx variant uses W: through the transposed index (running a
 // forward kernel on W^T) or by scattering from W's rows.

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "../common/cpu_features.h"
@@ -304,6 +305,37 @@ void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, uin
   check_op(v, Op::BackwardFused);
   const OneOffCall cw(w, n, threads), ct(wt, n, threads);
   call_backward_fused(v, cw.w, ct.w, perm, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);
+}
+
+namespace {
+void check_block(const Variant& v, Op op, int block_rows, int block_cols) {
+  check_op(v, op);
+  if (v.block_rows != block_rows || v.block_cols != block_cols)
+    throw std::invalid_argument("variant '" + v.name + "' takes " + std::to_string(v.block_rows) + "x" +
+                                std::to_string(v.block_cols) + " blocks, W has " + std::to_string(block_rows) + "x" +
+                                std::to_string(block_cols));
+}
+}  // namespace
+
+void run_block_spmm_fwd(const Variant& v, const RawCsr& w, int block_rows, int block_cols, int64_t n, uintptr_t x,
+                        int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy, int threads) {
+  check_block(v, Op::BlockSpmmFwd, block_rows, block_cols);
+  const OneOffCall c(w, n, threads);
+  call_spmm_fwd(v, c.w, n, x, ldx, bias, y, ldy, threads);
+}
+
+void run_block_spmm_dx(const Variant& v, const RawCsr& w, int block_rows, int block_cols, int64_t n, uintptr_t dy,
+                       int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
+  check_block(v, Op::BlockSpmmDx, block_rows, block_cols);
+  const OneOffCall c(w, n, threads);
+  call_spmm_dx_scatter(v, c.w, n, dy, lddy, dx, lddx, threads);
+}
+
+void run_block_sddmm_dw(const Variant& v, const RawCsr& w, int block_rows, int block_cols, int64_t n, uintptr_t dy,
+                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw, int threads) {
+  check_block(v, Op::BlockSddmmDw, block_rows, block_cols);
+  const OneOffCall c(w, n, threads);
+  call_sddmm_dw(v, c.w, n, dy, lddy, x, ldx, dw, threads);
 }
 
 namespace {

@@ -73,6 +73,16 @@ void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, uin
                         int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
                         int threads);
 
+// The block-sparse ops: w is the block grid's index (rows = out / block_rows, ncols = in /
+// block_cols) with block_rows * block_cols values per slot. Throws unless v is a variant of the
+// op for that block shape.
+void run_block_spmm_fwd(const Variant& v, const RawCsr& w, int block_rows, int block_cols, int64_t n, uintptr_t x,
+                        int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy, int threads);
+void run_block_spmm_dx(const Variant& v, const RawCsr& w, int block_rows, int block_cols, int64_t n, uintptr_t dy,
+                       int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
+void run_block_sddmm_dw(const Variant& v, const RawCsr& w, int block_rows, int block_cols, int64_t n, uintptr_t dy,
+                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw, int threads);
+
 // float64 paths (scalar only): the same three ops in double precision.
 void run_spmm_fwd_f64(const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy,
                       int threads);

@@ -6,7 +6,9 @@ them with their availability on this CPU and the reason when unavailable.
 The fused backward kernels (op ``backward_fused``: dX and dW in one call) are
 not one of the three ops of ``OPS`` that ``variants()`` lists: ``variants("backward_fused")``
 lists them, and the planner's backward plan chooses one of them or :data:`SEPARATE_PAIR`, the
-two separate ops.
+two separate ops. The block-sparse ops (:data:`BLOCK_OPS`, on a
+:class:`~sparselab.storage.BlockPaddedCSR`) are listed the same way, each variant for one block
+shape (``VariantInfo.block``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from .. import _C, settings
 
 OPS = ("spmm_fwd", "spmm_dx", "sddmm_dw")
 FUSED_OPS = ("backward_fused",)
+#: The three ops on a block-sparse W, in the order of ``OPS``.
+BLOCK_OPS = ("block_spmm_fwd", "block_spmm_dx", "block_sddmm_dw")
 REFERENCE = "scalar"  # the reference variant name of every op
 DENSE = {"spmm_fwd": ("dense_torch", "dense_mkldnn"), "spmm_dx": ("dense_torch",), "sddmm_dw": ("dense_torch",)}
 
@@ -47,6 +51,7 @@ class VariantInfo:
             ``'scatter'`` (reads W's own index).
         prepares: whether it builds W-derived data (a block-major index) a layer keeps per
             topology.
+        block: the ``(rows, cols)`` block shape of W it takes; ``(1, 1)`` for the unstructured ops.
     """
 
     op: str
@@ -59,6 +64,7 @@ class VariantInfo:
     id: int = -1  # index in the compiled table; -1 for dense pseudo-variants
     dx_layout: str = ""  # spmm_dx: 'transposed' or 'scatter'
     prepares: bool = False  # builds W-derived data (a block-major index) a layer keeps per topology
+    block: tuple = (1, 1)
 
     @property
     def is_dense(self) -> bool:
@@ -125,7 +131,7 @@ def _capped_reason(isa: str) -> str:
 
 
 def _build() -> dict[str, dict[str, VariantInfo]]:
-    table: dict[str, dict[str, VariantInfo]] = {op: {} for op in OPS + FUSED_OPS}
+    table: dict[str, dict[str, VariantInfo]] = {op: {} for op in OPS + FUSED_OPS + BLOCK_OPS}
     for row in _C.variant_table():
         reason = row["unavailable_reason"] or _capped_reason(row["isa"])
         v = VariantInfo(
@@ -139,6 +145,7 @@ def _build() -> dict[str, dict[str, VariantInfo]]:
             id=row["id"],
             dx_layout=row["dx_layout"],
             prepares=row["prepares"],
+            block=tuple(row["block"]),
         )
         if v.name in table[v.op]:
             raise RuntimeError(f"duplicate variant name {v.op}/{v.name} in the compiled registry")
@@ -155,16 +162,16 @@ _TABLE = _build()
 def _check_op(op: str) -> None:
     if not isinstance(op, str):
         raise TypeError(f"op must be a str, got {type(op).__name__}")
-    if op not in OPS and op not in FUSED_OPS:
-        raise ValueError(f"unknown op {op!r}; expected one of {OPS + FUSED_OPS}")
+    if op not in OPS + FUSED_OPS + BLOCK_OPS:
+        raise ValueError(f"unknown op {op!r}; expected one of {OPS + FUSED_OPS + BLOCK_OPS}")
 
 
 def variants(op: str | None = None, *, available_only: bool = False) -> list[VariantInfo]:
     """All variants (of one op, or of every op of ``OPS``), in registry order.
 
     Args:
-        op: ``'spmm_fwd'``, ``'spmm_dx'``, ``'sddmm_dw'`` or ``'backward_fused'``; None lists the
-            first three.
+        op: ``'spmm_fwd'``, ``'spmm_dx'``, ``'sddmm_dw'``, ``'backward_fused'`` or one of
+            :data:`BLOCK_OPS`; None lists the first three.
         available_only: leave out the variants this CPU cannot run.
     """
     ops = OPS if op is None else (op,)
@@ -226,7 +233,7 @@ def describe() -> str:
             json.dumps(v.params) if v.params else "-",
             "yes" if v.available else f"no: {v.reason}",
         ]
-        for v in variants() + [v for op in FUSED_OPS for v in variants(op)]
+        for v in variants() + [v for op in FUSED_OPS + BLOCK_OPS for v in variants(op)]
     ]
     # Columns as wide as their widest cell, so long names or params never shift the next column.
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]

@@ -20,6 +20,7 @@ __all__ = [
     "heuristic",
     "allowed",
     "named_variants",
+    "block_variant",
 ]
 
 #: At or above this density the rules pick dense torch: the dense candidates densify W on every
@@ -156,3 +157,19 @@ def allowed(op: str, info: VariantInfo, one_off: bool = False) -> bool:
         if op == BACKWARD:
             return info.form == "separate"
     return True
+
+
+def block_variant(op: str, block: tuple[int, int]) -> VariantInfo | None:
+    """A block op's choice (op of ``registry.BLOCK_OPS``): the first variant in registry order
+    for this block shape, of the widest ISA that has one (scalar last); None when no kernel takes
+    the shape.
+
+    Args:
+        op: ``'block_spmm_fwd'``, ``'block_spmm_dx'`` or ``'block_sddmm_dw'``.
+        block: ``(rows, cols)`` of W's blocks.
+    """
+    found = [v for v in registry.variants(op, available_only=True) if v.block == tuple(block)]
+    if not found:
+        return None
+    widest = registry.widest_isa()
+    return next((v for v in found if v.isa == widest), None) or next((v for v in found if v.isa != "scalar"), found[0])

@@ -18,7 +18,7 @@ import operator
 
 import torch
 
-from .checks import VALUE_DTYPE_NAMES, VALUE_DTYPES
+from .checks import VALUE_DTYPE_NAMES, VALUE_DTYPES, check_topology, check_weight_layout, index_bits
 from .padded_csr import PaddedCSR, live_count
 
 __all__ = ["BlockPaddedCSR"]
@@ -268,6 +268,60 @@ class BlockPaddedCSR:
             self.grid().validate()  # the index invariants, and live blocks finite
         except ValueError as e:
             raise ValueError(f"block grid: {e}") from None
+
+    def check(self) -> None:
+        """What every op runs before handing W to the extension: the values' layout in constant
+        time, and the block grid's index as :meth:`PaddedCSR.check` checks it (once per topology,
+        cached by the index tensors' version counters). Values are not scanned."""
+        v = self.values
+        if not isinstance(v, torch.Tensor):
+            raise TypeError(f"values must be a torch.Tensor, got {type(v).__name__}")
+        if v.dtype not in VALUE_DTYPES:
+            raise TypeError(f"values must be {VALUE_DTYPE_NAMES}, got {v.dtype}")
+        if not isinstance(self.block_cols, torch.Tensor):
+            raise TypeError(f"block_cols must be a torch.Tensor, got {type(self.block_cols).__name__}")
+        cap = self.block_cols.numel()
+        if v.device.type != "cpu" or v.shape != (cap, *self.block) or not v.is_contiguous():
+            raise ValueError(
+                f"values must be a contiguous CPU ({cap}, {self.block[0]}, {self.block[1]}) tensor, "
+                f"got shape {tuple(v.shape)} on {v.device}"
+            )
+        index = self._index_view()
+        try:
+            check_weight_layout(index)
+            check_topology(index)
+        except ValueError as e:
+            raise ValueError(f"block grid: {e}") from None
+
+    def _index_view(self) -> PaddedCSR:
+        """The block index as a PaddedCSR over the grid whose values are a placeholder (never read):
+        what the topology checks and the extension take."""
+        cap = self.block_cols.numel()
+        placeholder = getattr(self, "_placeholder", None)
+        if placeholder is None or placeholder.numel() != cap:
+            placeholder = self._placeholder = torch.empty(cap, dtype=torch.float32)
+        gshape = (self.shape[0] // self.block[0], self.shape[1] // self.block[1])
+        return PaddedCSR(placeholder, self.block_cols, self.block_row_start, self.block_row_nnz, gshape, check=False)
+
+    def raw_args(self, *, check: bool = True) -> tuple:
+        """Pointers and sizes for the extension's block ops, after :meth:`check`: the values, the
+        grid index, and the grid's rows and columns.
+
+        Args:
+            check: run :meth:`check` first.
+        """
+        if check:
+            self.check()
+        r, c = self.block
+        return (
+            self.values.data_ptr(),
+            self.block_cols.data_ptr(),
+            index_bits(self.block_cols.dtype),
+            self.block_row_start.data_ptr(),
+            self.block_row_nnz.data_ptr(),
+            self.shape[0] // r,
+            self.shape[1] // c,
+        )
 
     def __repr__(self) -> str:
         return (

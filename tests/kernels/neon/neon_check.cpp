@@ -68,6 +68,8 @@ const std::vector<NcVariant>& registry() {
   static const std::vector<NcVariant> table = [] {
     std::vector<NcVariant> t;
     for (const sparselab::Variant& v : variants()) {
+      // Block-sparse variants take a block grid, not a PaddedCSR: check_block_variants runs them.
+      if (v.block_rows != 1 || v.block_cols != 1) continue;
       const Kind kind = v.op == Op::SpmmFwd                   ? Kind::Fwd
                         : v.op == Op::SddmmDw                 ? Kind::Dw
                         : v.dx_layout == DxLayout::Transposed ? Kind::DxT
@@ -639,6 +641,160 @@ std::vector<CaseSpec> cases() {
   return c;
 }
 
+// ---- block-sparse variants (csrc/kernels/block_sparse/) ----
+// W as an R x C block grid (padded CSR over the grid, R * C values per slot, NaN in spare
+// slots), operands with NaN-filled leading-dimension padding, checked against double loops
+// with the tolerance above; dW must be exactly 0 at spare slots; 2 threads give the bits of 1.
+
+template <typename Idx, typename F16, typename F32>
+auto pick_fn(F16 f16, F32 f32) {
+  if constexpr (sizeof(Idx) == 2)
+    return f16;
+  else
+    return f32;
+}
+
+template <typename Idx>
+void check_block_case(const sparselab::Variant& v, int64_t grows, int64_t gcols, int64_t n, double density,
+                      int ld_extra, bool bias, uint64_t seed) {
+  const int R = v.block_rows, C = v.block_cols;
+  const int64_t out = grows * R, in = gcols * C;
+  Rng rng(seed);
+  std::vector<int64_t> row_start{0};
+  std::vector<int32_t> row_nnz;
+  std::vector<Idx> cols;
+  for (int64_t i = 0; i < grows; ++i) {
+    int32_t live = 0;
+    for (int64_t j = 0; j < gcols; ++j)
+      if (rng.chance(density)) {
+        cols.push_back(Idx(j));
+        ++live;
+      }
+    const int spare = int(rng.range(0, 2));
+    for (int k = 0; k < spare; ++k) cols.push_back(Idx(-1));
+    row_nnz.push_back(live);
+    row_start.push_back(int64_t(cols.size()));
+  }
+  const int64_t cap = int64_t(cols.size());
+  Guarded<float> values(size_t(std::max<int64_t>(cap * R * C, 1)));
+  for (int64_t i = 0; i < grows; ++i)
+    for (int64_t k = row_start[i]; k < row_start[i + 1]; ++k)
+      for (int e = 0; e < R * C; ++e)
+        values[size_t(k * R * C + e)] = k - row_start[i] < row_nnz[i] ? rng.value() : kNaN;
+  const int64_t ldx = in + ld_extra, ldy = out + ld_extra;
+  Guarded<float> x(size_t(std::max<int64_t>(n * ldx, 1))), dy(size_t(std::max<int64_t>(n * ldy, 1)));
+  Guarded<float> b{size_t(out)};
+  for (int64_t q = 0; q < n * ldx; ++q) x[size_t(q)] = q % ldx < in ? rng.value() : kNaN;
+  for (int64_t q = 0; q < n * ldy; ++q) dy[size_t(q)] = q % ldy < out ? rng.value() : kNaN;
+  for (int64_t o = 0; o < out; ++o) b[size_t(o)] = rng.value();
+  const CsrView<Idx> w{values.data(), cols.data(), row_start.data(), row_nnz.data(), grows, gcols};
+  const std::vector<int64_t> chunks = make_chunks(grows, 2, rng);
+  const int64_t nchunks = int64_t(chunks.size()) - 1;
+
+  // ref[e], scale[e], len: the double result, sum |terms| and dot length of each output.
+  std::vector<double> ref, scale;
+  int64_t len = 0;
+  const char* opn = op_name(v.op);
+  if (v.op == Op::BlockSpmmFwd || v.op == Op::BlockSpmmDx) {
+    const bool fwd = v.op == Op::BlockSpmmFwd;
+    const int64_t rows_out = fwd ? out : in;
+    ref.assign(size_t(n * rows_out), 0.0);
+    scale.assign(size_t(n * rows_out), 0.0);
+    len = (fwd ? in : out) + 1;
+    for (int64_t q = 0; q < n; ++q)
+      for (int64_t i = 0; i < grows; ++i)
+        for (int32_t k = 0; k < row_nnz[i]; ++k) {
+          const int64_t slot = row_start[i] + k, j = int64_t(cols[size_t(slot)]);
+          for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) {
+              const double wv = values[size_t(slot * R * C + r * C + c)];
+              const int64_t o = i * R + r, a = j * C + c;
+              const double t = fwd ? wv * x[size_t(q * ldx + a)] : wv * dy[size_t(q * ldy + o)];
+              const int64_t e = q * rows_out + (fwd ? o : a);
+              ref[size_t(e)] += t;
+              scale[size_t(e)] += std::fabs(t);
+            }
+        }
+    if (fwd && bias)
+      for (int64_t q = 0; q < n; ++q)
+        for (int64_t o = 0; o < out; ++o) {
+          ref[size_t(q * out + o)] += b[size_t(o)];
+          scale[size_t(q * out + o)] += std::fabs(b[size_t(o)]);
+        }
+  } else {
+    ref.assign(size_t(cap * R * C), 0.0);
+    scale.assign(size_t(cap * R * C), 0.0);
+    len = n;
+    for (int64_t i = 0; i < grows; ++i)
+      for (int32_t k = 0; k < row_nnz[i]; ++k) {
+        const int64_t slot = row_start[i] + k, j = int64_t(cols[size_t(slot)]);
+        for (int r = 0; r < R; ++r)
+          for (int c = 0; c < C; ++c)
+            for (int64_t q = 0; q < n; ++q) {
+              const double t = double(dy[size_t(q * ldy + i * R + r)]) * x[size_t(q * ldx + j * C + c)];
+              ref[size_t(slot * R * C + r * C + c)] += t;
+              scale[size_t(slot * R * C + r * C + c)] += std::fabs(t);
+            }
+      }
+  }
+
+  auto run = [&](int threads) {
+    const int64_t rows_out = v.op == Op::BlockSpmmFwd ? out : in;
+    const size_t count = v.op == Op::BlockSddmmDw ? size_t(cap * R * C) : size_t(n * rows_out);
+    std::vector<float> got(count, from_bits(kOutSentinel));
+    Scratch sc(v.scratch(n, gcols, grows, cap, threads));
+    float* sp = sc.ptr();
+    if (v.op == Op::BlockSpmmFwd) {
+      FwdArgs<Idx> a{w,       n,  x.data(), ldx, bias ? b.data() : nullptr, got.data(), out, chunks.data(),
+                     nchunks, sp, threads};
+      pick_fn<Idx>(v.fwd16, v.fwd32)(a);
+    } else if (v.op == Op::BlockSpmmDx) {
+      DxArgs<Idx> a{w, n, dy.data(), ldy, got.data(), in, chunks.data(), nchunks, sp, threads};
+      pick_fn<Idx>(v.dx16, v.dx32)(a);
+    } else {
+      DwArgs<Idx> a{w, n, dy.data(), ldy, x.data(), ldx, got.data(), chunks.data(), nchunks, sp, threads};
+      pick_fn<Idx>(v.dw16, v.dw32)(a);
+    }
+    if (!sc.intact()) got.assign(got.size(), from_bits(kScratchSlack));  // fails the comparison below
+    return got;
+  };
+  const std::string what = std::string(opn) + "/" + v.name + " grid " + std::to_string(grows) + "x" +
+                           std::to_string(gcols) + " N=" + std::to_string(n) + " idx" + std::to_string(8 * sizeof(Idx));
+  snprintf(g_current, sizeof g_current, "%s", what.c_str());
+  const std::vector<float> one = run(1), two = run(2);
+  std::string err;
+  for (size_t e = 0; e < one.size() && err.empty(); ++e) {
+    const double tol = 2.0 * double(len + 2) * std::ldexp(1.0, -24) * scale[e];
+    if (!(std::fabs(double(one[e]) - ref[e]) <= tol))
+      err = "element " + std::to_string(e) + ": got " + std::to_string(one[e]) + " want " + std::to_string(ref[e]);
+  }
+  if (err.empty() && v.op == Op::BlockSddmmDw)
+    for (int64_t i = 0; i < grows && err.empty(); ++i)
+      for (int64_t k = row_start[i] + row_nnz[i]; k < row_start[i + 1]; ++k)
+        for (int e = 0; e < R * C; ++e)
+          if (bits(one[size_t(k * R * C + e)]) != 0) err = "spare slot " + std::to_string(k) + " not 0";
+  if (err.empty() && std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) != 0)
+    err = "2 threads differ from 1";
+  record(err.empty(), what, err);
+}
+
+void check_block_variants() {
+  for (const sparselab::Variant& v : variants()) {
+    if (v.block_rows == 1 && v.block_cols == 1) continue;
+    uint64_t seed = 77;
+    for (int idx : {16, 32})
+      for (int64_t n : {1, 3, 8, 17, 40, 129})
+        for (double density : {0.0, 0.3, 1.0}) {
+          const int64_t grows = 1 + int64_t(seed % 7), gcols = 1 + int64_t((seed * 7) % 45);
+          if (idx == 16)
+            check_block_case<int16_t>(v, grows, gcols, n, density, int(seed % 4), seed % 2 == 0, seed);
+          else
+            check_block_case<int32_t>(v, grows, gcols, n, density, int(seed % 4), seed % 2 == 0, seed);
+          ++seed;
+        }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -683,6 +839,7 @@ int main(int argc, char** argv) {
 
   const auto all = cases();
   for (const CaseSpec& s : all) check(s);
+  check_block_variants();
   printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed ? 1 : 0;
 }

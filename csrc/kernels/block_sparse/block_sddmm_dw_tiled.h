@@ -1,0 +1,98 @@
+// block_sddmm_dw over batch panels: dW of each live R x C block is
+// dY[:, rows of the block]^T X[:, columns of the block], summed over the batch.
+// X and dY are packed into panels of T batch rows (panels.h), so a block's
+// R + C operand rows are T contiguous floats each. Tasks take W's row chunks
+// (each dW slot belongs to one task) and walk the batch tiles in turn, so one
+// tile's X panel serves every block row of the chunk while it is in cache.
+// KB blocks of a block row go together: each dY vector loaded feeds R * C * KB
+// FMAs, each X vector R. A block's sums are reduced across lanes once per tile.
+#pragma once
+#include "../isa_namespace.h"
+#include "../../common/parallel.h"
+#include "../kernel_api.h"
+#include "../panels.h"
+
+namespace sparselab {
+namespace SPARSELAB_ISA_NS {
+namespace {
+
+// dw[e] += lane sum of acc[e], e < E.
+template <class V, int E>
+inline void add_lane_sums(const typename V::reg (&acc)[E], float* dw) {
+  int e = 0;
+  for (; e + 4 <= E; e += 4) V::hsum4_add(acc[e], acc[e + 1], acc[e + 2], acc[e + 3], dw + e);
+  for (; e < E; ++e) dw[e] += V::hsum(acc[e]);
+}
+
+// KB blocks starting at slot `slot` of block row i, on batch tile panels Px and Pdy.
+template <class V, int R, int C, int T, int KB, typename Idx>
+inline void block_dw_group(const DwArgs<Idx>& a, int64_t i, int64_t slot, const float* Px, const float* Pdy) {
+  using reg = typename V::reg;
+  constexpr int E = R * C;
+  reg acc[KB][E];
+  for (int g = 0; g < KB; ++g)
+    for (int e = 0; e < E; ++e) acc[g][e] = V::zero();
+  const float* x[KB];
+  for (int g = 0; g < KB; ++g) x[g] = Px + int64_t(a.w.cols[slot + g]) * C * T;
+  const float* dy = Pdy + i * R * T;
+  for (int q = 0; q < T; q += V::W) {
+    reg d[R];
+    for (int r = 0; r < R; ++r) d[r] = V::load(dy + r * T + q);
+    for (int g = 0; g < KB; ++g)
+      for (int c = 0; c < C; ++c) {
+        const reg xv = V::load(x[g] + c * T + q);
+        for (int r = 0; r < R; ++r) acc[g][r * C + c] = V::fmadd(d[r], xv, acc[g][r * C + c]);
+      }
+  }
+  for (int g = 0; g < KB; ++g) add_lane_sums<V, E>(acc[g], a.dw + (slot + g) * E);
+}
+
+template <class V, int R, int C, int T, int KB, typename Idx>
+void block_dw_tiled(const DwArgs<Idx>& a) {
+  const int64_t in = a.w.ncols * C, out = a.w.rows * R;
+  const int64_t ntiles = ceil_div(a.n, T);
+  float* Px = a.scratch;
+  float* Pdy = a.scratch + panel_floats<T>(a.n, in);
+  pack_panels<T>(a.x, a.ldx, a.n, in, Px, a.threads);
+  pack_panels<T>(a.dy, a.lddy, a.n, out, Pdy, a.threads);
+  parallel_for(a.threads, a.nchunks, [&](int64_t c, int) {
+    const int64_t i_lo = a.row_chunks[c], i_hi = a.row_chunks[c + 1];
+    // Every slot of the chunk's rows, spare ones included, starts at 0.
+    for (int64_t e = a.w.row_start[i_lo] * R * C; e < a.w.row_start[i_hi] * R * C; ++e) a.dw[e] = 0.0f;
+    for (int64_t t = 0; t < ntiles; ++t) {
+      const float* px = Px + t * in * T;
+      const float* pdy = Pdy + t * out * T;
+      for (int64_t i = i_lo; i < i_hi; ++i) {
+        const int64_t s = a.w.row_start[i];
+        const int32_t nnz = a.w.row_nnz[i];
+        int32_t k = 0;
+        for (; k + KB <= nnz; k += KB) block_dw_group<V, R, C, T, KB>(a, i, s + k, px, pdy);
+        for (; k < nnz; ++k) block_dw_group<V, R, C, T, 1>(a, i, s + k, px, pdy);
+      }
+    }
+  });
+}
+
+namespace forms {
+namespace block_sddmm_dw {
+
+template <class V, int block_rows, int block_cols, int T, int KB>
+struct tiled {
+  static_assert(T % V::W == 0 && T % 8 == 0, "a batch tile is a whole number of vectors and of 8-row transposes");
+  static constexpr const char kParams[] = "block_rows,block_cols,T,KB";
+  template <typename Idx>
+  static void run(const DwArgs<Idx>& a) {
+    block_dw_tiled<V, block_rows, block_cols, T, KB>(a);
+  }
+  // in, out: the block grid's columns and rows.
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t, int) {
+    return panel_floats<T>(n, in * block_cols) + panel_floats<T>(n, out * block_rows);
+  }
+};
+
+}  // namespace block_sddmm_dw
+}  // namespace forms
+
+}  // namespace
+}  // namespace SPARSELAB_ISA_NS
+}  // namespace sparselab

@@ -1,0 +1,76 @@
+"""Runners of the block-sparse ops: a checked :class:`~sparselab.storage.BlockPaddedCSR` and
+operands in, raw pointers to the extension out.
+
+``v`` is the variant to run (a ``BLOCK_OPS`` variant for W's block shape), or None: then torch
+runs the op on W's dense copy, the path of float64 weights (gradcheck) and of block shapes no
+kernel takes. Operands have W's dtype (float32 or float64) and were checked by the caller.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import _C
+from ..storage import BlockPaddedCSR
+from .runners import leading_dim
+
+__all__ = ["run_block_spmm_fwd", "run_block_spmm_dx", "run_block_sddmm_dw"]
+
+
+def run_block_spmm_fwd(v, W: BlockPaddedCSR, X: torch.Tensor, bias: torch.Tensor | None, nthreads: int) -> torch.Tensor:
+    """``Y = X W^T (+ bias)``."""
+    if v is None:
+        return torch.nn.functional.linear(X, W.to_dense(), bias)
+    n, out_f = X.shape[0], W.shape[0]
+    Y = torch.empty(n, out_f, dtype=X.dtype)
+    if n == 0:
+        return Y
+    bias_ptr = bias.data_ptr() if bias is not None else 0
+    _C.block_spmm_fwd(
+        v.id, *W.raw_args(), *W.block, n, X.data_ptr(), leading_dim(X), bias_ptr, Y.data_ptr(), out_f, nthreads
+    )
+    return Y
+
+
+def run_block_spmm_dx(v, W: BlockPaddedCSR, dY: torch.Tensor, nthreads: int) -> torch.Tensor:
+    """``dX = dY W``."""
+    if v is None:
+        return dY @ W.to_dense()
+    n, in_f = dY.shape[0], W.shape[1]
+    dX = torch.empty(n, in_f, dtype=dY.dtype)
+    if n == 0:
+        return dX
+    _C.block_spmm_dx(v.id, *W.raw_args(), *W.block, n, dY.data_ptr(), leading_dim(dY), dX.data_ptr(), in_f, nthreads)
+    return dX
+
+
+def run_block_sddmm_dw(v, W: BlockPaddedCSR, dY: torch.Tensor, X: torch.Tensor, nthreads: int) -> torch.Tensor:
+    """dW at W's live blocks, shaped like ``W.values`` (0 at spare slots)."""
+    if v is None:
+        return _dense_block_dw(W, dY, X)
+    dW = torch.empty_like(W.values)
+    if dY.shape[0] == 0:
+        return dW.zero_()
+    _C.block_sddmm_dw(
+        v.id,
+        *W.raw_args(),
+        *W.block,
+        dY.shape[0],
+        dY.data_ptr(),
+        leading_dim(dY),
+        X.data_ptr(),
+        leading_dim(X),
+        dW.data_ptr(),
+        nthreads,
+    )
+    return dW
+
+
+def _dense_block_dw(W: BlockPaddedCSR, dY: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    r, c = W.block
+    full = (dY.t() @ X).reshape(W.shape[0] // r, r, W.shape[1] // c, c).transpose(1, 2)
+    grid = W._index_view()
+    live = grid.live_mask()
+    dW = torch.zeros_like(W.values)
+    dW[live] = full[grid.slot_rows()[live], grid.cols[live].to(torch.int64)].to(dW.dtype)
+    return dW
