@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import operator
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ import torch
 from torch import nn
 
 from ..nn.attention import SparseMultiheadAttention, dense_projections
+from ..nn.block_linear import BlockSparseLinear
 from ..nn.conv1d import SparseConv1D, is_hf_conv1d
 from ..nn.conv2d import SparseConv2d
 from ..nn.linear import METHODS, SparseLinear
@@ -149,6 +151,7 @@ def sparsify(
     padding: float | int = 0.0,
     index_dtype=None,
     dtype: torch.dtype | None = None,
+    block: tuple[int, int] | None = None,
     head_min_out_features: int = HEAD_MIN_OUT_FEATURES,
     return_summary: bool = False,
 ):
@@ -171,6 +174,10 @@ def sparsify(
         index_dtype: the column index dtype of each sparse layer.
         dtype: the value dtype of each sparse layer (``torch.bfloat16`` halves its bytes); default
             the dense layer's. Layers left dense keep theirs: ``model.to(dtype)`` converts all.
+        block: ``(r, c)`` to make each ``nn.Linear`` a :class:`~sparselab.nn.BlockSparseLinear` of
+            r x c blocks (``sparsity`` is then the fraction of zero blocks; ``padding`` counts
+            block slots). Other layer kinds, and linears whose shape the block does not tile,
+            stay dense, with the reason in the summary.
         head_min_out_features: the model's last layer stays dense when it has fewer outputs than
             this (default 32; 0 converts it whatever its size), unless ``include`` or a sparsity
             mapping names it.
@@ -182,6 +189,14 @@ def sparsify(
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if block is not None:
+        try:
+            r, c = (operator.index(b) for b in block)
+        except (TypeError, ValueError):
+            raise TypeError(f"block must be a pair of ints (rows, cols) or None, got {block!r}") from None
+        if r < 1 or c < 1:
+            raise ValueError(f"block sizes must be positive, got {(r, c)}")
+        block = (r, c)
     if dtype is not None and dtype not in VALUE_DTYPES:
         raise TypeError(f"dtype must be {VALUE_DTYPE_NAMES} (or None: the dense layer's), got {dtype!r}")
     if not (callable(sparsity) or isinstance(sparsity, Mapping)):
@@ -215,6 +230,8 @@ def sparsify(
             continue
         why = _why_dense(m, owners)
         out_f, in_f = _shape(m)
+        if why is None and block is not None:
+            why = _why_not_blocks(m, block, out_f, in_f)
         named = inc is not None or (
             isinstance(sparsity, Mapping) and any(fnmatch.fnmatchcase(name, p) for p in sparsity)
         )
@@ -224,7 +241,8 @@ def sparsify(
             summary.skipped[name] = why
             log.info("sparsify: leaving %s dense: %s", name or "the model", why)
             continue
-        if live_count(out_f, in_f, s) == 0:
+        grid = (out_f, in_f) if block is None else (out_f // block[0], in_f // block[1])
+        if live_count(*grid, s) == 0:
             raise ValueError(
                 f"sparsify: {name or 'the model'} ({out_f} x {in_f}) would keep no live weight at sparsity {s}; "
                 f"give it a lower sparsity or leave it out (exclude=...)"
@@ -236,9 +254,9 @@ def sparsify(
 
     opts = dict(method=method, reinit=reinit, index_dtype=index_dtype)
     for name, m, s in plan:
-        kind = _kind(m)
+        kind = _kind(m) if block is None else BlockSparseLinear
         spare = {"spare_slots": padding} if kind is SparseConv2d else {"padding": padding}
-        new = kind.from_dense(m, s, **opts, **spare)
+        new = kind.from_dense(m, s, **opts, **spare, **({} if block is None else {"block": block}))
         if dtype is not None:
             new.to(dtype)
         new.train(m.training)
@@ -250,6 +268,16 @@ def sparsify(
         setattr(parent, child, new)
     _keep_off_fused_paths(model)
     return (model, summary) if return_summary else model
+
+
+def _why_not_blocks(m: nn.Module, block, out_f: int, in_f: int) -> str | None:
+    """Why ``sparsify(block=...)`` leaves ``m`` dense, or None to convert it."""
+    if _kind(m) is not SparseLinear:
+        return f"block sparsity covers nn.Linear layers; this is a {type(m).__name__}"
+    r, c = block
+    if out_f % r or in_f % c:
+        return f"block {tuple(block)} does not tile its {out_f} x {in_f} weight"
+    return None
 
 
 def _inside_attention(model: nn.Module, name: str) -> bool:

@@ -43,7 +43,7 @@ from .custom_ops import row_major, wrap_csr
 from .function import SparseProduct, sparse_linear
 from .state import check_unpickled, load_layer_state
 
-__all__ = ["SparseModule", "check_cpu", "check_sparsity"]
+__all__ = ["SparseModule", "check_cpu", "check_sparsity", "check_conversion", "autocast_input"]
 
 _TRANSPOSED = ("_t_cols", "_t_row_start", "_t_row_nnz", "_t_perm")
 _STRIDED = torch.strided
@@ -68,6 +68,61 @@ def check_cpu(device, what: str = "SparseLinear") -> None:
             f"{what} runs on the CPU only (its sparse kernels are CPU kernels); "
             f"got device {str(dev)!r}. Keep sparse layers on the CPU, or use "
             f".to_dense() for a dense layer that can move."
+        )
+
+
+def autocast_input(x: Tensor, w_dtype: torch.dtype, what: str) -> tuple:
+    """(input for the kernels, output dtype or None) of a sparse layer ``what`` with ``w_dtype``
+    weights. Under CPU autocast a float32 layer takes low-precision activations and returns the
+    autocast dtype; the float32 kernels do the arithmetic. A bfloat16 layer takes any floating
+    input under autocast as bfloat16, as ``nn.Linear`` does there. Any other dtype mismatch is
+    refused with a ``TypeError`` saying what to convert."""
+    autocast = torch.is_autocast_enabled("cpu")
+    if w_dtype is torch.float64:
+        if x.dtype is not w_dtype:
+            raise _dtype_error(x, w_dtype, what)
+        return x, None
+    out = torch.get_autocast_dtype("cpu") if autocast else None
+    if x.dtype is not w_dtype:
+        if not (autocast and x.is_floating_point() and x.dtype is not torch.float64):
+            raise _dtype_error(x, w_dtype, what)
+        x = x.to(w_dtype)
+    return x, None if out is w_dtype else out
+
+
+def _dtype_error(x: Tensor, w: torch.dtype, what: str) -> TypeError:
+    autocast = f"run the model under torch.autocast('cpu', dtype={x.dtype}), which {what} supports"
+    if x.dtype in VALUE_DTYPES:
+        fix = f"convert the input (x.to({w})) or the layer (layer.to({x.dtype}))"
+        if x.itemsize < w.itemsize:
+            fix += f", or {autocast}"
+    elif x.is_floating_point():
+        fix = f"convert the input (x.to({w})), or {autocast}"
+    else:
+        fix = f"convert the input (x.to({w}))"
+    return TypeError(f"{what} has {w} weights but got a {x.dtype} input; {fix}")
+
+
+def check_conversion(fn, what: str) -> None:
+    """Refuse a module conversion (``.to``, ``.half()``, ``.cuda()``) the sparse kernels cannot
+    run, before it touches anything: it is probed on tiny tensors first."""
+    try:
+        f = fn(torch.zeros(1))
+        i = fn(torch.zeros(1, dtype=torch.int16))
+    except Exception as e:
+        raise RuntimeError(
+            f"{what} runs on the CPU with {VALUE_DTYPE_NAMES} weights only; "
+            f"this conversion is not supported ({type(e).__name__}: {e})"
+        ) from e
+    for t in (f, i):
+        if isinstance(t, Tensor):
+            check_cpu(t.device, what)
+    if isinstance(f, Tensor) and f.dtype not in VALUE_DTYPES:
+        raise TypeError(f"{what} supports {VALUE_DTYPE_NAMES} weights only, got a conversion to {f.dtype}")
+    if isinstance(i, Tensor) and i.dtype != torch.int16:
+        raise TypeError(
+            f"this conversion would change {what}'s index tensors to {i.dtype}; "
+            f"use .to(dtype) / .double() / .float(), which leave indices alone"
         )
 
 
@@ -430,58 +485,13 @@ class SparseModule(nn.Module):
             raise TypeError(f"{what} expects a dense (strided) input, got layout {x.layout}; call .to_dense() first")
 
     def _autocast_input(self, x: Tensor, w_dtype: torch.dtype) -> tuple:
-        """(input for the kernels, output dtype or None). Under CPU autocast a float32 layer takes
-        low-precision activations and returns the autocast dtype; the float32 kernels do the
-        arithmetic. A bfloat16 layer takes any floating input under autocast as bfloat16, as
-        ``nn.Linear`` does there. Any other dtype mismatch is refused."""
-        autocast = torch.is_autocast_enabled("cpu")
-        if w_dtype is torch.float64:
-            if x.dtype is not w_dtype:
-                raise self._dtype_error(x)
-            return x, None
-        out = torch.get_autocast_dtype("cpu") if autocast else None
-        if x.dtype is not w_dtype:
-            if not (autocast and x.is_floating_point() and x.dtype is not torch.float64):
-                raise self._dtype_error(x)
-            x = x.to(w_dtype)
-        return x, None if out is w_dtype else out
-
-    def _dtype_error(self, x: Tensor) -> TypeError:
-        what, w = type(self).__name__, self.weight_values.dtype
-        autocast = f"run the model under torch.autocast('cpu', dtype={x.dtype}), which {what} supports"
-        if x.dtype in VALUE_DTYPES:
-            fix = f"convert the input (x.to({w})) or the layer (layer.to({x.dtype}))"
-            if x.itemsize < w.itemsize:
-                fix += f", or {autocast}"
-        elif x.is_floating_point():
-            fix = f"convert the input (x.to({w})), or {autocast}"
-        else:
-            fix = f"convert the input (x.to({w}))"
-        return TypeError(f"{what} has {w} weights but got a {x.dtype} input; {fix}")
+        return autocast_input(x, w_dtype, type(self).__name__)
 
     # ---- module plumbing ----
 
     def _apply(self, fn, recurse=True):
         # Probe the conversion on tiny tensors first: refuse devices and dtypes the kernels cannot run.
-        what = type(self).__name__
-        try:
-            f = fn(torch.zeros(1))
-            i = fn(torch.zeros(1, dtype=torch.int16))
-        except Exception as e:
-            raise RuntimeError(
-                f"{what} runs on the CPU with {VALUE_DTYPE_NAMES} weights only; "
-                f"this conversion is not supported ({type(e).__name__}: {e})"
-            ) from e
-        for t in (f, i):
-            if isinstance(t, Tensor):
-                check_cpu(t.device, what)
-        if isinstance(f, Tensor) and f.dtype not in VALUE_DTYPES:
-            raise TypeError(f"{what} supports {VALUE_DTYPE_NAMES} weights only, got a conversion to {f.dtype}")
-        if isinstance(i, Tensor) and i.dtype != torch.int16:
-            raise TypeError(
-                f"this conversion would change {what}'s index tensors to {i.dtype}; "
-                f"use .to(dtype) / .double() / .float(), which leave indices alone"
-            )
+        check_conversion(fn, type(self).__name__)
         out = super()._apply(fn, recurse)
         self._csr = None
         self._mark_values()  # a new Parameter under torch's overwrite-on-conversion setting

@@ -1,0 +1,353 @@
+"""``BlockSparseLinear``: an ``nn.Linear`` whose weight is r x c blocks sharing a column index.
+
+Storage (ordinary module state, so ``state_dict``, ``deepcopy``, pickling and ``.to(dtype)`` work):
+
+| name | kind | what |
+|---|---|---|
+| ``weight_values`` | ``nn.Parameter`` ``(capacity, r, c)`` | each block slot's weights (spare slots 0) |
+| ``weight_block_cols`` | buffer (int16/int32) | block column of each slot, -1 at spare slots |
+| ``weight_block_row_start`` | buffer (int64) | first slot of each block row (+ capacity) |
+| ``weight_block_row_nnz`` | buffer (int32) | live block slots per block row |
+| ``weight_shape`` | buffer (int64, 2) | ``(out_features, in_features)`` |
+| ``weight_block`` | buffer (int64, 2) | ``(r, c)`` |
+| ``bias`` | ``nn.Parameter`` or None | one per output |
+
+Every product runs the block-sparse kernels of the layer's block shape through
+:mod:`sparselab.ops` (``y = x W^T + b``, ``dX = dY W``, dW at live blocks only). The Parameter
+and buffers are the same objects for the layer's life; a state dict of another capacity loads by
+swapping their storage, after the incoming weight passed every check.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from .. import ops
+from ..storage import VALUE_DTYPE_NAMES, VALUE_DTYPES, BlockPaddedCSR
+from .sparse_module import autocast_input, check_conversion, check_cpu, check_sparsity
+
+__all__ = ["BlockSparseLinear"]
+
+_INDEX = ("weight_block_cols", "weight_block_row_start", "weight_block_row_nnz")
+
+
+class _BlockProduct(torch.autograd.Function):
+    """``y = x W^T + b`` over a BlockPaddedCSR whose values are the ``values`` argument."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, values: Tensor, bias: Optional[Tensor], W: BlockPaddedCSR) -> Tensor:
+        ctx.W = W
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(x)
+        return ops.spmm_fwd(W, x, bias)
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        (x,) = ctx.saved_tensors
+        dy = dy.contiguous()
+        dx = ops.spmm_dx(ctx.W, dy) if ctx.needs_input_grad[0] else None
+        dw = ops.sddmm_dw(ctx.W, dy, x) if ctx.needs_input_grad[1] else None
+        db = dy.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return dx, dw, db, None
+
+
+def _check_dtype(dtype) -> torch.dtype:
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if dtype not in VALUE_DTYPES:
+        raise TypeError(f"BlockSparseLinear supports {VALUE_DTYPE_NAMES} weights, got {dtype}")
+    return dtype
+
+
+class BlockSparseLinear(nn.Module):
+    r"""``y = x W^T + b`` with W stored as ``block = (r, c)`` blocks; a drop-in ``nn.Linear``.
+
+    Args:
+        in_features: size of each input sample (a multiple of ``c``).
+        out_features: size of each output sample (a multiple of ``r``).
+        bias: learn an additive bias.
+        sparsity: the fraction of W's blocks that are zero, in ``[0, 1)``; the live blocks are
+            spread over the block rows as evenly as they divide, at uniformly random block columns
+            (torch's global RNG).
+        block: ``(r, c)``: kernels exist for ``(4, 1)``, ``(8, 1)`` and ``(2, 2)``; other shapes run
+            through torch on the dense weight.
+        device: only the CPU.
+        dtype: ``torch.float32``, ``torch.bfloat16`` (widened to the float32 kernels per call) or
+            ``torch.float64`` (torch on the dense weight, for gradcheck).
+        padding: spare block slots per block row (a float: a fraction of the mean live count).
+        index_dtype: the block column dtype; default int16 when the grid has <= 32768 columns.
+
+    Input ``(*, in_features)`` -> output ``(*, out_features)``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        sparsity: float = 0.9,
+        *,
+        block: tuple[int, int] = (4, 1),
+        device=None,
+        dtype=None,
+        padding: float | int = 0.0,
+        index_dtype: torch.dtype | None = None,
+    ):
+        super().__init__()
+        for name, v in (("in_features", in_features), ("out_features", out_features)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        sparsity = check_sparsity(sparsity)
+        check_cpu(device, "BlockSparseLinear")
+        dtype = _check_dtype(dtype)
+        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+        W = BlockPaddedCSR.random(
+            out_features, in_features, sparsity, block, seed=seed, dtype=dtype, padding=padding, index_dtype=index_dtype
+        )
+        self._adopt(W, torch.empty(out_features, dtype=dtype) if bias else None)
+        self.reset_parameters()
+
+    def _adopt(self, W: BlockPaddedCSR, bias: Optional[Tensor]) -> None:
+        self.out_features, self.in_features = W.shape
+        self.weight_values = nn.Parameter(W.values.detach())
+        self.register_buffer("weight_block_cols", W.block_cols)
+        self.register_buffer("weight_block_row_start", W.block_row_start)
+        self.register_buffer("weight_block_row_nnz", W.block_row_nnz)
+        self.register_buffer("weight_shape", torch.tensor(W.shape, dtype=torch.int64))
+        self.register_buffer("weight_block", torch.tensor(W.block, dtype=torch.int64))
+        if bias is not None:
+            self.bias = nn.Parameter(bias.detach())
+        else:
+            self.register_parameter("bias", None)
+
+    @classmethod
+    def from_block_csr(cls, W: BlockPaddedCSR, bias: Optional[Tensor] = None) -> "BlockSparseLinear":
+        """A layer that owns ``W``'s tensors (no copy) and ``bias``; ``W`` is validated first.
+
+        Args:
+            W: the weight.
+            bias: optional, shape ``(out_features,)``, W's dtype.
+        """
+        if not isinstance(W, BlockPaddedCSR):
+            raise TypeError(f"W must be a sparselab.storage.BlockPaddedCSR, got {type(W).__name__}")
+        W.validate()
+        if bias is not None:
+            if not isinstance(bias, Tensor) or bias.shape != (W.shape[0],) or bias.dtype != W.values.dtype:
+                raise ValueError(f"bias must be a {W.values.dtype} tensor of shape ({W.shape[0]},)")
+            check_cpu(bias.device, "BlockSparseLinear")
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer._adopt(W, bias)
+        return layer
+
+    @classmethod
+    def from_dense(
+        cls,
+        linear: nn.Linear,
+        sparsity: float | None = None,
+        *,
+        block: tuple[int, int] = (4, 1),
+        method: str = "magnitude",
+        reinit: bool = False,
+        padding: float | int = 0.0,
+        index_dtype: torch.dtype | None = None,
+    ) -> "BlockSparseLinear":
+        """A block-sparse copy of ``linear``: with ``sparsity`` None every block holding a nonzero;
+        else the blocks of largest Frobenius norm (``'magnitude'``, :meth:`BlockPaddedCSR.from_dense`)
+        or uniformly random blocks (``'random'``, torch's global RNG).
+
+        Args:
+            linear: the dense layer.
+            sparsity: the fraction of blocks to drop, or None.
+            block: ``(r, c)``; ``r`` must divide ``out_features`` and ``c`` ``in_features``.
+            method: ``'magnitude'`` or ``'random'``.
+            reinit: redraw the kept values (and the bias) with the scale-preserving sparse init.
+            padding: spare block slots per block row.
+            index_dtype: the block column dtype.
+        """
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"from_dense expects an nn.Linear, got {type(linear).__name__}")
+        w = linear.weight.detach()
+        check_cpu(w.device, "BlockSparseLinear")
+        _check_dtype(w.dtype)
+        if sparsity is not None:
+            sparsity = check_sparsity(sparsity)
+        if not torch.isfinite(w).all():
+            raise ValueError("linear.weight has NaN or Inf")
+        if method not in ("magnitude", "random"):
+            raise ValueError(f"method must be 'magnitude' or 'random', got {method!r}")
+        if method == "random" and sparsity is not None:
+            seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+            out_f, in_f = w.shape
+            W = BlockPaddedCSR.random(
+                out_f, in_f, sparsity, block, seed=seed, dtype=w.dtype, padding=padding, index_dtype=index_dtype
+            )
+            grid = W._index_view()
+            live = grid.live_mask()
+            r, c = W.block
+            blocks = w.reshape(out_f // r, r, in_f // c, c).transpose(1, 2)
+            W.values[live] = blocks[grid.slot_rows()[live], grid.cols[live].to(torch.int64)]
+        else:
+            W = BlockPaddedCSR.from_dense(w.clone(), block, sparsity=sparsity, padding=padding, index_dtype=index_dtype)
+        bias = linear.bias.detach().clone() if linear.bias is not None else None
+        layer = cls.from_block_csr(W, bias)
+        if reinit:
+            layer.reset_parameters()
+        return layer
+
+    # ---- the weight ----
+
+    @property
+    def block(self) -> tuple[int, int]:
+        """``(r, c)``."""
+        return tuple(int(b) for b in self.weight_block)
+
+    @property
+    def weight(self) -> BlockPaddedCSR:
+        """W as a BlockPaddedCSR sharing this layer's tensors (no copy); the same object while
+        those tensors are."""
+        tensors = (self.weight_values, self.weight_block_cols, self.weight_block_row_start, self.weight_block_row_nnz)
+        view = self.__dict__.get("_weight_view")
+        if view is None or any(
+            a is not b
+            for a, b in zip((view.values, view.block_cols, view.block_row_start, view.block_row_nnz), tensors)
+        ):
+            view = BlockPaddedCSR(*tensors, (self.out_features, self.in_features), self.block, check=False)
+            self.__dict__["_weight_view"] = view
+        return view
+
+    @property
+    def nnz(self) -> int:
+        """Live weights (live blocks times ``r * c``)."""
+        r, c = self.block
+        return int(self.weight_block_row_nnz.sum()) * r * c
+
+    @property
+    def capacity(self) -> int:
+        """Block slots, live and spare."""
+        return self.weight_block_cols.numel()
+
+    @property
+    def sparsity(self) -> float:
+        """The fraction of W's entries outside live blocks."""
+        return 1.0 - self.nnz / (self.out_features * self.in_features)
+
+    def dense_weight(self) -> Tensor:
+        """W dense ``(out_features, in_features)``, a copy."""
+        return self.weight.to_dense()
+
+    def reset_parameters(self) -> None:
+        """Redraw the values (and the bias) keeping a dense layer's output scale, as
+        :meth:`SparseLinear.reset_parameters`: each live weight of output row ``i`` from
+        ``U(-1/sqrt(k_i), 1/sqrt(k_i))`` with ``k_i`` the row's live fan-in; spare slots are 0."""
+        W = self.weight
+        r, c = W.block
+        grid = W._index_view()
+        rows = grid.slot_rows()
+        k = (W.block_row_nnz.to(torch.float64) * c).clamp_min(1.0)
+        bound = k.rsqrt().to(self.weight_values.dtype)[rows]
+        with torch.no_grad():
+            self.weight_values.uniform_(-1.0, 1.0).mul_(bound[:, None, None])
+            self.weight_values[~grid.live_mask()] = 0.0
+            if self.bias is not None:
+                b = 1.0 / math.sqrt(self.in_features)
+                self.bias.uniform_(-b, b)
+
+    def to_dense(self) -> nn.Linear:
+        """An ``nn.Linear`` holding this layer's weight and bias (copies)."""
+        lin = nn.utils.skip_init(
+            nn.Linear, self.in_features, self.out_features, bias=self.bias is not None, dtype=self.weight_values.dtype
+        )
+        with torch.no_grad():
+            lin.weight.copy_(self.dense_weight())
+            if self.bias is not None:
+                lin.bias.copy_(self.bias)
+        return lin
+
+    # ---- forward ----
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"input must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() < 1 or x.shape[-1] != self.in_features:
+            raise ValueError(f"input must have shape (*, {self.in_features}), got {tuple(x.shape)}")
+        x, out_dtype = autocast_input(x, self.weight_values.dtype, type(self).__name__)
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
+        bias = self.bias
+        y = _BlockProduct.apply(x2, self.weight_values, bias, self.weight)
+        y = y.reshape(*lead, self.out_features)
+        return y if out_dtype is None else y.to(out_dtype)
+
+    # ---- module plumbing ----
+
+    def _apply(self, fn, recurse=True):
+        check_conversion(fn, type(self).__name__)
+        self.__dict__.pop("_weight_view", None)
+        return super()._apply(fn, recurse)
+
+    def __getstate__(self):
+        state = dict(super().__getstate__())
+        state.pop("_weight_view", None)
+        return state
+
+    def __setstate__(self, state):
+        """Unpickling (``torch.load`` of a module, ``copy.deepcopy``) checks the weight whole."""
+        super().__setstate__(state)
+        self.weight.validate()
+
+    # ---- state ----
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing, unexpected, errors):
+        """Loads a weight of any capacity (a checkpoint from another topology): the incoming
+        weight is validated whole first, so a refused load leaves this layer as it was; then the
+        Parameter's storage is swapped (the Parameter object stays the same) and the index
+        buffers replaced. Other entries (the bias) load as torch loads them."""
+        names = ("weight_values",) + _INDEX + ("weight_shape", "weight_block")
+        if not all(prefix + n in state_dict for n in names):
+            super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, errors)
+            return
+        got = {n: state_dict[prefix + n] for n in names}
+        shape = tuple(int(v) for v in got["weight_shape"])
+        block = tuple(int(v) for v in got["weight_block"])
+        if shape != (self.out_features, self.in_features) or block != self.block:
+            errors.append(
+                f"{prefix}: the checkpoint's weight is {shape} in {block} blocks, this layer's is "
+                f"{(self.out_features, self.in_features)} in {self.block} blocks"
+            )
+            return
+        try:
+            W = BlockPaddedCSR(
+                got["weight_values"].detach().to(self.weight_values.dtype).clone(),
+                *(got[n].detach().clone() for n in _INDEX),
+                shape,
+                block,
+            )
+        except (TypeError, ValueError) as e:
+            errors.append(f"{prefix}: the checkpoint's block-sparse weight is invalid: {e}")
+            return
+        rest = {k: v for k, v in state_dict.items() if k not in {prefix + n for n in names}}
+        before = len(errors)
+        super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing, unexpected, errors)
+        for n in names:
+            if prefix + n in missing:
+                missing.remove(prefix + n)
+        if len(errors) > before:
+            return  # the bias was refused: keep the weight too
+        self.weight_values.data = W.values
+        for n, t in zip(_INDEX, (W.block_cols, W.block_row_start, W.block_row_nnz)):
+            setattr(self, n, t)
+
+    def extra_repr(self) -> str:
+        s = (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+            f"block={self.block}, sparsity={self.sparsity:.3f}, nnz={self.nnz}"
+        )
+        if self.weight_values.dtype != torch.float32:
+            s += f", dtype={self.weight_values.dtype}"
+        return s

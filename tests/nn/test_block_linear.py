@@ -1,0 +1,179 @@
+"""BlockSparseLinear: the product and its gradients against dense torch on the same weights, the
+objects users hold across loads and conversions, refused input, and sparsify(block=...)."""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+
+import pytest
+import torch
+from torch import nn
+
+import sparselab
+from sparselab.nn import BlockSparseLinear
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _dense_twin(layer: BlockSparseLinear) -> nn.Linear:
+    twin = layer.to_dense()
+    twin.weight.requires_grad_(True)
+    return twin
+
+
+@pytest.mark.parametrize("block", [(4, 1), (8, 1), (2, 2), (1, 3)])
+def test_forward_and_gradients_match_dense_torch(block):
+    torch.manual_seed(0)
+    layer = BlockSparseLinear(48, 32, sparsity=0.7, block=block, padding=2)
+    twin = _dense_twin(layer)
+    x = torch.randn(3, 11, 48, requires_grad=True)
+    xt = x.detach().clone().requires_grad_(True)
+    y, yt = layer(x), twin(xt)
+    torch.testing.assert_close(y, yt, rtol=1e-5, atol=1e-5)
+    g = torch.randn_like(y)
+    y.backward(g)
+    yt.backward(g)
+    torch.testing.assert_close(x.grad, xt.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(layer.bias.grad, twin.bias.grad, rtol=1e-5, atol=1e-5)
+    # dW at live blocks is the dense gradient there; spare slots get exactly 0.
+    W = layer.weight
+    grid = W._index_view()
+    live = grid.live_mask()
+    r, c = block
+    blocks = twin.weight.grad.reshape(32 // r, r, 48 // c, c).transpose(1, 2)
+    torch.testing.assert_close(
+        layer.weight_values.grad[live], blocks[grid.slot_rows()[live], grid.cols[live].long()], rtol=1e-5, atol=1e-5
+    )
+    assert bool((layer.weight_values.grad[~live] == 0).all())
+    assert layer.sparsity == pytest.approx(1 - W.nnz / (32 * 48))
+
+
+def test_float64_gradcheck():
+    torch.manual_seed(1)
+    layer = BlockSparseLinear(8, 8, sparsity=0.5, block=(4, 1), dtype=torch.float64)
+    x = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, v, b: layer(x), (x, layer.weight_values, layer.bias))
+
+
+def test_training_reduces_the_loss_of_a_block_sparse_teacher():
+    """A student with the teacher's topology fits the teacher's outputs: the gradients point
+    downhill through the kernels (a wrong dW would not converge)."""
+    torch.manual_seed(2)
+    teacher = BlockSparseLinear(64, 32, sparsity=0.8, block=(4, 1))
+    student = copy.deepcopy(teacher)
+    student.reset_parameters()
+    opt = torch.optim.Adam(student.parameters(), lr=3e-2)
+    x = torch.randn(256, 64)
+    target = teacher(x).detach()
+    first = None
+    for _ in range(150):
+        loss = (student(x) - target).pow(2).mean()
+        first = first if first is not None else loss.item()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.01 * first
+
+
+def test_state_dict_of_another_capacity_loads_into_the_same_parameter():
+    torch.manual_seed(3)
+    a = BlockSparseLinear(32, 16, sparsity=0.5, block=(4, 1), padding=3)
+    b = BlockSparseLinear(32, 16, sparsity=0.9, block=(4, 1))
+    held = b.weight_values
+    b.load_state_dict(a.state_dict())
+    assert b.weight_values is held and held.shape == a.weight_values.shape
+    x = torch.randn(5, 32)
+    assert torch.equal(a(x), b(x))
+
+
+@pytest.mark.parametrize(
+    "corrupt, match",
+    [
+        (lambda sd: sd["weight_block_cols"].fill_(99), "invalid"),
+        (lambda sd: sd["weight_block"].copy_(torch.tensor([2, 2])), "blocks"),
+        (lambda sd: sd.__setitem__("bias", torch.zeros(3)), "bias"),
+    ],
+)
+def test_a_refused_load_changes_nothing(corrupt, match):
+    torch.manual_seed(4)
+    src = BlockSparseLinear(32, 16, sparsity=0.5, block=(4, 1))
+    dst = BlockSparseLinear(32, 16, sparsity=0.8, block=(4, 1))
+    before = {k: v.clone() for k, v in dst.state_dict().items()}
+    sd = {k: v.clone() for k, v in src.state_dict().items()}
+    corrupt(sd)
+    with pytest.raises(RuntimeError, match=match):
+        dst.load_state_dict(sd)
+    after = dst.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_pickle_deepcopy_and_torch_save_round_trip():
+    torch.manual_seed(5)
+    layer = BlockSparseLinear(24, 16, sparsity=0.5, block=(2, 2))
+    x = torch.randn(4, 24)
+    for other in (pickle.loads(pickle.dumps(layer)), copy.deepcopy(layer)):
+        assert torch.equal(other(x), layer(x))
+    buf = io.BytesIO()
+    torch.save(layer, buf)
+    buf.seek(0)
+    assert torch.equal(torch.load(buf, weights_only=False)(x), layer(x))
+
+
+def test_a_hostile_pickle_is_refused():
+    layer = BlockSparseLinear(24, 16, sparsity=0.5, block=(4, 1))
+    layer.weight_block_cols[0] = 100  # past the 24 block columns
+    with pytest.raises(ValueError, match="block grid"):
+        pickle.loads(pickle.dumps(layer))
+
+
+def test_dtypes_autocast_and_refused_conversions():
+    layer = BlockSparseLinear(16, 8, sparsity=0.5, block=(4, 1))
+    x = torch.randn(2, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(x).dtype == torch.bfloat16
+    with pytest.raises(TypeError, match="got a torch.float64 input"):
+        layer(x.double())
+    with pytest.raises(ValueError, match=r"shape \(\*, 16\)"):
+        layer(torch.randn(2, 15))
+    with pytest.raises(TypeError, match="float16"):
+        layer.half()
+    held = layer.weight_values
+    bf = layer.to(torch.bfloat16)
+    assert bf.weight_values.dtype == torch.bfloat16 and bf(x.bfloat16()).dtype == torch.bfloat16
+    assert bf is layer and layer.weight_values is held  # the Parameter an optimizer holds
+
+
+def test_constructor_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="does not tile"):
+        BlockSparseLinear(30, 30, block=(4, 1))
+    with pytest.raises(ValueError, match="sparsity"):
+        BlockSparseLinear(32, 32, sparsity=1.0)
+    with pytest.raises(TypeError, match="supports"):
+        BlockSparseLinear(32, 32, dtype=torch.float16)
+    with pytest.raises(TypeError, match="BlockPaddedCSR"):
+        BlockSparseLinear.from_block_csr(torch.zeros(3))
+
+
+def test_from_dense_keeps_the_largest_blocks_and_to_dense_round_trips():
+    dense = nn.Linear(8, 8)
+    with torch.no_grad():
+        dense.weight.copy_(torch.arange(64.0).reshape(8, 8))
+    layer = BlockSparseLinear.from_dense(dense, 0.75, block=(4, 1))
+    W = layer.dense_weight()
+    assert torch.equal(W[4:, 6:], dense.weight[4:, 6:].detach())  # the 4 largest-norm 4x1 blocks
+    assert int((W != 0).sum()) == 16
+    assert torch.equal(layer.to_dense().weight, W)
+    rnd = BlockSparseLinear.from_dense(dense, 0.5, block=(2, 2), method="random")
+    kept = rnd.dense_weight() != 0
+    assert torch.equal(rnd.dense_weight()[kept], dense.weight.detach()[kept])
+
+
+def test_sparsify_with_blocks_converts_linears_and_names_what_stays_dense():
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 30), nn.Conv1d(3, 4, 1))
+    model, summary = sparselab.model.sparsify(model, 0.75, block=(4, 1), head_min_out_features=0, return_summary=True)
+    assert isinstance(model[0], BlockSparseLinear) and model[0].block == (4, 1)
+    assert isinstance(model[2], nn.Linear) and "does not tile" in summary.skipped["2"]
+    with pytest.raises(TypeError, match="block must be a pair"):
+        sparselab.model.sparsify(nn.Linear(8, 8), 0.5, block="4x1")
