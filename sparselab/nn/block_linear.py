@@ -270,6 +270,7 @@ class BlockSparseLinear(nn.Module):
     # ---- forward ----
 
     def forward(self, x: Tensor) -> Tensor:
+        """``x W^T + b`` for ``x`` of shape ``(*, in_features)`` (autocast as ``SparseLinear``)."""
         if not isinstance(x, Tensor):
             raise TypeError(f"input must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() < 1 or x.shape[-1] != self.in_features:
@@ -344,6 +345,7 @@ class BlockSparseLinear(nn.Module):
             setattr(self, n, t)
 
     def extra_repr(self) -> str:
+        """Sizes, bias, block shape, sparsity and live count (and dtype when not float32)."""
         s = (
             f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
             f"block={self.block}, sparsity={self.sparsity:.3f}, nnz={self.nnz}"
