@@ -270,7 +270,12 @@ class BlockSparseLinear(nn.Module):
     # ---- forward ----
 
     def forward(self, x: Tensor) -> Tensor:
-        """``x W^T + b`` for ``x`` of shape ``(*, in_features)`` (autocast as ``SparseLinear``)."""
+        """``x W^T + b``.
+
+        Args:
+            x: ``(*, in_features)``, the layer's dtype (or any float under CPU autocast, as
+                ``SparseLinear`` takes it).
+        """
         if not isinstance(x, Tensor):
             raise TypeError(f"input must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() < 1 or x.shape[-1] != self.in_features:
