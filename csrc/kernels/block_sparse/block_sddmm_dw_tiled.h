@@ -47,27 +47,45 @@ inline void block_dw_group(const DwArgs<Idx>& a, int64_t i, int64_t slot, const 
   for (int g = 0; g < KB; ++g) add_lane_sums<V, E>(acc[g], a.dw + (slot + g) * E);
 }
 
-template <class V, int R, int C, int T, int KB, typename Idx>
+// CB > 0: a group of kGroupRows block rows walks each tile's X panel CB input features at a time,
+// so the panel columns in use (CB x T floats) stay in cache while the group's blocks read them.
+template <class V, int R, int C, int T, int KB, int CB, typename Idx>
 void block_dw_tiled(const DwArgs<Idx>& a) {
+  static_assert(CB % C == 0, "a column block holds whole block columns");
+  constexpr int kGroupRows = 64;
+  constexpr int64_t kNoEnd = int64_t(1) << 62;
   const int64_t in = a.w.ncols * C, out = a.w.rows * R;
   const int64_t ntiles = ceil_div(a.n, T);
+  const int64_t col_step = CB > 0 ? CB / C : kNoEnd;
   float* Px = a.scratch;
   float* Pdy = a.scratch + panel_floats<T>(a.n, in);
   pack_panels<T>(a.x, a.ldx, a.n, in, Px, a.threads);
   pack_panels<T>(a.dy, a.lddy, a.n, out, Pdy, a.threads);
   parallel_for(a.threads, a.nchunks, [&](int64_t c, int) {
-    const int64_t i_lo = a.row_chunks[c], i_hi = a.row_chunks[c + 1];
+    const int64_t c_lo = a.row_chunks[c], c_hi = a.row_chunks[c + 1];
     // Every slot of the chunk's rows, spare ones included, starts at 0.
-    for (int64_t e = a.w.row_start[i_lo] * R * C; e < a.w.row_start[i_hi] * R * C; ++e) a.dw[e] = 0.0f;
-    for (int64_t t = 0; t < ntiles; ++t) {
-      const float* px = Px + t * in * T;
-      const float* pdy = Pdy + t * out * T;
-      for (int64_t i = i_lo; i < i_hi; ++i) {
-        const int64_t s = a.w.row_start[i];
-        const int32_t nnz = a.w.row_nnz[i];
-        int32_t k = 0;
-        for (; k + KB <= nnz; k += KB) block_dw_group<V, R, C, T, KB>(a, i, s + k, px, pdy);
-        for (; k < nnz; ++k) block_dw_group<V, R, C, T, 1>(a, i, s + k, px, pdy);
+    for (int64_t e = a.w.row_start[c_lo] * R * C; e < a.w.row_start[c_hi] * R * C; ++e) a.dw[e] = 0.0f;
+    int32_t cursor[kGroupRows];
+    for (int64_t i0 = c_lo; i0 < c_hi; i0 += kGroupRows) {
+      const int g = int(min64(kGroupRows, c_hi - i0));
+      for (int64_t t = 0; t < ntiles; ++t) {
+        const float* px = Px + t * in * T;
+        const float* pdy = Pdy + t * out * T;
+        for (int h = 0; h < g; ++h) cursor[h] = 0;
+        for (int64_t j0 = 0; j0 < a.w.ncols; j0 += col_step) {
+          const int64_t j_end = min64(a.w.ncols, j0 + col_step);
+          for (int h = 0; h < g; ++h) {
+            const int64_t i = i0 + h;
+            const int64_t s = a.w.row_start[i];
+            const Idx* col = a.w.cols + s;
+            const int32_t nnz = a.w.row_nnz[i];
+            int32_t k = cursor[h];
+            for (; k + KB <= nnz && int64_t(col[k + KB - 1]) < j_end; k += KB)
+              block_dw_group<V, R, C, T, KB>(a, i, s + k, px, pdy);
+            for (; k < nnz && int64_t(col[k]) < j_end; ++k) block_dw_group<V, R, C, T, 1>(a, i, s + k, px, pdy);
+            cursor[h] = k;
+          }
+        }
       }
     }
   });
@@ -76,13 +94,13 @@ void block_dw_tiled(const DwArgs<Idx>& a) {
 namespace forms {
 namespace block_sddmm_dw {
 
-template <class V, int block_rows, int block_cols, int T, int KB>
+template <class V, int block_rows, int block_cols, int T, int KB, int CB>
 struct tiled {
   static_assert(T % V::W == 0 && T % 8 == 0, "a batch tile is a whole number of vectors and of 8-row transposes");
-  static constexpr const char kParams[] = "block_rows,block_cols,T,KB";
+  static constexpr const char kParams[] = "block_rows,block_cols,T,KB,CB";
   template <typename Idx>
   static void run(const DwArgs<Idx>& a) {
-    block_dw_tiled<V, block_rows, block_cols, T, KB>(a);
+    block_dw_tiled<V, block_rows, block_cols, T, KB, CB>(a);
   }
   // in, out: the block grid's columns and rows.
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t, int) {
