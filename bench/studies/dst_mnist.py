@@ -46,6 +46,7 @@ from torch import nn
 
 import sparselab
 from sparselab import SparseLinear
+from sparselab.nn import BlockSparseLinear
 
 ROOT = Path(__file__).resolve().parents[2]  # bench/studies/ -> the repository
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "mnist"
@@ -101,6 +102,21 @@ def make_model(sparse: bool, sparsity: float, padding: float) -> nn.Module:
     return nn.Sequential(fc1, nn.ReLU(), fc2, nn.ReLU(), nn.Linear(100, 10))
 
 
+def make_block_model(block: tuple[int, int], args) -> nn.Module:
+    """The sparse model with each hidden layer a ``BlockSparseLinear`` of ``block`` blocks at the
+    sparsity Static gives it (its ``--distribution`` split), uniformly random blocks, no DST."""
+    probe = make_model(True, args.sparsity, args.padding)
+    probe.apply(sparselab.Static(args.sparsity, seed=args.seed, distribution=args.distribution))
+    fc1, fc2 = (m.sparsity for m in probe.modules() if isinstance(m, SparseLinear))
+    return nn.Sequential(
+        BlockSparseLinear(784, 300, sparsity=fc1, block=block),
+        nn.ReLU(),
+        BlockSparseLinear(300, 100, sparsity=fc2, block=block),
+        nn.ReLU(),
+        nn.Linear(100, 10),
+    )
+
+
 def make_algorithm(method: str, args, total_steps: int):
     end = int(0.75 * total_steps)
     common = dict(update_freq=args.update_freq, end=end, seed=args.seed, distribution=args.distribution)
@@ -147,11 +163,14 @@ def evaluate(model, x, y, bs=2000) -> float:
 def run(method: str, data, args) -> dict:
     x_tr, y_tr, x_te, y_te = data
     torch.manual_seed(args.seed)
-    model = make_model(method != "dense", initial_sparsity(method, args), args.padding)
+    if method in BLOCK_METHODS:
+        model = make_block_model(BLOCK_METHODS[method], args)
+    else:
+        model = make_model(method != "dense", initial_sparsity(method, args), args.padding)
     steps_per_epoch = math.ceil(len(x_tr) / args.batch_size)
     total = steps_per_epoch * args.epochs
     algo = None
-    if method != "dense":
+    if method != "dense" and method not in BLOCK_METHODS:
         algo = make_algorithm(method, args, total)
         model.apply(algo)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=args.weight_decay)
@@ -185,7 +204,7 @@ def run(method: str, data, args) -> dict:
             flush=True,
         )
     elapsed = time.perf_counter() - t0
-    hidden = [m for m in model.modules() if isinstance(m, SparseLinear)]
+    hidden = [m for m in model.modules() if isinstance(m, (SparseLinear, BlockSparseLinear))]
     res = {
         "method": method,
         "seed": args.seed,
@@ -224,7 +243,11 @@ NAMES = {
     "granet": "GraNet",
     "snfs": "SNFS",
     "topkast": "Top-KAST",
+    "static_b4x1": "Static, 4x1 blocks",
+    "static_b2x2": "Static, 2x2 blocks",
 }
+#: Block-sparse runs (BlockSparseLinear hidden layers, no DST yet): method -> block shape.
+BLOCK_METHODS = {"static_b4x1": (4, 1), "static_b2x2": (2, 2)}
 ALL_METHODS = ",".join(NAMES)
 
 

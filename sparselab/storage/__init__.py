@@ -1,13 +1,16 @@
-"""Sparse weight storage: the padded-CSR format, its transposed index, and the checks of both."""
+"""Sparse weight storage: the padded-CSR format, its transposed index, and the checks of both; the
+structured formats (r x c blocks, constant fan-in)."""
 
 from .block_csr import BlockPaddedCSR
 from .checks import INT16_MAX_COLUMNS, PADDING, VALUE_DTYPE_NAMES, VALUE_DTYPES, index_bits, index_dtype_for
+from .fan_in import ConstantFanIn
 from .padded_csr import PaddedCSR, build_transposed, live_count
 from .transposed import TransposedIndex, no_transposed
 
 __all__ = [
     "PaddedCSR",
     "BlockPaddedCSR",
+    "ConstantFanIn",
     "TransposedIndex",
     "build_transposed",
     "live_count",
