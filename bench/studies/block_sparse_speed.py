@@ -100,7 +100,9 @@ def layer_table(out_f, in_f, sparsity, n, threads, rounds, peak) -> list[str]:
         m = layers[k]
         nnz = m.weight.numel() if k == "nn.Linear" else m.nnz
         gf = 3 * 2 * nnz * n / sec / 1e9
-        rows.append(f"| {out_f}x{in_f} | {k} | {sec * 1e3:.2f} | {sec / dense:.3f} | {gf:.1f} | {100 * gf / peak:.0f}% |")
+        rows.append(
+            f"| {out_f}x{in_f} | {k} | {sec * 1e3:.2f} | {sec / dense:.3f} | {gf:.1f} | {100 * gf / peak:.0f}% |"
+        )
     return rows
 
 

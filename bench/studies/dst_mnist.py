@@ -365,7 +365,10 @@ def write_report(results: list[dict], args, out: Path, cmd: str) -> None:
         f"ablated). SNFS regrows by the dense gradient (see its docstring). Top-KAST: forward set "
         f"{args.sparsity:.0%} sparse (the top-K by magnitude, reselected every step), backward set "
         f"{args.topkast_backward_sparsity:.0%} sparse (stored; its extra weights get gradients), random "
-        f"regrowth of the backward set at each update.",
+        f"regrowth of the backward set at each update. The block runs (Static, r x c blocks) make both "
+        f"hidden layers `BlockSparseLinear` of that block shape at Static's per-layer sparsities (the "
+        f"fraction of zero blocks, so the same live-weight count), blocks at uniformly random positions "
+        f"and kept fixed (no DST on blocks yet).",
         "",
         "| method | seeds | final test acc (%), mean +- std | best (%) | final vs dense (pp) | "
         "hidden-layer sparsity | train time per run (s) |",
