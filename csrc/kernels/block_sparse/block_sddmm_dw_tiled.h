@@ -61,9 +61,9 @@ void block_dw_tiled(const DwArgs<Idx>& a) {
   float* Pdy = a.scratch + panel_floats<T>(a.n, in);
   pack_panels<T>(a.x, a.ldx, a.n, in, Px, a.threads);
   pack_panels<T>(a.dy, a.lddy, a.n, out, Pdy, a.threads);
-  // Two parts per thread (of whole row chunks): a panel slice serves more block rows the larger
-  // the part, and dW needs no finer balance than the row partition's nnz-equal chunks give.
-  const int64_t parts = min64(a.nchunks, 2 * int64_t(a.threads));
+  // Parts of whole row chunks, about a row group each but at least two per thread: a panel slice
+  // serves more block rows the larger the part, and smaller parts keep the threads balanced.
+  const int64_t parts = min64(a.nchunks, max64(2 * int64_t(a.threads), a.w.rows / kGroupRows));
   parallel_for(a.threads, parts, [&](int64_t part, int) {
     const int64_t c_lo = a.row_chunks[part * a.nchunks / parts], c_hi = a.row_chunks[(part + 1) * a.nchunks / parts];
     // Every slot of the chunk's rows, spare ones included, starts at 0.
