@@ -12,8 +12,8 @@ Storage (ordinary module state, so ``state_dict``, ``deepcopy``, pickling and ``
 | ``weight_block`` | buffer (int64, 2) | ``(r, c)`` |
 | ``bias`` | ``nn.Parameter`` or None | one per output |
 
-Every product runs the block-sparse kernels of the layer's block shape through
-:mod:`sparselab.ops` (``y = x W^T + b``, ``dX = dY W``, dW at live blocks only). The Parameter
+Every product runs the block-sparse kernels of the layer's block shape through the custom ops of
+:mod:`sparselab.nn.block_custom_ops` (which ``torch.compile`` traces) and :mod:`sparselab.ops` (``y = x W^T + b``, ``dX = dY W``, dW at live blocks only). The Parameter
 and buffers are the same objects for the layer's life; a state dict of another capacity loads by
 swapping their storage, after the incoming weight passed every check.
 """
@@ -26,33 +26,13 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from .. import ops
 from ..storage import VALUE_DTYPE_NAMES, VALUE_DTYPES, BlockPaddedCSR
+from .block_custom_ops import block_fwd
 from .sparse_module import autocast_input, check_conversion, check_cpu, check_sparsity
 
 __all__ = ["BlockSparseLinear"]
 
 _INDEX = ("weight_block_cols", "weight_block_row_start", "weight_block_row_nnz")
-
-
-class _BlockProduct(torch.autograd.Function):
-    """``y = x W^T + b`` over a BlockPaddedCSR whose values are the ``values`` argument."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, values: Tensor, bias: Optional[Tensor], W: BlockPaddedCSR) -> Tensor:
-        ctx.W = W
-        ctx.has_bias = bias is not None
-        ctx.save_for_backward(x)
-        return ops.spmm_fwd(W, x, bias)
-
-    @staticmethod
-    def backward(ctx, dy: Tensor):
-        (x,) = ctx.saved_tensors
-        dy = dy.contiguous()
-        dx = ops.spmm_dx(ctx.W, dy) if ctx.needs_input_grad[0] else None
-        dw = ops.sddmm_dw(ctx.W, dy, x) if ctx.needs_input_grad[1] else None
-        db = dy.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return dx, dw, db, None
 
 
 def _check_dtype(dtype) -> torch.dtype:
@@ -286,7 +266,16 @@ class BlockSparseLinear(nn.Module):
         if x2.stride(-1) != 1:
             x2 = x2.contiguous()
         bias = self.bias
-        y = _BlockProduct.apply(x2, self.weight_values, bias, self.weight)
+        y = block_fwd(
+            x2,
+            self.weight_values,
+            self.weight_block_cols,
+            self.weight_block_row_start,
+            self.weight_block_row_nnz,
+            bias,
+            self.out_features,
+            self.in_features,
+        )
         y = y.reshape(*lead, self.out_features)
         return y if out_dtype is None else y.to(out_dtype)
 

@@ -177,3 +177,18 @@ def test_sparsify_with_blocks_converts_linears_and_names_what_stays_dense():
     assert isinstance(model[2], nn.Linear) and "does not tile" in summary.skipped["2"]
     with pytest.raises(TypeError, match="block must be a pair"):
         sparselab.model.sparsify(nn.Linear(8, 8), 0.5, block="4x1")
+
+
+def test_torch_compile_fullgraph_matches_eager():
+    torch.manual_seed(6)
+    model = nn.Sequential(BlockSparseLinear(32, 16, sparsity=0.5, block=(4, 1)), nn.ReLU(), nn.Linear(16, 4))
+    x = torch.randn(6, 32)
+    eager = model(x)
+    eager.sum().backward()
+    want = model[0].weight_values.grad.clone()
+    model.zero_grad()
+    compiled = torch.compile(model, fullgraph=True)
+    got = compiled(x)
+    got.sum().backward()
+    torch.testing.assert_close(got, eager)
+    torch.testing.assert_close(model[0].weight_values.grad, want)
