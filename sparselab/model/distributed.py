@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ..nn.block_linear import BlockSparseLinear
 from ..nn.sparse_module import SparseModule
 
 __all__ = [
@@ -56,15 +57,26 @@ DDP_IGNORE_ATTR = "_ddp_params_and_buffers_to_ignore"
 # ------------------------------------------------------------------ DDP's ignore list
 
 
+_SPARSE_KINDS = (SparseModule, BlockSparseLinear)
+
+
+def _index_tensors(m) -> list[Tensor]:
+    """A sparse layer's topology tensors (what :func:`broadcast_topology` sends with the values)."""
+    if isinstance(m, BlockSparseLinear):
+        return [m.weight_block_cols, m.weight_block_row_start, m.weight_block_row_nnz]
+    return [m.weight_cols, m.weight_row_start, m.weight_row_nnz]
+
+
 def sparse_buffer_names(module: nn.Module) -> list[str]:
-    """Qualified names of every buffer of every SparseLinear in ``module`` (itself included).
+    """Qualified names of every buffer of every sparse layer (SparseLinear and the other
+    ``SparseModule`` kinds, ``BlockSparseLinear``) in ``module`` (itself included).
 
     Args:
         module: a model or one sparse layer.
     """
     names = []
     for prefix, m in module.named_modules():
-        if isinstance(m, SparseModule):
+        if isinstance(m, _SPARSE_KINDS):
             names.extend(f"{prefix}.{n}" if prefix else n for n, _ in m.named_buffers(recurse=False))
     return names
 
@@ -92,7 +104,7 @@ def ignore_sparse_buffers(model: nn.Module) -> nn.Module:
 
 def _on_module_registered(parent: nn.Module, name: str, child):
     # Called by torch for every submodule assignment: list the child's sparse buffers in the parent.
-    if isinstance(child, nn.Module) and not isinstance(parent, SparseModule):
+    if isinstance(child, nn.Module) and not isinstance(parent, _SPARSE_KINDS):
         names = sparse_buffer_names(child)
         if names:
             _merge_ignore(parent, [f"{name}.{n}" for n in names])
@@ -138,7 +150,8 @@ def _broadcast_tensors(tensors: list[Tensor], group, src: int) -> None:
 
 def _check_same_shapes(layers: list[SparseModule], group) -> None:
     sig = torch.tensor(
-        [[m.out_features, m.in_features, m.capacity, m.weight_cols.element_size()] for m in layers], dtype=torch.int64
+        [[m.out_features, m.in_features, m.capacity, _index_tensors(m)[0].element_size()] for m in layers],
+        dtype=torch.int64,
     ).reshape(-1)
     n = torch.tensor([sig.numel()], dtype=torch.int64)
     sizes = [torch.zeros_like(n) for _ in range(dist.get_world_size(group))]
@@ -165,19 +178,20 @@ def broadcast_topology(layers, group=None, src: int = 0) -> None:
     whose ranks drew different topologies (``torch.manual_seed`` differs).
 
     Args:
-        layers: a model, or a list of sparse layers, built alike on every rank.
+        layers: a model, or a list of sparse layers (``BlockSparseLinear`` too), built alike on
+            every rank.
         group: the process group; default the whole world.
         src: the global rank whose topology every rank takes.
     """
     if isinstance(layers, nn.Module):
-        layers = [m for m in layers.modules() if isinstance(m, SparseModule)]
+        layers = [m for m in layers.modules() if isinstance(m, _SPARSE_KINDS)]
     group = resolve_group(group)
     if group is None or not layers:
         return
     _check_same_shapes(layers, group)
     for m in layers:
-        _broadcast_tensors([m.weight_cols, m.weight_row_start, m.weight_row_nnz, m.weight_values.data], group, src)
-        if dist.get_rank() != src:
+        _broadcast_tensors([*_index_tensors(m), m.weight_values.data], group, src)
+        if dist.get_rank() != src and isinstance(m, SparseModule):
             m.topology_changed(validate=False)
 
 

@@ -11,6 +11,7 @@ algorithm must bring every rank to rank 0's topology.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from datetime import timedelta
@@ -22,7 +23,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import sparselab
-from sparselab.model.distributed import topology_digest
+from sparselab.model.distributed import broadcast_topology, topology_digest
 
 STEPS, UPDATE_FREQ = 16, 4
 IN, HIDDEN, OUT = 24, 64, 8
@@ -79,6 +80,31 @@ def run(name: str, algo_cls, rank: int, out: Path, how: str = "attach", **kw) ->
     }
 
 
+def block_run(rank: int) -> dict:
+    """A BlockSparseLinear MLP (no DST) under DDP: ranks draw different blocks, broadcast_topology
+    gives them rank 0's, and training keeps them identical."""
+    torch.manual_seed(rank)
+    model = nn.Sequential(
+        sparselab.nn.BlockSparseLinear(IN, HIDDEN, sparsity=0.75, block=(4, 1)),
+        nn.Tanh(),
+        sparselab.nn.BlockSparseLinear(HIDDEN, OUT, sparsity=0.5, block=(2, 2)),
+    )
+    broadcast_topology(model)
+    ddp = DDP(model)
+    opt = torch.optim.Adam(model.parameters(), lr=0.02)
+    losses = []
+    for x, y in batches(rank):
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(ddp(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    h = hashlib.sha256()
+    for t in model.state_dict().values():
+        h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+    return {"losses": losses, "digest": h.hexdigest()}
+
+
 def main() -> None:
     rank, world, port, out = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
     torch.set_num_threads(1)
@@ -95,6 +121,7 @@ def main() -> None:
     plain = DDP(make_model())
     plain(torch.randn(4, IN)).sum().backward()
     result["plain_grad_ok"] = all(p.grad is not None for p in plain.parameters())
+    result["block"] = block_run(rank)
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 

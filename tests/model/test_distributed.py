@@ -88,6 +88,13 @@ def test_rigl_loss_falls(two_ranks):
         assert sum(losses[-4:]) / 4 < 0.7 * sum(losses[:4]) / 4, losses
 
 
+def test_block_sparse_layers_stay_identical_across_ranks(two_ranks):
+    _, (r0, r1) = two_ranks
+    assert r0["block"]["digest"] == r1["block"]["digest"]  # values and block topology, bit for bit
+    losses = r0["block"]["losses"]
+    assert sum(losses[-4:]) / 4 < 0.7 * sum(losses[:4]) / 4, losses
+
+
 def test_model_without_algorithm_wraps(two_ranks):
     _, (r0, r1) = two_ranks
     assert r0["plain_grad_ok"] and r1["plain_grad_ok"]
