@@ -206,6 +206,8 @@ class SparsityAlgorithm(Attaching, Checkpointing, Selection):
     """
 
     needs_gradient: bool = False
+    #: Whether the algorithm drives block-sparse layers (``BlockSparseLinear``) at block granularity.
+    supports_blocks: bool = True
     regrow: bool = True
     compact: bool = False
     default_drop_schedule: str = "constant"
@@ -305,7 +307,7 @@ class SparsityAlgorithm(Attaching, Checkpointing, Selection):
         s = self.sparsity_schedule(self._step if t is None else t)
         d = self._density_cache.get(s)
         if d is None:
-            shapes = [L.shape for L in self._layers]
+            shapes = [L.dense_shape for L in self._layers]
             d = [min(1.0, max(0.0, float(x))) for x in self._distribution(shapes, 1.0 - s)]
             if len(d) != len(shapes):
                 raise ValueError(f"distribution returned {len(d)} densities for {len(shapes)} layers")
@@ -366,6 +368,8 @@ class SparsityAlgorithm(Attaching, Checkpointing, Selection):
 
     def _init_values(self, layer: LayerState, rows: Tensor) -> Tensor:
         """SparseLinear's init for new entries: U(-1/sqrt(k), 1/sqrt(k)), k = the row's live count after growing."""
+        if hasattr(layer.module, "init_values"):  # a block layer: whole blocks, its own init
+            return layer.module.init_values(rows, self.generator)
         k = layer.weight.row_nnz.to(torch.float64) + torch.bincount(rows, minlength=layer.shape[0]).double()
         bound = k.clamp_min(1.0).rsqrt()[rows]
         u = torch.rand(rows.numel(), generator=self.generator, dtype=torch.float64) * 2 - 1

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..model import distributed as _distributed
+from ..nn.block_linear import BlockSparseLinear
 from ..nn.sparse_module import SparseModule
 from .layer_state import LayerState
 from .schedules import UpdateSchedule
@@ -21,6 +22,8 @@ from .schedules import UpdateSchedule
 __all__ = ["Attaching", "horizon_of", "END_FRACTION"]
 
 # layer -> weakref(algorithm): one algorithm per layer (kept off the module so pickling works).
+# The layers an algorithm drives: SparseModule kinds, and block layers through their grid view.
+_SPARSE_KINDS = (SparseModule, BlockSparseLinear)
 _OWNER: "weakref.WeakKeyDictionary[SparseModule, weakref.ref]" = weakref.WeakKeyDictionary()
 #: Where the schedules end when an LR scheduler gives the training's length: RigL's recipe.
 END_FRACTION = 0.75
@@ -62,7 +65,7 @@ class Attaching:
         when ``apply`` returns. Called directly, it attaches and sets up at once."""
         if not isinstance(module, nn.Module):
             raise TypeError(f"{type(self).__name__} attaches to nn.Module objects, got {type(module).__name__}")
-        if isinstance(module, SparseModule):
+        if isinstance(module, _SPARSE_KINDS):
             self._attach(module, "")
         root = _apply_root()
         if (root is None or root is module) and any(self._owns(m) for m in module.modules()):
@@ -79,7 +82,7 @@ class Attaching:
         """
         if not isinstance(module, nn.Module):
             raise TypeError(f"{type(self).__name__} attaches to nn.Module objects, got {type(module).__name__}")
-        sparse = [m for m in module.modules() if isinstance(m, SparseModule)]
+        sparse = [m for m in module.modules() if isinstance(m, _SPARSE_KINDS)]
         if not sparse:
             raise TypeError(
                 f"{type(self).__name__} attaches to sparse layers (sparselab.SparseLinear, ...), but "
@@ -92,7 +95,7 @@ class Attaching:
         return module
 
     def _owns(self, module: SparseModule) -> bool:
-        return any(L.module is module for L in self._layers)
+        return any(L.target is module for L in self._layers)
 
     def _set_up(self, root: nn.Module | None) -> None:
         """Name the layers by ``root``'s module names, start every rank from rank 0's topology,
@@ -100,7 +103,7 @@ class Attaching:
         names = {id(m): n for n, m in root.named_modules()} if root is not None else {}
         for i, L in enumerate(self._layers):
             L.index = i
-            L.name = names.get(id(L.module)) or L.name or f"layer{i}"
+            L.name = names.get(id(L.target)) or L.name or f"layer{i}"
         with torch.inference_mode(False):  # a call under inference_mode must not make inference tensors
             self._sync_ranks(root)  # before _setup, so every rank re-budgets the same layers alike
             self._setup()
@@ -128,6 +131,8 @@ class Attaching:
             )
         if self._stepped:
             raise RuntimeError("attach every layer before training starts (algo.step() was already called)")
+        if isinstance(module, BlockSparseLinear) and not self.supports_blocks:
+            raise TypeError(f"{type(self).__name__} does not drive block-sparse layers (BlockSparseLinear) yet")
         _OWNER[module] = weakref.ref(self)
         self._layers.append(LayerState(module, name, len(self._layers)))
         self._density_cache.clear()
@@ -136,8 +141,8 @@ class Attaching:
         """Remove hooks and forget the layers (they keep their current topology)."""
         self._disarm()
         for L in self._layers:
-            if _OWNER.get(L.module) is not None and _OWNER[L.module]() is self:
-                del _OWNER[L.module]
+            if _OWNER.get(L.target) is not None and _OWNER[L.target]() is self:
+                del _OWNER[L.target]
         self._layers = []
         self._n_synced = 0
 

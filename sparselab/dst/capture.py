@@ -14,6 +14,10 @@ layer used twice) are all kept; their dense gradients add up. Forwards under
 full dense gradient never exists. Under data parallelism each rank captured its
 own micro-batch, so ``reduce`` (set by the algorithm) sums each block over the
 ranks: growth scores are all-reduced one block at a time.
+
+A block-sparse layer (:class:`~sparselab.dst.block_layer.BlockGrid`) is scored per block: its
+dense gradient of a grid row block is the Frobenius norm of each ``r x c`` block of
+``dY^T X``, reduced over the ranks before the norm.
 """
 
 from __future__ import annotations
@@ -27,8 +31,14 @@ __all__ = ["GradientCapture"]
 class GradientCapture:
     def __init__(self, module, *, reduce=None):
         self.reduce = reduce  # sums a dense-gradient block over data-parallel ranks (None: one process)
-        self.in_features = module.in_features
-        self.out_features = module.out_features
+        # A block layer: the product's rows are the layer's own; dense_grad answers per block.
+        self.block = getattr(module, "block", None) if hasattr(module, "dense_shape") else None
+        self.grid_rows = module.out_features
+        if self.block is not None:
+            self.out_features, self.in_features = module.dense_shape
+        else:
+            self.in_features = module.in_features
+            self.out_features = module.out_features
         self.pairs: list[list] = []  # [x (N, in), dy (N, out) or None]
         self._handle = module.register_product_hook(self._on_product)
 
@@ -50,19 +60,24 @@ class GradientCapture:
         return any(dy is not None for _, dy in self.pairs)
 
     def dense_grad(self, rows: slice) -> Tensor:
-        """``dL/dW[rows, :]`` as a dense ``(len(rows), in_features)`` tensor."""
+        """``dL/dW[rows, :]`` as a dense ``(len(rows), in_features)`` tensor; for a block layer,
+        ``rows`` are grid rows and the result the ``(len(rows), grid columns)`` block norms."""
+        start, stop, _ = rows.indices(self.grid_rows)
+        r, c = self.block or (1, 1)
+        erows = slice(start * r, stop * r)
         out = None
         for x, dy in self.pairs:
             if dy is None:
                 continue
-            g = dy[:, rows].t() @ x
+            g = dy[:, erows].t() @ x
             out = g if out is None else out.add_(g)
         if out is None:
-            n = len(range(*rows.indices(self.out_features)))
             dtype = self.pairs[0][0].dtype if self.pairs else torch.get_default_dtype()
-            out = torch.zeros(n, self.in_features, dtype=dtype)
+            out = torch.zeros((stop - start) * r, self.in_features, dtype=dtype)
         if self.reduce is not None:
             out = self.reduce(out.contiguous())
+        if self.block is not None:
+            out = out.reshape(stop - start, r, self.in_features // c, c).square().sum((1, 3)).sqrt_()
         return out
 
     def nbytes(self) -> int:

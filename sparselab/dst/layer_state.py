@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from ..nn.block_linear import BlockSparseLinear
 from ..nn.sparse_module import SparseModule
+from .block_layer import BlockGrid
 from .capture import GradientCapture
 
 __all__ = ["LayerState", "UpdateInfo"]
@@ -16,14 +18,19 @@ class LayerState:
     """What the hooks see of one attached layer.
 
     Args:
-        module: the sparse layer.
+        module: the sparse layer (a ``SparseModule`` or a ``BlockSparseLinear``).
         name: its qualified name in the model it was attached through.
         index: its position among the algorithm's layers (indexes ``densities()``).
     """
 
-    __slots__ = ("module", "name", "index", "capture")
+    __slots__ = ("module", "target", "name", "index", "capture")
 
     def __init__(self, module: SparseModule, name: str, index: int):
+        # A block-sparse layer is driven through its grid view (BlockGrid); `target` is the
+        # nn.Module in the model either way.
+        self.target = module
+        if isinstance(module, BlockSparseLinear):
+            module = BlockGrid(module)
         self.module = module
         self.name = name
         self.index = index
@@ -38,6 +45,12 @@ class LayerState:
     def shape(self) -> tuple[int, int]:
         """``(out_features, in_features)``."""
         return (self.module.out_features, self.module.in_features)
+
+    @property
+    def dense_shape(self) -> tuple[int, int]:
+        """The layer's weight shape: ``shape``, or for a block layer its element shape (what the
+        sparsity distribution weighs; ``shape`` and the counts are then in blocks)."""
+        return getattr(self.module, "dense_shape", self.shape)
 
     @property
     def numel(self) -> int:

@@ -218,9 +218,10 @@ class _Edit:
         if grow_values is not None:
             if not isinstance(grow_values, Tensor) or not grow_values.is_floating_point():
                 raise TypeError("rewrite_layer: grow_values must be a floating-point tensor or None")
-            if grow_values.numel() != grow_rows.numel() or not bool(torch.isfinite(grow_values).all()):
-                raise ValueError(f"rewrite_layer: grow_values must hold {grow_rows.numel()} finite values")
-            grow_values = grow_values.reshape(-1)
+            n = grow_rows.numel()
+            if grow_values.dim() == 0 or grow_values.shape[0] != n or not bool(torch.isfinite(grow_values).all()):
+                raise ValueError(f"rewrite_layer: grow_values must hold {n} finite values (slots)")
+            grow_values = grow_values.reshape(n, *grow_values.shape[1:])  # one value, or one block, per slot
         drop_slots = drop_slots.reshape(-1)
         if not _sorted(drop_slots):  # selections arrive sorted; others are sorted here
             drop_slots = drop_slots.sort().values
@@ -376,11 +377,12 @@ def _rewrite_in_place(w, merge: _BlockMerge, lay: _Layout, targets) -> Tensor:
 def _rewrite_relayout(w, merge: _BlockMerge, lay: _Layout, targets) -> Tensor:
     """Same capacity, new row ranges: each tensor is rebuilt in one reusable scratch, then copied back."""
     grown_slots = torch.empty(merge.edit.n_grow, dtype=torch.int32)
-    scratch: dict[torch.dtype, Tensor] = {}
+    scratch: dict[tuple, Tensor] = {}
     for ti, (t, pad_value, fill) in enumerate(targets):
-        buf = scratch.get(t.dtype)
+        # Per slot a value, or a block of values (a block layer's (capacity, r, c) tensors).
+        buf = scratch.get((t.dtype, t.shape[1:]))
         if buf is None:
-            buf = scratch[t.dtype] = torch.empty(w.capacity, dtype=t.dtype)
+            buf = scratch[(t.dtype, t.shape[1:])] = torch.empty(w.capacity, *t.shape[1:], dtype=t.dtype)
         buf.fill_(pad_value)
         for r0, r1 in lay.blocks:
             p = merge.plan(r0, r1)
@@ -398,7 +400,7 @@ def _rewrite_resized(merge: _BlockMerge, lay: _Layout, targets) -> tuple[Tensor,
     """A new capacity: every tensor is built anew; the caller swaps the storage in."""
     grown_slots = torch.empty(merge.edit.n_grow, dtype=torch.int32)
     new_cap = int(lay.new_rs[-1])
-    new = [torch.full((new_cap,), pad_value, dtype=t.dtype) for t, pad_value, _ in targets]
+    new = [torch.full((new_cap, *t.shape[1:]), pad_value, dtype=t.dtype) for t, pad_value, _ in targets]
     for r0, r1 in lay.blocks:
         p = merge.plan(r0, r1)
         for (t, _, fill), n in zip(targets, new):

@@ -259,7 +259,7 @@ class RankSync:
         """
         if root is not None:
             ignore_sparse_buffers(root)
-        layers = [L.module for L in new_layers]
+        layers = [L.target for L in new_layers]
         if layers:
             broadcast_topology(layers, self.group, self._src())
         seed = torch.tensor([algo.seed], dtype=torch.int64)

@@ -26,6 +26,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from ..optim import mark_sparse_values
 from ..storage import VALUE_DTYPE_NAMES, VALUE_DTYPES, BlockPaddedCSR
 from .block_custom_ops import block_fwd
 from .sparse_module import autocast_input, check_conversion, check_cpu, check_sparsity
@@ -93,6 +94,7 @@ class BlockSparseLinear(nn.Module):
     def _adopt(self, W: BlockPaddedCSR, bias: Optional[Tensor]) -> None:
         self.out_features, self.in_features = W.shape
         self.weight_values = nn.Parameter(W.values.detach())
+        mark_sparse_values(self.weight_values, f"a BlockSparseLinear({W.shape[1]}, {W.shape[0]}, block={W.block})")
         self.register_buffer("weight_block_cols", W.block_cols)
         self.register_buffer("weight_block_row_start", W.block_row_start)
         self.register_buffer("weight_block_row_nnz", W.block_row_nnz)
@@ -284,7 +286,10 @@ class BlockSparseLinear(nn.Module):
     def _apply(self, fn, recurse=True):
         check_conversion(fn, type(self).__name__)
         self.__dict__.pop("_weight_view", None)
-        return super()._apply(fn, recurse)
+        out = super()._apply(fn, recurse)
+        # A new Parameter under torch's overwrite-on-conversion setting: optimizers are tracked on it.
+        mark_sparse_values(self.weight_values, f"a BlockSparseLinear({self.in_features}, {self.out_features})")
+        return out
 
     def __getstate__(self):
         state = dict(super().__getstate__())

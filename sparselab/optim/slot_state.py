@@ -68,7 +68,8 @@ def reset_slots(
     optimizer: torch.optim.Optimizer, param: Tensor, slots, *, grad: bool = True, keys: Iterable[str] | None = None
 ) -> list[str]:
     """Zero ``param``'s per-slot optimizer state at ``slots`` (int ids or a bool
-    mask over ``param``'s elements); also ``param.grad`` there if ``grad``.
+    mask over ``param``'s slots: its first dimension, so a block layer's ``(capacity, r, c)``
+    values reset whole blocks); also ``param.grad`` there if ``grad``.
 
     Every state tensor shaped like ``param`` is reset (``momentum_buffer``,
     ``exp_avg``, ``exp_avg_sq``, ``max_exp_avg_sq``, Adagrad's ``sum``, ...),
@@ -78,12 +79,12 @@ def reset_slots(
     Args:
         optimizer: any ``torch.optim.Optimizer``.
         param: a parameter it holds (a sparse layer's ``weight_values``).
-        slots: the slots to reset: int ids, or a bool mask over ``param``'s elements.
+        slots: the slots to reset: int ids, or a bool mask over ``param``'s first dimension.
         grad: also zero ``param.grad`` at those slots.
         keys: reset only these state entries; default every entry shaped like ``param``.
     """
     _check_param(optimizer, param)
-    idx = _as_index(slots, param.numel())
+    idx = _as_index(slots, param.shape[0] if param.dim() else 1)
     wanted = None if keys is None else set(keys)
     done = []
     for k in slot_state_keys(optimizer, param):
@@ -99,9 +100,9 @@ def reset_slots(
 def _zero_at(t: Tensor, idx: Tensor, piece: int = 1 << 16) -> None:
     # In pieces: indexing widens int32 ids to int64 internally, so a DST update's
     # list of grown slots never gets a full-size int64 copy.
-    flat, zero = t.view(-1), t.new_zeros(())
+    zero = t.new_zeros(())
     for i in range(0, idx.numel(), piece):
-        flat.index_put_((idx[i : i + piece],), zero)
+        t.index_put_((idx[i : i + piece],), zero)  # whole slots along the first dimension
 
 
 def drop_state(optimizer: torch.optim.Optimizer, param: Tensor) -> None:

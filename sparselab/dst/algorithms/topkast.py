@@ -236,6 +236,8 @@ class TopKAST(SparsityAlgorithm):
         check_ranks: after attaching and every update, check that the ranks' topologies agree.
     """
 
+    supports_blocks = False  # its forward subset is an unstructured PaddedCSR of the layer
+
     default_drop_schedule = "cosine"
 
     def __init__(self, sparsity=0.9, *, backward_sparsity=0.8, refresh_freq: int = 1, grow: str = "random", **kwargs):

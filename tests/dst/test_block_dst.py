@@ -1,0 +1,153 @@
+"""DST at block granularity: every algorithm that supports blocks drives BlockSparseLinear layers
+through their grid view (sparselab/dst/block_layer.py), dropping and growing whole blocks, with
+optimizer state following each block."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import sparselab
+from sparselab.dst.block_layer import BlockGrid
+from sparselab.dst.capture import GradientCapture
+from sparselab.nn import BlockSparseLinear
+from sparselab.optim import reset_slots
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+ALGOS = {
+    "static": lambda: sparselab.Static(0.8),
+    "set": lambda: sparselab.SET(0.8, update_freq=5, drop_fraction=0.3, end=40),
+    "rigl": lambda: sparselab.RigL(0.8, update_freq=5, drop_fraction=0.3, end=40),
+    "srigl": lambda: sparselab.SRigL(0.8, update_freq=5, drop_fraction=0.3, end=40),
+    "snfs": lambda: sparselab.SNFS(0.8, update_freq=5, drop_fraction=0.3, end=40),
+    "gmp": lambda: sparselab.GMP(0.8, initial_sparsity=0.5, update_freq=5, end=40),
+    "granet": lambda: sparselab.GraNet(0.8, initial_sparsity=0.5, update_freq=5, end=40, drop_fraction=0.3),
+}
+
+
+def _model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        BlockSparseLinear(32, 64, sparsity=0.5, block=(4, 1)),
+        nn.ReLU(),
+        BlockSparseLinear(64, 16, sparsity=0.5, block=(2, 2)),
+    )
+
+
+def _blocks(model):
+    return [m for m in model.modules() if isinstance(m, BlockSparseLinear)]
+
+
+def _live(layer: BlockSparseLinear) -> set:
+    grid = layer.weight._index_view()
+    live = grid.live_mask()
+    return set(zip(grid.slot_rows()[live].tolist(), grid.cols[live].tolist()))
+
+
+@pytest.mark.parametrize("name", list(ALGOS))
+def test_block_layers_keep_their_invariants_and_budget_through_training(name):
+    model = _model()
+    algo = ALGOS[name]()
+    algo.attach(model)
+    opt = algo.attach_optimizer(torch.optim.Adam(model.parameters(), lr=1e-2))
+    teacher = _model(seed=9)
+    start = [_live(m) for m in _blocks(model)]
+    losses, updates = [], 0
+    for step in range(60):
+        x = torch.randn(64, 32, generator=torch.Generator().manual_seed(step))
+        with torch.no_grad():
+            y = teacher(x)
+        loss = (model(x) - y).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if algo.step():
+            updates += 1
+            targets = [algo.target_nnz(L, algo.step_count) for L in algo.layers]
+            for L, m, target in zip(algo.layers, _blocks(model), targets):
+                m.weight.validate()  # every block invariant
+                spare = ~m.weight._index_view().live_mask()
+                assert bool((m.weight_values.detach()[spare] == 0).all())  # spare blocks hold zeros
+                if name == "srigl":  # a constant fan-in in blocks over the active block rows
+                    counts = m.weight_block_row_nnz[m.weight_block_row_nnz > 0]
+                    assert counts.unique().numel() == 1 and L.nnz <= target
+                elif name != "snfs":
+                    assert L.nnz == target  # the budget, in blocks
+            if name == "snfs":  # moves blocks between layers, keeps the total
+                assert sum(L.nnz for L in algo.layers) == sum(targets)
+        losses.append(loss.item())
+    assert sum(losses[-5:]) < 0.8 * sum(losses[:5])
+    layers = _blocks(model)
+    if name == "snfs":  # the split between layers moves; the whole keeps the target
+        total = sum(m.out_features * m.in_features for m in layers)
+        assert 1 - sum(m.nnz for m in layers) / total == pytest.approx(0.8, abs=0.02)
+    else:
+        for m in layers:
+            assert m.sparsity == pytest.approx(0.8, abs=0.02)
+    if name not in ("static",):
+        assert updates >= 1
+        assert any(a != _live(m) for a, m in zip(start, _blocks(model)))  # blocks moved
+
+
+def test_topkast_refuses_block_layers():
+    with pytest.raises(TypeError, match="TopKAST does not drive block-sparse layers"):
+        sparselab.TopKAST(0.8, backward_sparsity=0.6).attach(_model())
+
+
+def test_grow_scores_are_the_norms_of_the_dense_gradient_blocks():
+    layer = BlockSparseLinear(8, 12, sparsity=0.5, block=(4, 2))
+    grid = BlockGrid(layer)
+    cap = GradientCapture(grid)
+    x = torch.randn(5, 8)
+    layer(x).pow(2).sum().backward()
+    g = cap.dense_grad(slice(1, 3))  # grid rows 1 and 2: output rows 4..11
+    dy = 2 * layer(x).detach()
+    want = (dy.T @ x)[4:12].reshape(2, 4, 4, 2).square().sum((1, 3)).sqrt()
+    torch.testing.assert_close(g, want)
+    cap.remove()
+
+
+def test_reset_slots_zeroes_whole_blocks():
+    layer = BlockSparseLinear(8, 8, sparsity=0.0, block=(2, 2))
+    opt = torch.optim.Adam(layer.parameters())
+    layer(torch.randn(3, 8)).sum().backward()
+    opt.step()
+    state = opt.state[layer.weight_values]["exp_avg"]
+    before = state.clone()
+    reset_slots(opt, layer.weight_values, [1])
+    assert bool((state[1] == 0).all()) and torch.equal(state[0], before[0]) and torch.equal(state[2:], before[2:])
+    with pytest.raises(ValueError, match=r"slot ids must lie in \[0, 16\)"):
+        reset_slots(opt, layer.weight_values, [16])
+
+
+def test_block_rigl_moves_optimizer_state_with_its_blocks():
+    """A kept block keeps its Adam moments across an update; a grown block starts from zero."""
+    model = _model()
+    algo = sparselab.RigL(0.8, update_freq=3, drop_fraction=0.3, end=30)
+    algo.attach(model)
+    opt = algo.attach_optimizer(torch.optim.Adam(model.parameters(), lr=1e-2))
+    layer = _blocks(model)[0]
+    for step in range(3):
+        x = torch.randn(16, 32)
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+        if step < 2:
+            assert not algo.step()
+    grid = layer.weight._index_view()
+    live = grid.live_mask()
+    pos = list(zip(grid.slot_rows()[live].tolist(), grid.cols[live].tolist()))
+    moments = dict(zip(pos, opt.state[layer.weight_values]["exp_avg"][live].clone()))
+    assert algo.step()
+    info = algo.last_update[0]
+    grown = set(info.grown_slots.tolist())
+    grid = layer.weight._index_view()
+    slots = grid.live_mask().nonzero().reshape(-1).tolist()
+    rows = grid.slot_rows()
+    state = opt.state[layer.weight_values]["exp_avg"]
+    assert info.grown == len(grown) > 0
+    kept = [k for k in slots if k not in grown]
+    assert kept and all(torch.equal(state[k], moments[(int(rows[k]), int(grid.cols[k]))]) for k in kept)
+    assert all(bool((state[k] == 0).all()) for k in grown)
