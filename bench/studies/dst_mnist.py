@@ -104,7 +104,7 @@ def make_model(sparse: bool, sparsity: float, padding: float) -> nn.Module:
 
 def make_block_model(block: tuple[int, int], args) -> nn.Module:
     """The sparse model with each hidden layer a ``BlockSparseLinear`` of ``block`` blocks at the
-    sparsity Static gives it (its ``--distribution`` split), uniformly random blocks, no DST."""
+    sparsity Static gives it (its ``--distribution`` split), uniformly random blocks."""
     probe = make_model(True, args.sparsity, args.padding)
     probe.apply(sparselab.Static(args.sparsity, seed=args.seed, distribution=args.distribution))
     fc1, fc2 = (m.sparsity for m in probe.modules() if isinstance(m, SparseLinear))
@@ -170,8 +170,8 @@ def run(method: str, data, args) -> dict:
     steps_per_epoch = math.ceil(len(x_tr) / args.batch_size)
     total = steps_per_epoch * args.epochs
     algo = None
-    if method != "dense" and method not in BLOCK_METHODS:
-        algo = make_algorithm(method, args, total)
+    if method != "dense" and not method.startswith("static_b"):
+        algo = make_algorithm(method.split("_b")[0], args, total)
         model.apply(algo)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=args.weight_decay)
     if algo is not None:
@@ -245,9 +245,11 @@ NAMES = {
     "topkast": "Top-KAST",
     "static_b4x1": "Static, 4x1 blocks",
     "static_b2x2": "Static, 2x2 blocks",
+    "rigl_b4x1": "RigL, 4x1 blocks",
+    "rigl_b2x2": "RigL, 2x2 blocks",
 }
-#: Block-sparse runs (BlockSparseLinear hidden layers, no DST yet): method -> block shape.
-BLOCK_METHODS = {"static_b4x1": (4, 1), "static_b2x2": (2, 2)}
+#: Block-sparse runs (BlockSparseLinear hidden layers): method -> block shape.
+BLOCK_METHODS = {"static_b4x1": (4, 1), "static_b2x2": (2, 2), "rigl_b4x1": (4, 1), "rigl_b2x2": (2, 2)}
 ALL_METHODS = ",".join(NAMES)
 
 
@@ -365,10 +367,11 @@ def write_report(results: list[dict], args, out: Path, cmd: str) -> None:
         f"ablated). SNFS regrows by the dense gradient (see its docstring). Top-KAST: forward set "
         f"{args.sparsity:.0%} sparse (the top-K by magnitude, reselected every step), backward set "
         f"{args.topkast_backward_sparsity:.0%} sparse (stored; its extra weights get gradients), random "
-        f"regrowth of the backward set at each update. The block runs (Static, r x c blocks) make both "
-        f"hidden layers `BlockSparseLinear` of that block shape at Static's per-layer sparsities (the "
-        f"fraction of zero blocks, so the same live-weight count), blocks at uniformly random positions "
-        f"and kept fixed (no DST on blocks yet).",
+        f"regrowth of the backward set at each update. The block runs (r x c blocks) make both hidden "
+        f"layers `BlockSparseLinear` of that block shape at Static's per-layer sparsities (the fraction "
+        f"of zero blocks, so the same live-weight count), blocks at uniformly random positions: fixed "
+        f"(Static), or dropped and grown whole by RigL (block norms of the weights and of the dense "
+        f"gradient, the same schedule as unstructured RigL).",
         "",
         "| method | seeds | final test acc (%), mean +- std | best (%) | final vs dense (pp) | "
         "hidden-layer sparsity | train time per run (s) |",

@@ -80,29 +80,37 @@ def run(name: str, algo_cls, rank: int, out: Path, how: str = "attach", **kw) ->
     }
 
 
-def block_run(rank: int) -> dict:
-    """A BlockSparseLinear MLP (no DST) under DDP: ranks draw different blocks, broadcast_topology
-    gives them rank 0's, and training keeps them identical."""
+def block_run(rank: int, dst: bool = False) -> dict:
+    """A BlockSparseLinear MLP under DDP: ranks draw different blocks; broadcast_topology (or, with
+    ``dst``, attaching RigL) gives them rank 0's, and training keeps them identical."""
     torch.manual_seed(rank)
     model = nn.Sequential(
         sparselab.nn.BlockSparseLinear(IN, HIDDEN, sparsity=0.75, block=(4, 1)),
         nn.Tanh(),
         sparselab.nn.BlockSparseLinear(HIDDEN, OUT, sparsity=0.5, block=(2, 2)),
     )
-    broadcast_topology(model)
+    algo = sparselab.RigL(0.8, update_freq=UPDATE_FREQ, drop_fraction=0.3, seed=rank, check_ranks=True) if dst else None
+    if algo is not None:
+        algo.attach(model)
+    else:
+        broadcast_topology(model)
     ddp = DDP(model)
     opt = torch.optim.Adam(model.parameters(), lr=0.02)
-    losses = []
+    if algo is not None:
+        opt = algo.attach_optimizer(opt)
+    losses, changed = [], 0
     for x, y in batches(rank):
         opt.zero_grad()
         loss = nn.functional.mse_loss(ddp(x), y)
         loss.backward()
         opt.step()
+        if algo is not None:
+            changed += bool(algo.step())
         losses.append(loss.item())
     h = hashlib.sha256()
     for t in model.state_dict().values():
         h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
-    return {"losses": losses, "digest": h.hexdigest()}
+    return {"losses": losses, "digest": h.hexdigest(), "updates_changed": changed}
 
 
 def main() -> None:
@@ -122,6 +130,7 @@ def main() -> None:
     plain(torch.randn(4, IN)).sum().backward()
     result["plain_grad_ok"] = all(p.grad is not None for p in plain.parameters())
     result["block"] = block_run(rank)
+    result["block_rigl"] = block_run(rank, dst=True)
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 
