@@ -47,7 +47,7 @@ def _check_weight(W) -> None:
     W.check()
 
 
-def _block_variant(op: str, W: BlockPaddedCSR, variant: str | None) -> registry.VariantInfo | None:
+def _block_variant(op: str, W: BlockPaddedCSR, variant: str | None, n: int) -> registry.VariantInfo | None:
     """The block op's variant for W: the named one (which must take W's block shape and run
     here), else the rule's; None (torch on W's dense copy) for float64 W or a shape no kernel takes."""
     if variant is not None:
@@ -60,7 +60,7 @@ def _block_variant(op: str, W: BlockPaddedCSR, variant: str | None) -> registry.
         return None if W.values.dtype == torch.float64 else v
     if W.values.dtype == torch.float64:
         return None
-    return rules.block_variant(op, W.block)
+    return rules.block_variant(op, W.block, n)
 
 
 def _float32_twin(W: BlockPaddedCSR) -> BlockPaddedCSR:
@@ -132,7 +132,7 @@ def spmm_fwd(
             raise ValueError(f"bias must have shape ({out_f},), got {tuple(bias.shape)}")
         bias = bias.contiguous()
     if isinstance(W, BlockPaddedCSR):
-        v = _block_variant("block_spmm_fwd", W, variant)
+        v = _block_variant("block_spmm_fwd", W, variant, X.shape[0])
         if dtype is torch.bfloat16:
             return run_block_spmm_fwd(v, _float32_twin(W), *_widened(X, bias), _threads(threads)).to(dtype)
         return run_block_spmm_fwd(v, W, X, bias, _threads(threads))
@@ -165,7 +165,7 @@ def spmm_dx(
     dtype = W.values.dtype
     check_dense_operand("dY", dY, None, out_f, dtype)
     if isinstance(W, BlockPaddedCSR):
-        v = _block_variant("block_spmm_dx", W, variant)
+        v = _block_variant("block_spmm_dx", W, variant, dY.shape[0])
         if dtype is torch.bfloat16:
             return run_block_spmm_dx(v, _float32_twin(W), *_widened(dY), _threads(threads)).to(dtype)
         return run_block_spmm_dx(v, W, dY, _threads(threads))
@@ -206,7 +206,7 @@ def sddmm_dw(
     check_dense_operand("dY", dY, None, out_f, dtype)
     check_dense_operand("X", X, dY.shape[0], in_f, dtype)
     if isinstance(W, BlockPaddedCSR):
-        v = _block_variant("block_sddmm_dw", W, variant)
+        v = _block_variant("block_sddmm_dw", W, variant, dY.shape[0])
         if dtype is torch.bfloat16:
             return run_block_sddmm_dw(v, _float32_twin(W), *_widened(dY, X), _threads(threads)).to(dtype)
         return run_block_sddmm_dw(v, W, dY, X, _threads(threads))

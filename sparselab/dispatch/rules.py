@@ -159,17 +159,33 @@ def allowed(op: str, info: VariantInfo, one_off: bool = False) -> bool:
     return True
 
 
-def block_variant(op: str, block: tuple[int, int]) -> VariantInfo | None:
-    """A block op's choice (op of ``registry.BLOCK_OPS``): the first variant in registry order
-    for this block shape, of the widest ISA that has one (scalar last); None when no kernel takes
-    the shape.
+#: Below this batch a block op prefers its ``plain`` form (one batch row at a time) where it has
+#: one: a batch tile of T rows would be mostly empty.
+BLOCK_ROWS_N = 8
+_BLOCK_CHOICE: dict[tuple, VariantInfo | None] = {}
+
+
+def block_variant(op: str, block: tuple[int, int], n: int | None = None) -> VariantInfo | None:
+    """A block op's choice (op of ``registry.BLOCK_OPS``): among the variants for this block shape
+    of the widest ISA that has one (scalar last), the ``plain`` form below ``BLOCK_ROWS_N`` rows
+    where there is one, else the first in registry order; None when no kernel takes the shape.
 
     Args:
         op: ``'block_spmm_fwd'``, ``'block_spmm_dx'`` or ``'block_sddmm_dw'``.
         block: ``(rows, cols)`` of W's blocks.
+        n: the batch rows of the call; None: a large batch.
     """
+    sig = (op, tuple(block), n is not None and n < BLOCK_ROWS_N)
+    if sig in _BLOCK_CHOICE:
+        return _BLOCK_CHOICE[sig]
     found = [v for v in registry.variants(op, available_only=True) if v.block == tuple(block)]
-    if not found:
-        return None
-    widest = registry.widest_isa()
-    return next((v for v in found if v.isa == widest), None) or next((v for v in found if v.isa != "scalar"), found[0])
+    choice = None
+    if found:
+        widest = registry.widest_isa()
+        isa = next((v.isa for v in found if v.isa == widest), None) or next(
+            (v.isa for v in found if v.isa != "scalar"), found[0].isa
+        )
+        mine = [v for v in found if v.isa == isa]
+        choice = next((v for v in mine if v.form == "plain"), mine[0]) if sig[2] else mine[0]
+    _BLOCK_CHOICE[sig] = choice
+    return choice

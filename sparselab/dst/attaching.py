@@ -94,12 +94,21 @@ class Attaching:
         self._set_up(module)
         return module
 
+    def _check_layers(self) -> None:
+        """Refuse (``TypeError``/``ValueError``) a set of layers this algorithm cannot drive, before
+        any is changed; default: any set."""
+
     def _owns(self, module: SparseModule) -> bool:
         return any(L.target is module for L in self._layers)
 
     def _set_up(self, root: nn.Module | None) -> None:
         """Name the layers by ``root``'s module names, start every rank from rank 0's topology,
         and bring every layer to its budget with its spare slots (before training only)."""
+        try:
+            self._check_layers()
+        except (TypeError, ValueError):
+            self.detach()  # a refused attach leaves no layer attached
+            raise
         names = {id(m): n for n, m in root.named_modules()} if root is not None else {}
         for i, L in enumerate(self._layers):
             L.index = i
@@ -132,6 +141,7 @@ class Attaching:
         if self._stepped:
             raise RuntimeError("attach every layer before training starts (algo.step() was already called)")
         if isinstance(module, BlockSparseLinear) and not self.supports_blocks:
+            self.detach()  # a refused attach leaves no layer attached
             raise TypeError(f"{type(self).__name__} does not drive block-sparse layers (BlockSparseLinear) yet")
         _OWNER[module] = weakref.ref(self)
         self._layers.append(LayerState(module, name, len(self._layers)))

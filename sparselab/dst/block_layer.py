@@ -16,8 +16,6 @@ position, ``out_features`` and ``in_features`` are the grid's, and live counts a
 
 from __future__ import annotations
 
-import threading
-
 import torch
 from torch import Tensor
 
@@ -38,10 +36,14 @@ class BlockGrid:
         if not isinstance(layer, BlockSparseLinear):
             raise TypeError(f"BlockGrid wraps a BlockSparseLinear, got {type(layer).__name__}")
         self.layer = layer
-        self._lock = threading.RLock()
         r, c = layer.block
         self.block = (r, c)
         self.out_features, self.in_features = layer.out_features // r, layer.in_features // c
+
+    @property
+    def _lock(self):
+        """The layer's lock: a rewrite holds it, as the layer's forward does."""
+        return self.layer._lock
 
     # ---- the tensors the rewrite edits (the layer's own, looked up on every use) ----
 

@@ -49,7 +49,9 @@ class GradientCapture:
         self.pairs.append(entry)
 
         def on_grad(g: Tensor, entry=entry) -> None:
-            g = g.detach().reshape(-1, self.out_features)
+            # In x's dtype: a block layer's output may be bfloat16 (a bfloat16 layer, or autocast)
+            # where its hook handed over x widened to float32.
+            g = g.detach().reshape(-1, self.out_features).to(entry[0].dtype)
             entry[1] = g if entry[1] is None else entry[1] + g
 
         output.register_hook(on_grad)

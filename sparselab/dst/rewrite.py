@@ -135,6 +135,11 @@ def _rewrite_layer(
 ) -> RewriteResult:
     w = layer.weight
     param = layer.weight_values
+    if grow_values is not None and isinstance(grow_values, Tensor) and grow_values.shape[1:] != param.shape[1:]:
+        raise ValueError(
+            f"rewrite_layer: grow_values must hold one value per slot of shape {tuple(param.shape[1:])}, "
+            f"got shape {tuple(grow_values.shape)}"
+        )
     edit = _Edit.checked(w, drop_slots, grow_rows, grow_cols, grow_values, param.dtype)
     lay = _Layout.choose(w, edit, spare=spare, compact=compact, min_spare=min_spare, block_slots=block_slots)
     merge = _BlockMerge(w, edit, lay)

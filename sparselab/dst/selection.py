@@ -20,6 +20,12 @@ __all__ = ["Selection"]
 _NEG_INF = float("-inf")
 
 
+def _block_size(layer) -> int:
+    """Weights per slot: ``r * c`` for a block layer's grid view, 1 otherwise."""
+    r, c = getattr(layer.module, "block", (1, 1)) if hasattr(layer.module, "dense_shape") else (1, 1)
+    return r * c
+
+
 class Selection:
     """Drop and grow selection over a layer (see the module docstring)."""
 
@@ -34,7 +40,8 @@ class Selection:
             layer: the layer being updated.
         """
         out_f, in_f = layer.shape
-        el = layer.module.weight_values.element_size()
+        # Bytes of one row's dense-gradient transient: a block layer forms r x c per position.
+        el = layer.module.weight_values.element_size() * _block_size(layer)
         budget = max(int(out_f * in_f * el * self.chunk_fraction), self.min_chunk_elements * el)
         return max(1, min(out_f, budget // (in_f * el)))
 
@@ -44,7 +51,8 @@ class Selection:
         Args:
             layer: the layer being updated.
         """
-        return self.chunk_rows(layer) * layer.shape[1] * layer.module.weight_values.element_size()
+        el = layer.module.weight_values.element_size() * _block_size(layer)
+        return self.chunk_rows(layer) * layer.shape[1] * el
 
     def select_drop(self, layer: LayerState, scores: Tensor, n: int) -> Tensor:
         """Slot ids (ascending, int32) of the ``n`` live slots with the lowest ``scores`` (ties: lowest slot).

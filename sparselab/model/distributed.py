@@ -67,6 +67,10 @@ def _index_tensors(m) -> list[Tensor]:
     return [m.weight_cols, m.weight_row_start, m.weight_row_nnz]
 
 
+def _block(m) -> tuple[int, int]:
+    return m.block if isinstance(m, BlockSparseLinear) else (1, 1)
+
+
 def sparse_buffer_names(module: nn.Module) -> list[str]:
     """Qualified names of every buffer of every sparse layer (SparseLinear and the other
     ``SparseModule`` kinds, ``BlockSparseLinear``) in ``module`` (itself included).
@@ -150,7 +154,7 @@ def _broadcast_tensors(tensors: list[Tensor], group, src: int) -> None:
 
 def _check_same_shapes(layers: list[SparseModule], group) -> None:
     sig = torch.tensor(
-        [[m.out_features, m.in_features, m.capacity, _index_tensors(m)[0].element_size()] for m in layers],
+        [[m.out_features, m.in_features, m.capacity, _index_tensors(m)[0].element_size(), *_block(m)] for m in layers],
         dtype=torch.int64,
     ).reshape(-1)
     n = torch.tensor([sig.numel()], dtype=torch.int64)
@@ -166,8 +170,8 @@ def _check_same_shapes(layers: list[SparseModule], group) -> None:
         if not torch.equal(s, sig):
             raise RuntimeError(
                 f"SparseLinear shapes or capacities differ between ranks (this rank vs rank "
-                f"{r}: (out, in, capacity, index bytes) {sig.view(-1, 4).tolist()} vs "
-                f"{s.view(-1, 4).tolist()}); every rank must build the same model"
+                f"{r}: (out, in, capacity, index bytes, block rows, block cols) {sig.view(-1, 6).tolist()} vs "
+                f"{s.view(-1, 6).tolist()}); every rank must build the same model"
             )
 
 
@@ -199,11 +203,19 @@ def topology_digest(layer: SparseModule, *, values: bool = False) -> int:
     """A 63-bit hash of a layer's topology (and values if asked): equal layers give equal digests.
 
     Args:
-        layer: a sparse layer.
+        layer: a sparse layer (a ``BlockSparseLinear``, or the DST view of one, too).
         values: hash the live values too.
     """
     h = hashlib.blake2b(digest_size=8)
-    tensors = [layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz]
+    tensors = (
+        _index_tensors(layer)
+        if isinstance(layer, BlockSparseLinear)
+        else [
+            layer.weight_cols,
+            layer.weight_row_start,
+            layer.weight_row_nnz,
+        ]
+    )
     if values:
         tensors.append(layer.weight_values.detach())
     for t in tensors:

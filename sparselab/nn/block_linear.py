@@ -21,6 +21,7 @@ swapping their storage, after the incoming weight passed every check.
 from __future__ import annotations
 
 import math
+import threading
 from typing import Optional
 
 import torch
@@ -92,6 +93,7 @@ class BlockSparseLinear(nn.Module):
         self.reset_parameters()
 
     def _adopt(self, W: BlockPaddedCSR, bias: Optional[Tensor]) -> None:
+        self._lock = threading.RLock()
         self.out_features, self.in_features = W.shape
         self.weight_values = nn.Parameter(W.values.detach())
         mark_sparse_values(self.weight_values, f"a BlockSparseLinear({W.shape[1]}, {W.shape[0]}, block={W.block})")
@@ -267,17 +269,23 @@ class BlockSparseLinear(nn.Module):
         x2 = x.reshape(-1, self.in_features)
         if x2.stride(-1) != 1:
             x2 = x2.contiguous()
-        bias = self.bias
-        y = block_fwd(
+        args = (
             x2,
             self.weight_values,
             self.weight_block_cols,
             self.weight_block_row_start,
             self.weight_block_row_nnz,
-            bias,
+            self.bias,
             self.out_features,
             self.in_features,
         )
+        if torch.compiler.is_compiling():
+            y = block_fwd(*args)
+        else:
+            # The lock keeps a DST update or a load in another thread from changing the layer while
+            # its kernels read it (they run without the GIL).
+            with self._lock:
+                y = block_fwd(*args)
         y = y.reshape(*lead, self.out_features)
         return y if out_dtype is None else y.to(out_dtype)
 
@@ -294,11 +302,13 @@ class BlockSparseLinear(nn.Module):
     def __getstate__(self):
         state = dict(super().__getstate__())
         state.pop("_weight_view", None)
+        state.pop("_lock", None)
         return state
 
     def __setstate__(self, state):
         """Unpickling (``torch.load`` of a module, ``copy.deepcopy``) checks the weight whole."""
         super().__setstate__(state)
+        self._lock = threading.RLock()
         self.weight.validate()
 
     # ---- state ----
@@ -339,9 +349,10 @@ class BlockSparseLinear(nn.Module):
                 missing.remove(prefix + n)
         if len(errors) > before:
             return  # the bias was refused: keep the weight too
-        self.weight_values.data = W.values
-        for n, t in zip(_INDEX, (W.block_cols, W.block_row_start, W.block_row_nnz)):
-            setattr(self, n, t)
+        with self._lock:
+            self.weight_values.data = W.values
+            for n, t in zip(_INDEX, (W.block_cols, W.block_row_start, W.block_row_nnz)):
+                setattr(self, n, t)
 
     def extra_repr(self) -> str:
         """Sizes, bias, block shape, sparsity and live count (and dtype when not float32)."""

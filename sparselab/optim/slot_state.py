@@ -100,7 +100,7 @@ def reset_slots(
 def _zero_at(t: Tensor, idx: Tensor, piece: int = 1 << 16) -> None:
     # In pieces: indexing widens int32 ids to int64 internally, so a DST update's
     # list of grown slots never gets a full-size int64 copy.
-    zero = t.new_zeros(())
+    zero, t = t.new_zeros(()), t.view(1) if t.dim() == 0 else t
     for i in range(0, idx.numel(), piece):
         t.index_put_((idx[i : i + piece],), zero)  # whole slots along the first dimension
 

@@ -274,6 +274,7 @@ class BlockPaddedCSR:
         time, and the block grid's index as :meth:`PaddedCSR.check` checks it (once per topology,
         cached by the index tensors' version counters). Values are not scanned."""
         v = self.values
+        _check_block(self.block, self.shape)  # shape and block replaced since construction
         if not isinstance(v, torch.Tensor):
             raise TypeError(f"values must be a torch.Tensor, got {type(v).__name__}")
         if v.dtype not in VALUE_DTYPES:

@@ -151,3 +151,43 @@ def test_block_rigl_moves_optimizer_state_with_its_blocks():
     kept = [k for k in slots if k not in grown]
     assert kept and all(torch.equal(state[k], moments[(int(rows[k]), int(grid.cols[k]))]) for k in kept)
     assert all(bool((state[k] == 0).all()) for k in grown)
+
+
+@pytest.mark.parametrize("how", ["bfloat16", "autocast"])
+def test_gradient_growth_on_block_layers_in_bfloat16_and_under_autocast(how):
+    model = _model()
+    if how == "bfloat16":
+        model.to(torch.bfloat16)
+    algo = sparselab.RigL(0.8, update_freq=2, drop_fraction=0.3, end=20)
+    algo.attach(model)
+    opt = algo.attach_optimizer(torch.optim.SGD(model.parameters(), lr=1e-2))
+    changed = 0
+    for step in range(6):
+        x = torch.randn(8, 32)
+        if how == "bfloat16":
+            loss = model(x.bfloat16()).float().pow(2).mean()
+        else:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(x).float().pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        changed += bool(algo.step())
+    assert changed >= 2
+    for m in _blocks(model):
+        m.weight.validate()
+
+
+def test_a_refused_attach_leaves_no_layer_attached():
+    mixed = nn.Sequential(sparselab.SparseLinear(32, 32, sparsity=0.5), _model())
+    with pytest.raises(TypeError, match="TopKAST does not drive block-sparse layers"):
+        sparselab.TopKAST(0.8, backward_sparsity=0.6).attach(mixed)
+    odd = nn.Sequential(BlockSparseLinear(32, 64, block=(4, 1)), BlockSparseLinear(64, 16, block=(8, 1)))
+    with pytest.raises(TypeError, match="blocks of one size"):
+        sparselab.SNFS(0.8).attach(odd)
+    for model in (mixed, odd):  # nothing stayed attached: another algorithm takes every layer
+        algo = sparselab.RigL(0.8, update_freq=5, end=10)
+        algo.attach(model)
+        assert len(algo.layers) == sum(
+            isinstance(m, (sparselab.SparseLinear, BlockSparseLinear)) for m in model.modules()
+        )

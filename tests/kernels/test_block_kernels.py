@@ -196,7 +196,23 @@ def test_rule_picks_a_kernel_of_the_widest_isa_with_one():
             assert v is not None and v.block == shape and v.available
             vector = [u for u in registry.variants(op, available_only=True) if u.block == shape and u.isa != "scalar"]
             assert (v.isa != "scalar") == bool(vector)
+            small = rules.block_variant(op, shape, n=1)
+            plain = [u for u in vector if u.isa == v.isa and u.form == "plain"]
+            assert small.block == shape and small.isa == v.isa and (small.form == "plain") == bool(plain)
         assert rules.block_variant(op, (3, 1)) is None
+
+
+@pytest.mark.parametrize("v", [p for p in VARIANTS if p.values[0].isa != "scalar"])
+def test_block_variant_on_many_row_groups_and_column_blocks(v):
+    """More block rows than any form's row group and more block columns than any column block, so
+    every group and column-block pass runs (the hypothesis cases are smaller)."""
+    r, c = v.block
+    case = BlockCase(v.block, 136, 1100 // c, 19, 0.03, True, True, 1, "int16", NAN, 0, True, 2, 11)
+    W = case.weight()
+    X, dY, bias = case.operands(W)
+    got = _run(v, W, X, dY, bias, case.threads)
+    ref, scale, K = _reference(v.op, W, X, dY, bias)
+    assert_matches(got, ref, scale, K, f"{v.op}/{v.name}")
 
 
 @pytest.mark.parametrize("block", [(4, 1), (3, 1), (1, 4)])

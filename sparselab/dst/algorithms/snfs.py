@@ -143,6 +143,18 @@ class SNFS(SparsityAlgorithm):
         live = layer.weight.live_mask()
         return float(src.detach()[live].abs().double().mean()) if bool(live.any()) else 0.0
 
+    def _check_layers(self) -> None:
+        """SNFS moves live counts between layers, so every layer must count the same unit: weights,
+        or blocks of one size."""
+        sizes = {
+            getattr(L.module, "block", (1, 1)) if hasattr(L.module, "dense_shape") else (1, 1) for L in self._layers
+        }
+        if len({r * c for r, c in sizes}) > 1:
+            raise TypeError(
+                "SNFS moves live weights between layers, so its layers must all be unstructured or all "
+                f"have blocks of one size; got block shapes {sorted(sizes)}"
+            )
+
     def redistribute(self, counts, t):
         """Share the total growth between layers in proportion to their mean momentum, within each
         layer's free positions and slots.

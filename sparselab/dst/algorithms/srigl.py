@@ -134,10 +134,13 @@ class SRigL(RigL):
         live = w.live_mask()
         drop = (live & ~self.keep_per_row(layer, w.values.detach().abs(), keep)).nonzero().reshape(-1)
         rows, cols = self.select_grow_per_row(layer, self._random_scores(layer), k - keep, dropped=drop)
-        # Init values for the rows' final fan-in k.
-        bound = 1.0 / math.sqrt(max(k, 1))
-        vals = (torch.rand(rows.numel(), generator=self.generator, dtype=torch.float64) * 2 - 1) * bound
-        self.rewrite(layer, drop, rows, cols, vals.to(w.values.dtype))
+        if hasattr(layer.module, "init_values"):  # a block layer: whole blocks, its own init
+            vals = layer.module.init_values(rows, self.generator)
+        else:  # init values for the rows' final fan-in k
+            bound = 1.0 / math.sqrt(max(k, 1))
+            vals = (torch.rand(rows.numel(), generator=self.generator, dtype=torch.float64) * 2 - 1) * bound
+            vals = vals.to(w.values.dtype)
+        self.rewrite(layer, drop, rows, cols, vals)
 
     def layer_counts(self, layer: LayerState, t: int) -> tuple[int, int]:
         """Drop and grow ``drop_fraction(t)`` of the layer's live weights.

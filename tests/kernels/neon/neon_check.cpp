@@ -69,7 +69,7 @@ const std::vector<NcVariant>& registry() {
     std::vector<NcVariant> t;
     for (const sparselab::Variant& v : variants()) {
       // Block-sparse variants take a block grid, not a PaddedCSR: check_block_variants runs them.
-      if (v.block_rows != 1 || v.block_cols != 1) continue;
+      if (v.op != Op::SpmmFwd && v.op != Op::SpmmDx && v.op != Op::SddmmDw) continue;
       const Kind kind = v.op == Op::SpmmFwd                   ? Kind::Fwd
                         : v.op == Op::SddmmDw                 ? Kind::Dw
                         : v.dx_layout == DxLayout::Transposed ? Kind::DxT
@@ -780,7 +780,9 @@ void check_block_case(const sparselab::Variant& v, int64_t grows, int64_t gcols,
 
 void check_block_variants() {
   for (const sparselab::Variant& v : variants()) {
-    if (v.block_rows == 1 && v.block_cols == 1) continue;
+    if (v.op != Op::BlockSpmmFwd && v.op != Op::BlockSpmmDx && v.op != Op::BlockSddmmDw) continue;
+    // More block rows than any form's row group, more block columns than any column block.
+    check_block_case<int16_t>(v, 70, 300, 9, 0.05, 1, true, 5);
     uint64_t seed = 77;
     for (int idx : {16, 32})
       for (int64_t n : {1, 3, 8, 17, 40, 129})
