@@ -65,7 +65,8 @@ void block_dw_tiled(const DwArgs<Idx>& a) {
   // serves more block rows the larger the part, and smaller parts keep the threads balanced.
   const int64_t parts = min64(a.nchunks, max64(2 * int64_t(a.threads), a.w.rows / kGroupRows));
   parallel_for(a.threads, parts, [&](int64_t part, int) {
-    const int64_t row_lo = a.row_chunks[part * a.nchunks / parts], row_hi = a.row_chunks[(part + 1) * a.nchunks / parts];
+    const int64_t row_lo = a.row_chunks[part * a.nchunks / parts],
+                  row_hi = a.row_chunks[(part + 1) * a.nchunks / parts];
     // Every slot of the chunk's rows, spare ones included, starts at 0.
     for (int64_t e = a.w.row_start[row_lo] * R * C; e < a.w.row_start[row_hi] * R * C; ++e) a.dw[e] = 0.0f;
     int32_t cursor[kGroupRows];

@@ -70,8 +70,8 @@ void block_fwd_tiled(const FwdArgs<Idx>& a) {
           reg acc[R][Q];
           for (int r = 0; r < R; ++r)
             for (int q = 0; q < Q; ++q) acc[r][q] = j0 == 0 ? V::zero() : V::load(buf[h * R + r] + q * V::W);
-          cursor[h] = block_fwd_run<V, R, C, T>(P, a.w.values + s * R * C, a.w.cols + s, cursor[h], a.w.row_nnz[i],
-                                                j_end, acc);
+          cursor[h] =
+              block_fwd_run<V, R, C, T>(P, a.w.values + s * R * C, a.w.cols + s, cursor[h], a.w.row_nnz[i], j_end, acc);
           for (int r = 0; r < R; ++r)
             for (int q = 0; q < Q; ++q) V::store(buf[h * R + r] + q * V::W, acc[r][q]);
         }
