@@ -11,7 +11,9 @@ fraction of zero blocks), calls interleaved round by round (medians, bench/studi
    measures on the same threads in the same process; the unstructured one-off ops for reference;
 2. a training step (forward, input and weight gradients, bias) of ``BlockSparseLinear`` for each
    block shape, of ``SparseLinear``, and of ``nn.Linear``: time ratios to ``nn.Linear``, and the
-   step's rate on live weights (3 products) as a fraction of peak.
+   step's rate on live weights (3 products) as a fraction of peak;
+3. the forward of one batch row (no grad) of the same layers: speedups over ``nn.Linear``
+   (samples of 50 back-to-back calls).
 
 Prints a markdown report (the table of reports/block_sparse/).
 """
@@ -106,6 +108,29 @@ def layer_table(out_f, in_f, sparsity, n, threads, rounds, peak) -> list[str]:
     return rows
 
 
+def batch1_table(out_f, in_f, sparsity, threads, rounds) -> list[str]:
+    torch.manual_seed(0)
+    x = torch.randn(1, in_f)
+    layers = {"nn.Linear": nn.Linear(in_f, out_f), "SparseLinear": SparseLinear(in_f, out_f, sparsity=sparsity)}
+    for block in BLOCKS:
+        layers[f"BlockSparseLinear {block[0]}x{block[1]}"] = BlockSparseLinear(
+            in_f, out_f, sparsity=sparsity, block=block
+        )
+
+    def fwd(layer):
+        def run():
+            with torch.no_grad():
+                layer(x)
+
+        return run
+
+    t = interleaved({k: fwd(m) for k, m in layers.items()}, rounds, calls=50)
+    return [
+        f"| {out_f}x{in_f} | {k} | {sec * 1e6:.1f} | {t['nn.Linear'] / sec:.2f}x | {t['SparseLinear'] / sec:.2f}x |"
+        for k, sec in t.items()
+    ]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=2)
@@ -127,6 +152,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for out_f, in_f in SHAPES:
         print("\n".join(layer_table(out_f, in_f, a.sparsity, a.n, a.threads, a.rounds, peak)))
+    print("\n| shape | layer, N=1 forward | us | speedup over nn.Linear | over SparseLinear |")
+    print("|---|---|---|---|---|")
+    for out_f, in_f in SHAPES:
+        print("\n".join(batch1_table(out_f, in_f, a.sparsity, a.threads, a.rounds)))
 
 
 if __name__ == "__main__":
