@@ -12,8 +12,9 @@ Storage (ordinary module state, so ``state_dict``, ``deepcopy``, pickling and ``
 | ``weight_block`` | buffer (int64, 2) | ``(r, c)`` |
 | ``bias`` | ``nn.Parameter`` or None | one per output |
 
-Every product runs the block-sparse kernels of the layer's block shape through the custom ops of
-:mod:`sparselab.nn.block_custom_ops` (which ``torch.compile`` traces) and :mod:`sparselab.ops` (``y = x W^T + b``, ``dX = dY W``, dW at live blocks only). The Parameter
+Every product runs the block-sparse kernels of the layer's block shape through :mod:`sparselab.ops`:
+eager calls directly, compiled graphs through the custom ops of
+:mod:`sparselab.nn.block_custom_ops` (which ``torch.compile`` traces) (``y = x W^T + b``, ``dX = dY W``, dW at live blocks only). The Parameter
 and buffers are the same objects for the layer's life; a state dict of another capacity loads by
 swapping their storage, after the incoming weight passed every check.
 """
@@ -27,6 +28,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from .. import ops
 from ..optim import mark_sparse_values
 from ..storage import VALUE_DTYPE_NAMES, VALUE_DTYPES, BlockPaddedCSR
 from .block_custom_ops import block_fwd
@@ -35,6 +37,26 @@ from .sparse_module import autocast_input, check_conversion, check_cpu, check_sp
 __all__ = ["BlockSparseLinear"]
 
 _INDEX = ("weight_block_cols", "weight_block_row_start", "weight_block_row_nnz")
+
+
+class _BlockProduct(torch.autograd.Function):
+    """The eager autograd of ``y = x W^T + b`` over a BlockPaddedCSR whose values are ``values``
+    (compiled graphs use the custom ops of :mod:`sparselab.nn.block_custom_ops` instead)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, values: Tensor, bias: Optional[Tensor], W: BlockPaddedCSR) -> Tensor:
+        ctx.W, ctx.has_bias = W, bias is not None
+        ctx.save_for_backward(x)
+        return ops.spmm_fwd(W, x, None if bias is None else bias.detach())
+
+    @staticmethod
+    def backward(ctx, dy: Tensor):
+        (x,) = ctx.saved_tensors
+        dy = dy.contiguous()
+        dx = ops.spmm_dx(ctx.W, dy) if ctx.needs_input_grad[0] else None
+        dw = ops.sddmm_dw(ctx.W, dy, x) if ctx.needs_input_grad[1] else None
+        db = dy.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return dx, dw, db, None
 
 
 def _check_dtype(dtype) -> torch.dtype:
@@ -282,10 +304,15 @@ class BlockSparseLinear(nn.Module):
         if torch.compiler.is_compiling():
             y = block_fwd(*args)
         else:
-            # The lock keeps a DST update or a load in another thread from changing the layer while
-            # its kernels read it (they run without the GIL).
+            # Eager calls skip the custom op's dispatch (tens of microseconds, most of a one-row
+            # forward). The lock keeps a DST update or a load in another thread from changing the
+            # layer while its kernels read it (they run without the GIL).
             with self._lock:
-                y = block_fwd(*args)
+                W = self.weight
+                if torch.is_grad_enabled() and (x2.requires_grad or W.values.requires_grad):
+                    y = _BlockProduct.apply(x2, self.weight_values, self.bias, W)
+                else:
+                    y = ops.spmm_fwd(W, x2, None if self.bias is None else self.bias.detach())
         y = y.reshape(*lead, self.out_features)
         return y if out_dtype is None else y.to(out_dtype)
 
