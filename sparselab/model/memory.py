@@ -1,6 +1,8 @@
 """Bytes held between training steps: sparse layers vs the dense model they stand for.
 
-:func:`memory_report` counts, per :class:`~sparselab.nn.SparseLinear`:
+:func:`memory_report` counts, per :class:`~sparselab.nn.SparseLinear` (and per
+:class:`~sparselab.nn.BlockSparseLinear`, whose index is its block index and whose cache is the
+placeholder its block-grid view keeps for the topology checks):
 
 - ``weight``    values (padding slots included) + bias
 - ``index``     ``cols``, ``row_start``, ``row_nnz``, ``weight_shape``
@@ -27,9 +29,12 @@ import torch
 from torch import Tensor, nn
 
 from .. import _C
+from ..nn.block_linear import BlockSparseLinear
 from ..nn.sparse_module import SparseModule
 
 __all__ = ["LayerMemory", "MemoryReport", "layer_memory", "memory_report"]
+
+_BLOCK_INDEX = ("weight_block_cols", "weight_block_row_start", "weight_block_row_nnz")
 
 
 def _nbytes(t: Tensor | None) -> int:
@@ -108,16 +113,18 @@ def layer_memory(layer, optimizer: torch.optim.Optimizer | None = None, name: st
         optimizer: the optimizer whose state to count, or None.
         name: the name to report it under.
     """
-    if not isinstance(layer, SparseModule):
+    if not isinstance(layer, (SparseModule, BlockSparseLinear)):
         raise TypeError(f"layer must be a sparse layer (SparseLinear, ...), got {type(layer).__name__}")
     v, b = layer.weight_values, layer.bias
     el = v.element_size()
     dense_w = layer.out_features * layer.in_features * el
     m = LayerMemory(name=name, kind="sparse")
     m.weight = _nbytes(v) + _nbytes(b)
-    m.index = sum(
-        _nbytes(t) for t in (layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz, layer.weight_shape)
-    )
+    if isinstance(layer, BlockSparseLinear):
+        index = (*(getattr(layer, n) for n in _BLOCK_INDEX), layer.weight_shape, layer.weight_block)
+    else:
+        index = (layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz, layer.weight_shape)
+    m.index = sum(_nbytes(t) for t in index)
     m.cache = layer.cache_bytes()
     m.grad = _nbytes(v.grad) + (_nbytes(b.grad) if b is not None else 0)
     m.dense_weight = dense_w + _nbytes(b)
@@ -253,7 +260,7 @@ def memory_report(
     rep = MemoryReport()
     seen: set[int] = set()
     for name, mod in model.named_modules():
-        if isinstance(mod, SparseModule):
+        if isinstance(mod, (SparseModule, BlockSparseLinear)):
             rep.layers.append(layer_memory(mod, optimizer, name or type(mod).__name__))
             for t in list(mod.parameters(recurse=False)) + list(mod.buffers(recurse=False)):
                 seen.add(id(t))

@@ -241,6 +241,13 @@ class BlockSparseLinear(nn.Module):
         """The fraction of W's entries outside live blocks."""
         return 1.0 - self.nnz / (self.out_features * self.in_features)
 
+    def cache_bytes(self) -> int:
+        """Bytes this layer keeps between calls beyond its state: the placeholder values of its
+        block-grid view (allocated for the topology checks, never written)."""
+        view = self.__dict__.get("_weight_view")
+        p = getattr(view, "_placeholder", None)
+        return 0 if p is None else p.numel() * p.element_size()
+
     def dense_weight(self) -> Tensor:
         """W dense ``(out_features, in_features)``, a copy."""
         return self.weight.to_dense()

@@ -192,3 +192,19 @@ def test_torch_compile_fullgraph_matches_eager():
     got.sum().backward()
     torch.testing.assert_close(got, eager)
     torch.testing.assert_close(model[0].weight_values.grad, want)
+
+
+def test_memory_report_counts_every_byte_of_a_block_layer():
+    layer = BlockSparseLinear(64, 32, sparsity=0.75, block=(4, 1))
+    opt = torch.optim.Adam(layer.parameters())
+    layer(torch.randn(3, 64)).sum().backward()
+    opt.step()
+    rep = sparselab.model.memory_report(layer, opt)
+    (m,) = rep.layers
+    cap = layer.capacity
+    assert m.weight == cap * 4 * 4 + 32 * 4  # (capacity, 4, 1) float32 values and the bias
+    index = [layer.weight_block_cols, layer.weight_block_row_start, layer.weight_block_row_nnz]
+    assert m.index == sum(t.numel() * t.element_size() for t in index) + 2 * 8 + 2 * 8  # shape, block
+    assert m.cache == cap * 4  # the grid view's placeholder
+    assert m.grad == cap * 4 * 4 + 32 * 4 and m.optimizer >= 2 * (cap * 4 * 4 + 32 * 4)
+    assert m.dense_weight == 64 * 32 * 4 + 32 * 4
