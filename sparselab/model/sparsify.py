@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-import operator
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from ..nn.linear import METHODS, SparseLinear
 from ..nn.sparse_module import SparseModule
 from ..nn.sparse_module import check_sparsity as _check_sparsity
 from ..storage import VALUE_DTYPE_NAMES, VALUE_DTYPES, live_count
+from ..storage.block_csr import parse_block
 
 __all__ = ["sparsify", "load_dense_state_dict", "SparsifySummary", "HEAD_MIN_OUT_FEATURES"]
 
@@ -190,13 +190,7 @@ def sparsify(
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if block is not None:
-        try:
-            r, c = (operator.index(b) for b in block)
-        except (TypeError, ValueError):
-            raise TypeError(f"block must be a pair of ints (rows, cols) or None, got {block!r}") from None
-        if r < 1 or c < 1:
-            raise ValueError(f"block sizes must be positive, got {(r, c)}")
-        block = (r, c)
+        block = parse_block(block)
     if dtype is not None and dtype not in VALUE_DTYPES:
         raise TypeError(f"dtype must be {VALUE_DTYPE_NAMES} (or None: the dense layer's), got {dtype!r}")
     if not (callable(sparsity) or isinstance(sparsity, Mapping)):

@@ -81,7 +81,11 @@ def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
             continue  # its state is flat vectors over all parameters, not per slot
         old_sizes = getattr(p, "_sparselab_old_numels", ())
         for key, v in list(state.items()):
-            if not isinstance(v, Tensor) or v.shape == p.shape or v.dim() != 1 or v.numel() == 1:
+            # Per-slot state has p's shape; another first dimension (slot count) with the same
+            # per-slot shape is state of another topology (a block layer's slots are r x c blocks).
+            if not isinstance(v, Tensor) or v.shape == p.shape or v.dim() != p.dim() or v.shape[1:] != p.shape[1:]:
+                continue
+            if v.numel() == 1:
                 continue
             if v.numel() in old_sizes and v.numel() and bool((v == v.reshape(-1)[0]).all()):
                 # Constant state (Adagrad's initial accumulator, made before the layer was
@@ -90,7 +94,7 @@ def check_optimizer(optimizer: torch.optim.Optimizer) -> None:
             else:
                 raise RuntimeError(
                     f"{type(optimizer).__name__} holds state {key!r} of shape {tuple(v.shape)} for the values of "
-                    f"{getattr(p, _MARK)}, which now has {p.numel()} slots: the state belongs to another "
+                    f"{getattr(p, _MARK)}, which now has {p.shape[0]} slots: the state belongs to another "
                     f"topology. Load the optimizer's state after the model's, from the same checkpoint, or "
                     f"rebuild the optimizer; a DST algorithm moves the state of every optimizer it has seen "
                     f"step (or been given with algo.attach_optimizer) when it changes the layer."

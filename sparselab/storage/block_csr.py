@@ -21,16 +21,26 @@ import torch
 from .checks import VALUE_DTYPE_NAMES, VALUE_DTYPES, check_topology, check_weight_layout, index_bits
 from .padded_csr import PaddedCSR, live_count
 
-__all__ = ["BlockPaddedCSR"]
+__all__ = ["BlockPaddedCSR", "parse_block"]
 
 
-def _check_block(block, shape: tuple[int, int]) -> tuple[int, int]:
+def parse_block(block) -> tuple[int, int]:
+    """``block`` as ``(rows, cols)`` of positive ints; ``TypeError``/``ValueError`` otherwise.
+
+    Args:
+        block: a pair of ints.
+    """
     try:
         r, c = (operator.index(b) for b in block)
     except (TypeError, ValueError):
         raise TypeError(f"block must be a pair of ints (rows, cols), got {block!r}") from None
     if r < 1 or c < 1:
         raise ValueError(f"block sizes must be positive, got {(r, c)}")
+    return r, c
+
+
+def _check_block(block, shape: tuple[int, int]) -> tuple[int, int]:
+    r, c = parse_block(block)
     if shape[0] % r or shape[1] % c:
         raise ValueError(
             f"block {(r, c)} does not tile a {shape[0]} x {shape[1]} weight (out % r and in % c must be 0)"

@@ -28,16 +28,6 @@ def _fan_in_for(in_features: int, sparsity: float) -> int:
     return max(1, min(in_features, round((1.0 - sparsity) * in_features)))
 
 
-def _index_dtype(index_dtype, in_features: int) -> torch.dtype:
-    if index_dtype is None:
-        return torch.int16 if in_features <= INT16_MAX_COLUMNS else torch.int32
-    if index_dtype not in (torch.int16, torch.int32):
-        raise TypeError(f"index_dtype must be torch.int16 or torch.int32, got {index_dtype}")
-    if index_dtype == torch.int16 and in_features > INT16_MAX_COLUMNS:
-        raise ValueError(f"int16 columns cannot index in_features={in_features} > {INT16_MAX_COLUMNS}")
-    return index_dtype
-
-
 class ConstantFanIn:
     """A weight whose active rows all hold ``fan_in`` live weights (see the module docstring).
 
@@ -89,7 +79,9 @@ class ConstantFanIn:
         cols = torch.rand(out_features, in_features, generator=g).topk(k, dim=1).indices.sort(dim=1).values
         values = torch.randn(out_features, k, generator=g, dtype=torch.float64).mul_(k**-0.5)
         active = torch.ones(out_features, dtype=torch.bool)
-        return cls(values.to(dtype), cols.to(_index_dtype(index_dtype, in_features)), active, in_features)
+        return cls(
+            values.to(dtype), cols.to(PaddedCSR._check_index_dtype(index_dtype, in_features)), active, in_features
+        )
 
     @classmethod
     def from_dense(
@@ -114,7 +106,7 @@ class ConstantFanIn:
         cols = torch.sort(d.abs().double(), dim=1, descending=True, stable=True).indices[:, :k].sort(dim=1).values
         values = d.gather(1, cols).clone()
         active = torch.ones(out_f, dtype=torch.bool)
-        return cls(values, cols.to(_index_dtype(index_dtype, in_f)), active, in_f)
+        return cls(values, cols.to(PaddedCSR._check_index_dtype(index_dtype, in_f)), active, in_f)
 
     @classmethod
     def from_padded_csr(cls, csr: PaddedCSR, *, index_dtype: torch.dtype | None = None) -> "ConstantFanIn":
@@ -142,7 +134,7 @@ class ConstantFanIn:
         live = csr.live_mask()
         rows, cols = csr.slot_rows()[live], csr.cols[live].to(torch.int64)
         rank = torch.arange(rows.numel()) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
-        dt = _index_dtype(index_dtype if index_dtype is not None else csr.cols.dtype, in_f)
+        dt = PaddedCSR._check_index_dtype(index_dtype if index_dtype is not None else csr.cols.dtype, in_f)
         values = torch.zeros(out_f, k, dtype=csr.values.dtype)
         col_m = torch.full((out_f, k), PADDING, dtype=dt)
         values[rows, rank] = csr.values.detach()[live]

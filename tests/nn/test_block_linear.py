@@ -208,3 +208,18 @@ def test_memory_report_counts_every_byte_of_a_block_layer():
     assert m.cache == cap * 4  # the grid view's placeholder
     assert m.grad == cap * 4 * 4 + 32 * 4 and m.optimizer >= 2 * (cap * 4 * 4 + 32 * 4)
     assert m.dense_weight == 64 * 32 * 4 + 32 * 4
+
+
+def test_optimizer_state_of_another_capacity_is_refused_clearly():
+    """After a load of another capacity, Adam's moments belong to the old topology: the next step
+    says so instead of failing on a shape mismatch."""
+    torch.manual_seed(7)
+    layer = BlockSparseLinear(32, 16, sparsity=0.5, block=(4, 1))
+    opt = torch.optim.Adam(layer.parameters())
+    layer(torch.randn(2, 32)).sum().backward()
+    opt.step()
+    layer.load_state_dict(BlockSparseLinear(32, 16, sparsity=0.75, block=(4, 1)).state_dict())
+    layer.zero_grad()
+    layer(torch.randn(2, 32)).sum().backward()
+    with pytest.raises(RuntimeError, match="belongs to another topology"):
+        opt.step()
