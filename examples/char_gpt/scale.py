@@ -23,6 +23,10 @@ from torch import nn
 
 import sparselab
 from sparselab import SparseLinear
+from sparselab.nn import BlockSparseLinear
+
+# The sparse linear kinds the char GPT uses: unstructured, or blocks (train.py --block).
+SPARSE_LINEARS = (SparseLinear, BlockSparseLinear)
 
 
 class Ranks:
@@ -138,9 +142,10 @@ def build_sparse_direct(gpt_cls, cfg, *, seed: int, sparsities: dict[str, float]
 def memory_per_live_weight(model: nn.Module, opt: torch.optim.Optimizer | None) -> dict:
     """Training-state bytes of the sparse layers per live weight, by kind, and the dense need."""
     rep = sparselab.memory_report(model, opt)
-    live = sum(m.nnz for m in model.modules() if isinstance(m, SparseLinear))
-    capacity = sum(m.capacity for m in model.modules() if isinstance(m, SparseLinear))
-    dense_params = sum(m.in_features * m.out_features for m in model.modules() if isinstance(m, SparseLinear))
+    layers = [m for m in model.modules() if isinstance(m, SPARSE_LINEARS)]
+    live = sum(m.nnz for m in layers)
+    capacity = sum(m.weight_values.numel() for m in layers)  # weight slots, block slots counted r * c
+    dense_params = sum(m.in_features * m.out_features for m in layers)
     kinds = {k: sum(getattr(L, k) for L in rep.layers) for k in ("weight", "index", "cache", "grad", "optimizer")}
     total = sum(kinds.values())
     return {

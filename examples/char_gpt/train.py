@@ -45,10 +45,16 @@ if str(HERE) not in sys.path:
 
 from data import DEFAULT_TEXT, CharData  # noqa: E402
 from model import CONFIGS, GPT, get_config  # noqa: E402
-from scale import Ranks, build_sparse_direct, memory_per_live_weight, release_freed_memory, set_mmap_threshold  # noqa: E402
+from scale import (  # noqa: E402
+    SPARSE_LINEARS,
+    Ranks,
+    build_sparse_direct,
+    memory_per_live_weight,
+    release_freed_memory,
+    set_mmap_threshold,
+)
 
 import sparselab  # noqa: E402
-from sparselab import SparseLinear  # noqa: E402
 
 ROOT = HERE.parents[1]
 REPORTS = ROOT / "reports" / "e2e"
@@ -65,26 +71,35 @@ def layer_sparsities(attn: float = ATTN_SPARSITY, ffn: float = FFN_SPARSITY, pre
     return {f"{prefix}attn.qkv": attn, f"{prefix}attn.proj": attn, f"{prefix}mlp.fc1": ffn, f"{prefix}mlp.fc2": ffn}
 
 
-def build_model(cfg, *, sparse: bool, seed: int, attn: float = ATTN_SPARSITY, ffn: float = FFN_SPARSITY) -> nn.Module:
+def build_model(
+    cfg,
+    *,
+    sparse: bool,
+    seed: int,
+    attn: float = ATTN_SPARSITY,
+    ffn: float = FFN_SPARSITY,
+    weight_block: tuple[int, int] | None = None,
+) -> nn.Module:
     """The GPT with its init drawn from ``seed``. Sparse: each block is sparsified right after its
     dense init (``sparselab.sparsify`` with per-name sparsities, random positions), so the dense
     weights of only one block exist at a time; kept weights are scaled by ``1/sqrt(density)`` so
-    each layer's output variance at init matches the dense layer's."""
+    each layer's output variance at init matches the dense layer's. ``weight_block``: ``(r, c)``
+    makes every sparse linear a ``BlockSparseLinear`` of r x c blocks."""
     torch.manual_seed(seed)
 
     def sparsify_block(i, block):
-        sparselab.sparsify(block, layer_sparsities(attn, ffn, prefix=""), method="random")
+        sparselab.sparsify(block, layer_sparsities(attn, ffn, prefix=""), method="random", block=weight_block)
         with torch.no_grad():
             for m in block.modules():
-                if isinstance(m, SparseLinear):
-                    m.weight_values.mul_(1.0 / math.sqrt(m.density))
+                if isinstance(m, SPARSE_LINEARS):
+                    m.weight_values.mul_(1.0 / math.sqrt(1.0 - m.sparsity))
         return block
 
     return GPT(cfg, block_hook=sparsify_block if sparse else None)
 
 
-def sparse_layers(model: nn.Module) -> list[tuple[str, SparseLinear]]:
-    return [(n, m) for n, m in model.named_modules() if isinstance(m, SparseLinear)]
+def sparse_layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, SPARSE_LINEARS)]
 
 
 def dst_groups(name: str, attn: float = ATTN_SPARSITY, ffn: float = FFN_SPARSITY) -> list[dict]:
@@ -137,7 +152,7 @@ def make_optimizer(
     for m in model.modules():
         for pname, p in m.named_parameters(recurse=False):
             is_weight = (isinstance(m, nn.Linear) and pname == "weight") or (
-                isinstance(m, SparseLinear) and pname == "weight_values"
+                isinstance(m, SPARSE_LINEARS) and pname == "weight_values"
             )
             (decay if is_weight else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -191,7 +206,7 @@ class Trainer:
         if args.sparse and init_mode(args) == "direct":
             self.model = build_sparse_direct(GPT, self.cfg, seed=args.seed, sparsities=layer_sparsities(prefix=""))
         else:
-            self.model = build_model(self.cfg, sparse=args.sparse, seed=args.seed)
+            self.model = build_model(self.cfg, sparse=args.sparse, seed=args.seed, weight_block=args.block)
         if args.dtype != "float32":
             self.model.to(DTYPES[args.dtype])
         self.build_seconds = time.perf_counter() - t0
@@ -334,6 +349,8 @@ def peak_rss_bytes() -> int:
 
 def run_name(args) -> str:
     mode = f"sparse-{args.dst}" if args.sparse else "dense"
+    if args.sparse and getattr(args, "block", None):
+        mode += "-b{}x{}".format(*args.block)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     precision = "" if getattr(args, "dtype", "float32") == "float32" else f"_bf16-{args.rounding}"
     name = f"{args.config}_{mode}_{args.optimizer}{precision}_s{args.seed}"
@@ -349,6 +366,15 @@ def init_mode(args) -> str:
 
 
 # ---------------------------------------------------------------- CLI
+
+
+def parse_block_arg(text: str) -> tuple[int, int]:
+    """``'4x1'`` as ``(4, 1)``, for ``--block``."""
+    try:
+        r, c = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--block takes RxC, e.g. 4x1; got {text!r}") from None
+    return r, c
 
 
 def parse_args(argv=None):
@@ -390,6 +416,13 @@ def parse_args(argv=None):
     )
     g.add_argument("--dense", dest="sparse", action="store_false", help="every linear dense")
     ap.add_argument("--dst", default="static", choices=DST_CHOICES)
+    ap.add_argument(
+        "--block",
+        type=parse_block_arg,
+        default=None,
+        metavar="RxC",
+        help="sparse linears of r x c weight blocks (BlockSparseLinear), e.g. 4x1; default unstructured",
+    )
     ap.add_argument("--update-freq", type=int, default=100)
     ap.add_argument("--drop-fraction", type=float, default=0.3)
     ap.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
@@ -421,6 +454,8 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     if args.resume and not args.checkpoint:
         ap.error("--resume needs --checkpoint")
+    if args.block is not None and (not args.sparse or init_mode(args) == "direct"):
+        ap.error("--block needs --sparse and --init from-dense (blocks are cut from each dense init)")
     if args.checkpoint_activations and args.sparse and args.dst in ("rigl", "srigl", "snfs"):
         ap.error(
             "--checkpoint-activations would capture each block twice for gradient-based growth; "

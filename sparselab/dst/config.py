@@ -18,7 +18,7 @@ A group is a dict (or :func:`Group`) with:
 
 - ``modules``: a glob (``fnmatch``) or a list of globs, matched against the
   qualified names (as in ``model.named_modules()``) of the model's linear
-  layers (``nn.Linear`` and ``SparseLinear``) and against their weights' names
+  layers (``nn.Linear``, ``SparseLinear`` and ``BlockSparseLinear``) and against their weights' names
   (``'<layer>.weight'``, so the parameter globs of the Cerebras library, e.g.
   ``'fc1.*'``, work too). A glob that matches no linear layer, or a layer
   matched by two groups, raises ``ValueError`` naming the glob(s).
@@ -39,8 +39,8 @@ A group is a dict (or :func:`Group`) with:
 
 Matched ``nn.Linear`` layers are converted with :func:`sparselab.sparsify`
 (``sparsify_method``, ``reinit``, ``padding``) at the group's initial
-sparsity; matched ``SparseLinear`` layers are used as they are (brought to
-their budget when attached). Unmatched layers are left alone.
+sparsity; matched ``SparseLinear`` and ``BlockSparseLinear`` layers are used as
+they are (brought to their budget when attached; blocks at block granularity). Unmatched layers are left alone.
 
 Groups with the same constant-budget algorithm (Static, SET, RigL, SRigL,
 SNFS) and the same options share one algorithm object whose per-layer
@@ -57,7 +57,7 @@ from collections.abc import Mapping, Sequence
 from torch import nn
 
 from ..model.sparsify import _candidate, sparsify
-from ..nn import SparseLinear
+from ..nn import BlockSparseLinear, SparseLinear
 from . import distribution as _distribution
 from .algorithm import LayerState, SparsityAlgorithm
 from .algorithms import GMP, SET, SNFS, GraNet, RigL, SRigL, Static, TopKAST
@@ -127,8 +127,12 @@ class FixedDensities:
         return [min(1.0, d * f) for d in self.densities]
 
 
+# The sparse linear layers a group takes as they are.
+_SPARSE_LINEARS = (SparseLinear, BlockSparseLinear)
+
+
 def _is_linear(m: nn.Module) -> bool:
-    return isinstance(m, SparseLinear) or _candidate(m)
+    return isinstance(m, _SPARSE_LINEARS) or _candidate(m)
 
 
 def _accepted(cls) -> set[str] | None:
@@ -148,7 +152,7 @@ def _accepted(cls) -> set[str] | None:
 class _LayerSet(nn.Module):
     """Presents chosen layers under their model names, so ``algo.attach(layer_set)`` attaches exactly them."""
 
-    def __init__(self, named: list[tuple[str, SparseLinear]]):
+    def __init__(self, named: list[tuple[str, nn.Module]]):
         super().__init__()
         self._named = list(named)
 
@@ -310,10 +314,10 @@ class SparsityGroups:
             cls = self._algorithm_class(g)
             s = g.sparsity
             if cls is None or s is None:
-                sparse = [n for n in g.names if isinstance(mods[n], SparseLinear)]
+                sparse = [n for n in g.names if isinstance(mods[n], _SPARSE_LINEARS)]
                 if sparse:
                     raise ValueError(
-                        f"{g.label} is dense but matches SparseLinear layers ({sparse[0]!r}); "
+                        f"{g.label} is dense but matches sparse layers ({sparse[0]!r}); "
                         f"a dense group can only hold nn.Linear layers"
                     )
                 self.dense += g.names
@@ -376,7 +380,7 @@ class SparsityGroups:
             n: 1.0 - min(1.0, d)
             for algo, gs, names, d0 in built
             for n, d in zip(names, d0)
-            if not isinstance(mods[n], SparseLinear)
+            if not isinstance(mods[n], _SPARSE_LINEARS)
         }
         if to_sparsify:
             model = sparsify(
@@ -405,7 +409,7 @@ class SparsityGroups:
                     )
                 algo.load_state_dict(saved[i]["state"])
             for n in names:
-                if not isinstance(mods.get(n), SparseLinear):
+                if not isinstance(mods.get(n), _SPARSE_LINEARS):
                     label = next(g.label for g in gs if n in g.names)
                     raise ValueError(f"{label}: layer {n!r} could not be made sparse (a tied weight?)")
             algo.attach(_LayerSet([(n, mods[n]) for n in names]))

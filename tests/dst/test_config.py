@@ -135,8 +135,33 @@ def test_glob_errors_name_the_glob():
         configure(_net(), [{"modules": "head", "sparsity": 0.5, "algorithm": "set", "no_such_knob": 1}])
     model = _net()
     sparselab.sparsify(model, 0.5, include="head")
-    with pytest.raises(ValueError, match="is dense but matches SparseLinear"):
+    with pytest.raises(ValueError, match="is dense but matches sparse layers"):
         configure(model, [{"modules": "head", "sparsity": None}])
+
+
+def test_block_sparse_layers_join_groups_as_they_are():
+    """BlockSparseLinear layers are matched like SparseLinear ones: attached as they are, and
+    their blocks move whole while each layer keeps its live count."""
+    from sparselab.nn import BlockSparseLinear
+
+    model = _net()
+    sparselab.sparsify(model, {"blocks.*.attn.*": 0.7, "blocks.*.mlp.*": 0.9}, method="random", block=(4, 1))
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, BlockSparseLinear)}
+    assert len(layers) == 8
+    before = {n: (m.weight_block_cols.clone(), m.nnz) for n, m in layers.items()}
+    groups = configure(model, GROUPS, update_freq=2, seed=3)
+    assert {L.name for L in groups.layers} == set(layers)
+    assert all(dict(model.named_modules())[n] is m for n, m in layers.items())  # not replaced
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    groups.attach_optimizer(opt)
+    _train(model, opt, groups.step, steps=4)
+    moved = 0
+    for n, m in layers.items():
+        assert m.block == (4, 1) and m.nnz == before[n][1], n
+        moved += not torch.equal(m.weight_block_cols, before[n][0])
+    assert moved > 0  # RigL and SET moved blocks
+    with pytest.raises(ValueError, match="is dense but matches sparse layers"):
+        configure(model, [{"modules": "blocks.0.attn.qkv", "sparsity": None}])
 
 
 def test_model_with_sparse_layers_and_algorithm_objects():

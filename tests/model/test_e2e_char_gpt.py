@@ -121,14 +121,31 @@ def test_tiny_config_trains(text, tmp_path):
     assert r["memory"]["sparse_layers"] < 0.5 * r["memory"]["sparse_layers_dense"]
 
 
+def test_block_option_builds_block_sparse_layers(text, tmp_path):
+    from sparselab.nn import BlockSparseLinear
+
+    tr = T.Trainer(_args(text, tmp_path, "--sparse", "--block", "4x1"))
+    sparse = dict(T.sparse_layers(tr.model))
+    assert len(sparse) == 4 * tr.cfg.n_layer
+    for name, m in sparse.items():
+        assert isinstance(m, BlockSparseLinear) and m.block == (4, 1), name
+        want = T.ATTN_SPARSITY if ".attn." in name else T.FFN_SPARSITY
+        assert m.sparsity == pytest.approx(want, abs=0.02), name
+    assert T.run_name(tr.args) == "tiny_sparse-static-b4x1_adamw_s0"
+    for bad in (["--sparse", "--block", "4"], ["--dense", "--block", "4x1"]):
+        with pytest.raises(SystemExit):
+            T.parse_args(["--config", "tiny", *bad])
+
+
 @pytest.mark.parametrize(
     "extra",
     [
         ("--sparse", "--dst", "rigl", "--optimizer", "adamw"),
         ("--sparse", "--dst", "set", "--optimizer", "sgd"),
         ("--dense", "--optimizer", "adamw"),
+        ("--sparse", "--block", "4x1", "--dst", "rigl", "--optimizer", "adamw"),
     ],
-    ids=["rigl-adamw", "set-sgd", "dense"],
+    ids=["rigl-adamw", "set-sgd", "dense", "rigl-blocks"],
 )
 def test_resume_is_bit_identical(text, tmp_path, extra):
     k, n = 3, 4  # checkpoint after step k, then n more steps; topology updates at steps 2, 4, 6

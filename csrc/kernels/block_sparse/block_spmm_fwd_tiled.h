@@ -17,13 +17,18 @@ namespace SPARSELAB_ISA_NS {
 namespace {
 
 // Adds blocks k.. of a block row whose block column is below j_end into acc (R x Q vectors);
-// returns the first block not taken.
-template <class V, int R, int C, int T, typename Idx>
+// returns the first block not taken. PF > 0: each block first prefetches the panel row of the
+// block PF ahead in the row (the row's last block near its end).
+template <class V, int R, int C, int T, int PF = 0, typename Idx>
 inline int32_t block_fwd_run(const float* P, const float* v, const Idx* col, int32_t k, int32_t nnz, int64_t j_end,
                              typename V::reg (&acc)[R][T / V::W]) {
   using reg = typename V::reg;
   constexpr int Q = T / V::W;
   for (; k < nnz && int64_t(col[k]) < j_end; ++k) {
+    if constexpr (PF > 0) {
+      const char* ahead = reinterpret_cast<const char*>(P + int64_t(col[k + PF < nnz ? k + PF : nnz - 1]) * C * T);
+      for (int b = 0; b < C * T * 4; b += 64) __builtin_prefetch(ahead + b, 0, 3);
+    }
     const float* p = P + int64_t(col[k]) * C * T;
     const float* w = v + int64_t(k) * R * C;
     for (int c = 0; c < C; ++c) {
