@@ -137,7 +137,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--sparsity", type=float, default=0.9)
     p.add_argument("--n", type=int, default=2048)
+    p.add_argument(
+        "--tables", default="ops,layer,batch1", help="which tables, comma-separated: ops, layer, batch1 (default all)"
+    )
     a = p.parse_args()
+    tables = set(a.tables.split(","))
+    if not tables or not tables <= {"ops", "layer", "batch1"}:
+        p.error(f"--tables takes ops, layer and batch1, got {a.tables!r}")
     torch.set_num_threads(a.threads)
     peak_info = probes.fma_peak(a.threads, 0.5)
     if peak_info is None:
@@ -145,17 +151,20 @@ def main() -> None:
     peak = peak_info["gflops"]
     print(f"FMA peak ({a.threads} threads, bench/micro/fma_peak.cpp): {peak:.1f} GFLOP/s; ISA {registry.widest_isa()}")
     print(f"sparsity {a.sparsity}, N={a.n}, {a.threads} threads, {a.rounds} rounds (medians)\n")
-    print("| shape | W | op | variant | GFLOP/s | of peak |\n|---|---|---|---|---|---|")
-    for out_f, in_f in SHAPES:
-        print("\n".join(block_op_table(out_f, in_f, a.sparsity, a.n, a.threads, a.rounds, peak)))
-    print("\n| shape | layer | step ms | / nn.Linear | GFLOP/s (3 products, live weights) | of peak |")
-    print("|---|---|---|---|---|---|")
-    for out_f, in_f in SHAPES:
-        print("\n".join(layer_table(out_f, in_f, a.sparsity, a.n, a.threads, a.rounds, peak)))
-    print("\n| shape | layer, N=1 forward | us | speedup over nn.Linear | over SparseLinear |")
-    print("|---|---|---|---|---|")
-    for out_f, in_f in SHAPES:
-        print("\n".join(batch1_table(out_f, in_f, a.sparsity, a.threads, a.rounds)))
+    if "ops" in tables:
+        print("| shape | W | op | variant | GFLOP/s | of peak |\n|---|---|---|---|---|---|")
+        for out_f, in_f in SHAPES:
+            print("\n".join(block_op_table(out_f, in_f, a.sparsity, a.n, a.threads, a.rounds, peak)))
+    if "layer" in tables:
+        print("\n| shape | layer | step ms | / nn.Linear | GFLOP/s (3 products, live weights) | of peak |")
+        print("|---|---|---|---|---|---|")
+        for out_f, in_f in SHAPES:
+            print("\n".join(layer_table(out_f, in_f, a.sparsity, a.n, a.threads, a.rounds, peak)))
+    if "batch1" in tables:
+        print("\n| shape | layer, N=1 forward | us | speedup over nn.Linear | over SparseLinear |")
+        print("|---|---|---|---|---|")
+        for out_f, in_f in SHAPES:
+            print("\n".join(batch1_table(out_f, in_f, a.sparsity, a.threads, a.rounds)))
 
 
 if __name__ == "__main__":

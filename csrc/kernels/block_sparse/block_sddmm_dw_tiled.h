@@ -24,11 +24,19 @@ inline void add_lane_sums(const typename V::reg (&acc)[E], float* dw) {
   for (; e < E; ++e) dw[e] += V::hsum(acc[e]);
 }
 
-// KB blocks starting at slot `slot` of block row i, on batch tile panels Px and Pdy.
+// KB blocks starting at slot `slot` of block row i, on batch tile panels Px and Pdy. `ahead`
+// (or nullptr): the first of the KB slots of the next group, whose X panel rows (C * T floats
+// each, random rows of a panel wider than L1) are prefetched while this group computes.
 template <class V, int R, int C, int T, int KB, typename Idx>
-inline void block_dw_group(const DwArgs<Idx>& a, int64_t i, int64_t slot, const float* Px, const float* Pdy) {
+inline void block_dw_group(const DwArgs<Idx>& a, int64_t i, int64_t slot, const float* Px, const float* Pdy,
+                           const Idx* ahead = nullptr) {
   using reg = typename V::reg;
   constexpr int E = R * C;
+  if (ahead != nullptr)
+    for (int g = 0; g < KB; ++g) {
+      const char* p = reinterpret_cast<const char*>(Px + int64_t(ahead[g]) * C * T);
+      for (int b = 0; b < C * T * 4; b += 64) __builtin_prefetch(p + b, 0, 3);
+    }
   reg acc[KB][E];
   for (int g = 0; g < KB; ++g)
     for (int e = 0; e < E; ++e) acc[g][e] = V::zero();
@@ -52,7 +60,9 @@ inline void block_dw_group(const DwArgs<Idx>& a, int64_t i, int64_t slot, const 
 template <class V, int R, int C, int T, int KB, int CB, typename Idx>
 void block_dw_tiled(const DwArgs<Idx>& a) {
   static_assert(CB % C == 0, "a column block holds whole block columns");
-  constexpr int kGroupRows = 64;
+  // Block rows that share each tile's X panel while it is in L2: the panel is read again from
+  // memory for every group, so groups are large (64-row groups read it 10 to 20 times per call).
+  constexpr int kGroupRows = 1024;
   constexpr int64_t kNoEnd = int64_t(1) << 62;
   const int64_t in = a.w.ncols * C, out = a.w.rows * R;
   const int64_t ntiles = ceil_div(a.n, T);
@@ -85,7 +95,7 @@ void block_dw_tiled(const DwArgs<Idx>& a) {
             const int32_t nnz = a.w.row_nnz[i];
             int32_t k = cursor[h];
             for (; k + KB <= nnz && int64_t(col[k + KB - 1]) < j_end; k += KB)
-              block_dw_group<V, R, C, T, KB>(a, i, s + k, px, pdy);
+              block_dw_group<V, R, C, T, KB>(a, i, s + k, px, pdy, k + 2 * KB <= nnz ? col + k + KB : nullptr);
             for (; k < nnz && int64_t(col[k]) < j_end; ++k) block_dw_group<V, R, C, T, 1>(a, i, s + k, px, pdy);
             cursor[h] = k;
           }
