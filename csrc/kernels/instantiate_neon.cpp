@@ -18,6 +18,7 @@
 #include "sddmm_dw/sddmm_dw_rowreg.h"
 #include "block_sparse/block_forms_scalar.h"
 #include "block_sparse/block_spmm_fwd_tiled.h"
+#include "block_sparse/block_spmm_fwd_rowvec.h"
 #include "block_sparse/block_spmm_dx_scatter.h"
 #include "block_sparse/block_sddmm_dw_tiled.h"
 

@@ -27,7 +27,16 @@ def run_block_spmm_fwd(v, W: BlockPaddedCSR, X: torch.Tensor, bias: torch.Tensor
         return Y
     bias_ptr = bias.data_ptr() if bias is not None else 0
     _C.block_spmm_fwd(
-        v.id, *W.raw_args(), *W.block, n, X.data_ptr(), leading_dim(X), bias_ptr, Y.data_ptr(), out_f, nthreads
+        v.id,
+        *W.raw_args(check=False),
+        *W.block,
+        n,
+        X.data_ptr(),
+        leading_dim(X),
+        bias_ptr,
+        Y.data_ptr(),
+        out_f,
+        nthreads,
     )
     return Y
 
@@ -40,7 +49,9 @@ def run_block_spmm_dx(v, W: BlockPaddedCSR, dY: torch.Tensor, nthreads: int) -> 
     dX = torch.empty(n, in_f, dtype=dY.dtype)
     if n == 0:
         return dX
-    _C.block_spmm_dx(v.id, *W.raw_args(), *W.block, n, dY.data_ptr(), leading_dim(dY), dX.data_ptr(), in_f, nthreads)
+    _C.block_spmm_dx(
+        v.id, *W.raw_args(check=False), *W.block, n, dY.data_ptr(), leading_dim(dY), dX.data_ptr(), in_f, nthreads
+    )
     return dX
 
 
@@ -53,7 +64,7 @@ def run_block_sddmm_dw(v, W: BlockPaddedCSR, dY: torch.Tensor, X: torch.Tensor, 
         return dW.zero_()
     _C.block_sddmm_dw(
         v.id,
-        *W.raw_args(),
+        *W.raw_args(check=False),
         *W.block,
         dY.shape[0],
         dY.data_ptr(),

@@ -159,16 +159,19 @@ def allowed(op: str, info: VariantInfo, one_off: bool = False) -> bool:
     return True
 
 
-#: Below this batch a block op prefers its ``plain`` form (one batch row at a time) where it has
-#: one: a batch tile of T rows would be mostly empty.
+#: Below this batch a block op prefers a one-batch-row-at-a-time form (``rowvec``, else ``plain``)
+#: where it has one: a batch tile of T rows would be mostly empty.
 BLOCK_ROWS_N = 8
+#: The forms a small batch prefers, best first.
+SMALL_BATCH_FORMS = ("rowvec", "plain")
 _BLOCK_CHOICE: dict[tuple, VariantInfo | None] = {}
 
 
 def block_variant(op: str, block: tuple[int, int], n: int | None = None) -> VariantInfo | None:
     """A block op's choice (op of ``registry.BLOCK_OPS``): among the variants for this block shape
-    of the widest ISA that has one (scalar last), the ``plain`` form below ``BLOCK_ROWS_N`` rows
-    where there is one, else the first in registry order; None when no kernel takes the shape.
+    of the widest ISA that has one (scalar last), below ``BLOCK_ROWS_N`` rows the ``rowvec`` form,
+    else the ``plain`` one, where there is one, else the first in registry order; None when no
+    kernel takes the shape.
 
     Args:
         op: ``'block_spmm_fwd'``, ``'block_spmm_dx'`` or ``'block_sddmm_dw'``.
@@ -186,6 +189,7 @@ def block_variant(op: str, block: tuple[int, int], n: int | None = None) -> Vari
             (v.isa for v in found if v.isa != "scalar"), found[0].isa
         )
         mine = [v for v in found if v.isa == isa]
-        choice = next((v for v in mine if v.form == "plain"), mine[0]) if sig[2] else mine[0]
+        small = [v for f in SMALL_BATCH_FORMS for v in mine if v.form == f]
+        choice = (small or mine)[0] if sig[2] else mine[0]
     _BLOCK_CHOICE[sig] = choice
     return choice

@@ -244,9 +244,8 @@ class BlockSparseLinear(nn.Module):
     def cache_bytes(self) -> int:
         """Bytes this layer keeps between calls beyond its state: the placeholder values of its
         block-grid view (allocated for the topology checks, never written)."""
-        view = self.__dict__.get("_weight_view")
-        p = getattr(view, "_placeholder", None)
-        return 0 if p is None else p.numel() * p.element_size()
+        index = getattr(self.__dict__.get("_weight_view"), "_index", None)
+        return 0 if index is None else index.values.numel() * index.values.element_size()
 
     def dense_weight(self) -> Tensor:
         """W dense ``(out_features, in_features)``, a copy."""

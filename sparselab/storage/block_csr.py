@@ -308,11 +308,23 @@ class BlockPaddedCSR:
         """The block index as a PaddedCSR over the grid whose values are a placeholder (never read):
         what the topology checks and the extension take."""
         cap = self.block_cols.numel()
-        placeholder = getattr(self, "_placeholder", None)
-        if placeholder is None or placeholder.numel() != cap:
-            placeholder = self._placeholder = torch.empty(cap, dtype=torch.float32)
         gshape = (self.shape[0] // self.block[0], self.shape[1] // self.block[1])
-        return PaddedCSR(placeholder, self.block_cols, self.block_row_start, self.block_row_nnz, gshape, check=False)
+        view = getattr(self, "_index", None)
+        # Kept while it covers the same index tensors (made per call it cost a one-row forward
+        # more than its kernel); the checks read those tensors' version counters.
+        if (
+            view is None
+            or view.shape != gshape
+            or view.cols is not self.block_cols
+            or view.row_start is not self.block_row_start
+            or view.row_nnz is not self.block_row_nnz
+            or view.values.numel() != cap
+        ):
+            placeholder = torch.empty(cap, dtype=torch.float32)
+            view = self._index = PaddedCSR(
+                placeholder, self.block_cols, self.block_row_start, self.block_row_nnz, gshape, check=False
+            )
+        return view
 
     def raw_args(self, *, check: bool = True) -> tuple:
         """Pointers and sizes for the extension's block ops, after :meth:`check`: the values, the
