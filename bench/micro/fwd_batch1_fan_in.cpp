@@ -48,8 +48,16 @@ void cfi_fwd(const float* vt, const int16_t* ct, int64_t out, int64_t kf, const 
 }
 
 int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: %s OUT IN ROUNDS\n", argv[0]);
+    return 2;
+  }
   const int64_t out = atol(argv[1]), in = atol(argv[2]);
   const int rounds = atoi(argv[3]);
+  if (out % 32 != 0 || in < 10) {  // the condensed forms take 8 * U rows at a time, U <= 4
+    std::fprintf(stderr, "OUT must be a multiple of 32 and IN at least 10\n");
+    return 2;
+  }
   std::mt19937 rng(1);
   const RandomW rw(out, in, rng);  // in/10 per row: constant fan-in already
   const int64_t kf = in / 10;

@@ -55,6 +55,7 @@ from scale import (  # noqa: E402
 )
 
 import sparselab  # noqa: E402
+from sparselab.nn import BlockSparseLinear  # noqa: E402
 
 ROOT = HERE.parents[1]
 REPORTS = ROOT / "reports" / "e2e"
@@ -89,10 +90,14 @@ def build_model(
 
     def sparsify_block(i, block):
         sparselab.sparsify(block, layer_sparsities(attn, ffn, prefix=""), method="random", block=weight_block)
+        if weight_block is not None:
+            for name, m in block.named_modules():
+                if name in layer_sparsities(prefix="") and not isinstance(m, BlockSparseLinear):
+                    raise ValueError(f"--block {weight_block[0]}x{weight_block[1]} does not tile {name} ({m})")
         with torch.no_grad():
             for m in block.modules():
                 if isinstance(m, SPARSE_LINEARS):
-                    m.weight_values.mul_(1.0 / math.sqrt(1.0 - m.sparsity))
+                    m.weight_values.mul_(1.0 / math.sqrt(m.density))
         return block
 
     return GPT(cfg, block_hook=sparsify_block if sparse else None)
@@ -373,7 +378,9 @@ def parse_block_arg(text: str) -> tuple[int, int]:
     try:
         r, c = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--block takes RxC, e.g. 4x1; got {text!r}") from None
+        r = c = 0
+    if r < 1 or c < 1:
+        raise argparse.ArgumentTypeError(f"--block takes RxC of positive sizes, e.g. 4x1; got {text!r}")
     return r, c
 
 

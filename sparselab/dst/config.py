@@ -376,6 +376,16 @@ class SparsityGroups:
             d0 = algo._distribution(shapes, 1.0 - algo.sparsity_schedule(algo.step_count))
             built.append((algo, gs, names, d0))
 
+        # Refused before anything changes: sparsifying and attaching earlier groups would otherwise
+        # leave a half-configured model behind the error.
+        for algo, gs, names, _ in built:
+            blocks = [n for n in names if isinstance(mods[n], BlockSparseLinear)]
+            if blocks and not algo.supports_blocks:
+                label = next(g.label for g in gs if blocks[0] in g.names)
+                raise TypeError(
+                    f"{label}: {type(algo).__name__} does not drive block-sparse layers "
+                    f"(BlockSparseLinear) yet, and {blocks[0]!r} is one"
+                )
         to_sparsify = {
             n: 1.0 - min(1.0, d)
             for algo, gs, names, d0 in built

@@ -237,9 +237,14 @@ class BlockSparseLinear(nn.Module):
         return self.weight_block_cols.numel()
 
     @property
+    def density(self) -> float:
+        """The fraction of W's entries inside live blocks."""
+        return self.nnz / (self.out_features * self.in_features)
+
+    @property
     def sparsity(self) -> float:
         """The fraction of W's entries outside live blocks."""
-        return 1.0 - self.nnz / (self.out_features * self.in_features)
+        return 1.0 - self.density
 
     def cache_bytes(self) -> int:
         """Bytes this layer keeps between calls beyond its state: the placeholder values of its

@@ -304,6 +304,12 @@ class BlockPaddedCSR:
         except ValueError as e:
             raise ValueError(f"block grid: {e}") from None
 
+    def __getstate__(self) -> dict:
+        # The index view is a cache (and holds an unwritten placeholder): never pickled.
+        state = self.__dict__.copy()
+        state.pop("_index", None)
+        return state
+
     def _index_view(self) -> PaddedCSR:
         """The block index as a PaddedCSR over the grid whose values are a placeholder (never read):
         what the topology checks and the extension take."""

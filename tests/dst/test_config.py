@@ -164,6 +164,27 @@ def test_block_sparse_layers_join_groups_as_they_are():
         configure(model, [{"modules": "blocks.0.attn.qkv", "sparsity": None}])
 
 
+def test_block_layers_refused_by_an_algorithm_change_nothing():
+    """A group whose algorithm does not drive block layers is refused before any layer of any
+    group is sparsified or attached."""
+    from sparselab.nn import BlockSparseLinear
+
+    model = _net()
+    sparselab.sparsify(model, {"blocks.*.mlp.*": 0.9}, method="random", block=(4, 1))
+    kinds = {n: type(m) for n, m in model.named_modules()}
+    groups = SparsityGroups(
+        [
+            {"modules": "blocks.*.attn.*", "sparsity": 0.7, "algorithm": "rigl"},
+            {"modules": "blocks.*.mlp.*", "sparsity": 0.9, "algorithm": "topkast"},
+        ]
+    )
+    with pytest.raises(TypeError, match=r"group 1 .*TopKAST does not drive block-sparse layers"):
+        groups.attach(model)
+    assert {n: type(m) for n, m in model.named_modules()} == kinds  # attention layers still nn.Linear
+    assert not groups.algorithms
+    assert all(isinstance(m, BlockSparseLinear) for n, m in model.named_modules() if ".mlp." in n)
+
+
 def test_model_with_sparse_layers_and_algorithm_objects():
     model = _net()
     sparselab.sparsify(model, {"blocks.*.attn.*": 0.7, "blocks.*.mlp.*": 0.9}, method="random", padding=0.25)

@@ -130,3 +130,37 @@ def test_blocks_must_tile_the_weight():
         BlockPaddedCSR.random(16, 16, 0.5, 4)
     with pytest.raises(ValueError, match="positive"):
         BlockPaddedCSR.random(16, 16, 0.5, (0, 1))
+
+
+def test_check_follows_index_tensors_replaced_after_a_check():
+    """The grid index view the checks use is kept between calls only while it covers the same
+    tensors: a replaced index (another topology, another capacity) is checked, not the old one."""
+    W = BlockPaddedCSR.random(32, 16, 0.5, (4, 1), padding=1)
+    W.check()
+    other = BlockPaddedCSR.random(32, 16, 0.5, (4, 1), padding=3)
+    W.values, W.block_cols, W.block_row_start, W.block_row_nnz = (
+        other.values,
+        other.block_cols,
+        other.block_row_start,
+        other.block_row_nnz,
+    )
+    W.check()  # the new, larger capacity passes
+    view = W._index_view()
+    assert view.cols is other.block_cols and view.values.numel() == other.block_cols.numel()
+    broken = other.block_cols.clone()
+    broken[0] = 99  # past the grid's 16 block columns
+    W.block_cols = broken
+    with pytest.raises(ValueError, match="block grid"):
+        W.check()
+
+
+def test_pickle_leaves_out_the_index_view():
+    import pickle
+
+    W = BlockPaddedCSR.random(16, 8, 0.5, (2, 2))
+    W.check()
+    assert "_index" in W.__dict__
+    back = pickle.loads(pickle.dumps(W))
+    assert "_index" not in back.__dict__
+    back.check()
+    assert torch.equal(back.to_dense(), W.to_dense())

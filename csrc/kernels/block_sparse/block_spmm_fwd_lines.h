@@ -32,7 +32,6 @@ constexpr int64_t block_lines_panel_floats(int64_t in) {
 
 template <class V, int R, int C, int T, int CB, int NT, int PF, typename Idx>
 void block_fwd_lines(const FwdArgs<Idx>& a) {
-  using reg = typename V::reg;
   constexpr int Q = T / V::W;
   constexpr int PQ = fwd_lines_piece_batch(V{});  // batch rows per output piece
   static_assert(16 % R == 0, "a 16-row output piece holds whole block rows");
@@ -62,26 +61,13 @@ void block_fwd_lines(const FwdArgs<Idx>& a) {
       packed_tile[worker] = t;
     }
     const int64_t lo = a.row_chunks[c], hi = a.row_chunks[c + 1];
-    const int64_t i_lo = lo / G * G, i_hi = hi == rows ? rows : hi / G * G;
+    // Each end moves down to a whole piece, except the last row, so the chunks still tile the rows.
+    const int64_t i_lo = lo == rows ? rows : lo / G * G, i_hi = hi == rows ? rows : hi / G * G;
     alignas(64) float buf[kGroupRows * R][T];
     int32_t cursor[kGroupRows];
     for (int64_t i0 = i_lo; i0 < i_hi; i0 += kGroupRows) {
       const int g = int(min64(kGroupRows, i_hi - i0));
-      for (int h = 0; h < g; ++h) cursor[h] = 0;
-      for (int64_t j0 = 0; j0 < grid_cols; j0 += col_step) {
-        const int64_t j_end = min64(grid_cols, j0 + col_step);
-        for (int h = 0; h < g; ++h) {
-          const int64_t i = i0 + h;
-          const int64_t s = a.w.row_start[i];
-          reg acc[R][Q];
-          for (int r = 0; r < R; ++r)
-            for (int q = 0; q < Q; ++q) acc[r][q] = j0 == 0 ? V::zero() : V::load(buf[h * R + r] + q * V::W);
-          cursor[h] = block_fwd_run<V, R, C, T, PF>(P, a.w.values + s * R * C, a.w.cols + s, cursor[h], a.w.row_nnz[i],
-                                                    j_end, acc);
-          for (int r = 0; r < R; ++r)
-            for (int q = 0; q < Q; ++q) V::store(buf[h * R + r] + q * V::W, acc[r][q]);
-        }
-      }
+      block_fwd_group<V, R, C, T, PF>(a, P, i0, g, col_step, buf, cursor);
       const int gn = g * R;
       // A last, partial piece reads all 16 of its rows (and stores only the first gn).
       for (int r = gn; r < (gn + 15) / 16 * 16; ++r)

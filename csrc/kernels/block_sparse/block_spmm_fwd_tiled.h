@@ -43,14 +43,37 @@ inline int32_t block_fwd_run(const float* P, const float* v, const Idx* col, int
   return k;
 }
 
+// The g block rows from i0 into buf (R rows of T floats each), the input features col_step
+// block columns at a time (kNoEnd: all at once); cursor holds g ints.
+template <class V, int R, int C, int T, int PF, typename Idx>
+inline void block_fwd_group(const FwdArgs<Idx>& a, const float* P, int64_t i0, int g, int64_t col_step, float (*buf)[T],
+                            int32_t* cursor) {
+  using reg = typename V::reg;
+  constexpr int Q = T / V::W;
+  const int64_t grid_cols = a.w.ncols;
+  for (int h = 0; h < g; ++h) cursor[h] = 0;
+  for (int64_t j0 = 0; j0 < grid_cols; j0 += col_step) {
+    const int64_t j_end = min64(grid_cols, j0 + col_step);
+    for (int h = 0; h < g; ++h) {
+      const int64_t i = i0 + h;
+      const int64_t s = a.w.row_start[i];
+      reg acc[R][Q];
+      for (int r = 0; r < R; ++r)
+        for (int q = 0; q < Q; ++q) acc[r][q] = j0 == 0 ? V::zero() : V::load(buf[h * R + r] + q * V::W);
+      cursor[h] =
+          block_fwd_run<V, R, C, T, PF>(P, a.w.values + s * R * C, a.w.cols + s, cursor[h], a.w.row_nnz[i], j_end, acc);
+      for (int r = 0; r < R; ++r)
+        for (int q = 0; q < Q; ++q) V::store(buf[h * R + r] + q * V::W, acc[r][q]);
+    }
+  }
+}
+
 // CB > 0: the rows go in groups of kGroupRows block rows, and each group walks the input features
 // CB at a time, so the panel columns in use (CB x T floats) stay in L1 while the group's rows
 // read them; the group's partial sums wait in a buffer between column blocks. Without it a wide
 // panel (in x T floats) falls out of L2 as W streams through, and every block waits on L3.
 template <class V, int R, int C, int T, int CB, typename Idx>
 void block_fwd_tiled(const FwdArgs<Idx>& a) {
-  using reg = typename V::reg;
-  constexpr int Q = T / V::W;
   static_assert(CB % C == 0, "a column block holds whole block columns");
   // The panels span every input feature (the grid has in / C columns).
   FwdArgs<Idx> e = a;
@@ -59,28 +82,13 @@ void block_fwd_tiled(const FwdArgs<Idx>& a) {
   constexpr int G = R < 8 ? 8 / R : 1;
   constexpr int kGroupRows = CB > 0 ? 16 * G : G;
   constexpr int64_t kNoEnd = int64_t(1) << 62;
-  const int64_t grid_cols = a.w.ncols;
   const int64_t col_step = CB > 0 ? CB / C : kNoEnd;
   fwd_tiled_tasks<T>(e, [&](const float* P, int64_t i_lo, int64_t i_hi, int64_t b0, int nb) {
     alignas(64) float buf[kGroupRows * R][T];
     int32_t cursor[kGroupRows];
     for (int64_t i0 = i_lo; i0 < i_hi; i0 += kGroupRows) {
       const int g = int(min64(kGroupRows, i_hi - i0));
-      for (int h = 0; h < g; ++h) cursor[h] = 0;
-      for (int64_t j0 = 0; j0 < grid_cols; j0 += col_step) {
-        const int64_t j_end = min64(grid_cols, j0 + col_step);
-        for (int h = 0; h < g; ++h) {
-          const int64_t i = i0 + h;
-          const int64_t s = a.w.row_start[i];
-          reg acc[R][Q];
-          for (int r = 0; r < R; ++r)
-            for (int q = 0; q < Q; ++q) acc[r][q] = j0 == 0 ? V::zero() : V::load(buf[h * R + r] + q * V::W);
-          cursor[h] =
-              block_fwd_run<V, R, C, T>(P, a.w.values + s * R * C, a.w.cols + s, cursor[h], a.w.row_nnz[i], j_end, acc);
-          for (int r = 0; r < R; ++r)
-            for (int q = 0; q < Q; ++q) V::store(buf[h * R + r] + q * V::W, acc[r][q]);
-        }
-      }
+      block_fwd_group<V, R, C, T, 0>(a, P, i0, g, col_step, buf, cursor);
       for (int h = 0; h < g; h += G) fwd_tiled_store<T>(a, buf + h * R, (i0 + h) * R, int(min64(G, g - h)) * R, b0, nb);
     }
   });
