@@ -27,7 +27,9 @@ def plot(paths: list[Path], out: Path, title: str | None = None) -> Path:
         h = r["history"]
         steps = [e["step"] for e in h]
         color = f"C{i}"
-        label = "dense" if not r["args"]["sparse"] else f"sparse ({r['args']['dst']})"
+        block = r["args"].get("block")
+        kind = r["args"]["dst"] + (f", {block[0]}x{block[1]} blocks" if block else "")
+        label = "dense" if not r["args"]["sparse"] else f"sparse ({kind})"
         ax.plot(steps, [e["train_loss"] for e in h], color=color, ls="--", lw=1.2, label=f"{label} train")
         ax.plot(steps, [e["val_loss"] for e in h], color=color, ls="-", lw=2.0, marker="o", ms=3, label=f"{label} val")
     r0 = runs[0]
