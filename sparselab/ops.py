@@ -63,11 +63,13 @@ def _block_variant(op: str, W: BlockPaddedCSR, variant: str | None, n: int) -> r
     return rules.block_variant(op, W.block, n)
 
 
-def _float32_twin(W: BlockPaddedCSR) -> BlockPaddedCSR:
-    """A bfloat16 block weight's float32 copy for one call (the same index tensors)."""
-    return BlockPaddedCSR(
+def _run_widened(runner, v, W: BlockPaddedCSR, operands: tuple, nthreads: int) -> torch.Tensor:
+    """A block op on a bfloat16 W: ``runner`` on float32 copies of W's values and of the operands
+    for one call (the same index tensors)."""
+    W32 = BlockPaddedCSR(
         W.values.float(), W.block_cols, W.block_row_start, W.block_row_nnz, W.shape, W.block, check=False
     )
+    return runner(v, W32, W32.raw_args(check=False), *_widened(*operands), nthreads)
 
 
 def _check_variant_arg(op: str, variant) -> None:
@@ -134,8 +136,8 @@ def spmm_fwd(
     if isinstance(W, BlockPaddedCSR):
         v = _block_variant("block_spmm_fwd", W, variant, X.shape[0])
         if dtype is torch.bfloat16:
-            return run_block_spmm_fwd(v, _float32_twin(W), *_widened(X, bias), _threads(threads)).to(dtype)
-        return run_block_spmm_fwd(v, W, X, bias, _threads(threads))
+            return _run_widened(run_block_spmm_fwd, v, W, (X, bias), _threads(threads)).to(dtype)
+        return run_block_spmm_fwd(v, W, W.raw_args(check=False), X, bias, _threads(threads))
     if dtype is torch.bfloat16:
         Y = spmm_fwd(W.widened(), *_widened(X, bias), variant=variant, threads=threads)
         return Y.to(dtype)
@@ -167,8 +169,8 @@ def spmm_dx(
     if isinstance(W, BlockPaddedCSR):
         v = _block_variant("block_spmm_dx", W, variant, dY.shape[0])
         if dtype is torch.bfloat16:
-            return run_block_spmm_dx(v, _float32_twin(W), *_widened(dY), _threads(threads)).to(dtype)
-        return run_block_spmm_dx(v, W, dY, _threads(threads))
+            return _run_widened(run_block_spmm_dx, v, W, (dY,), _threads(threads)).to(dtype)
+        return run_block_spmm_dx(v, W, W.raw_args(check=False), dY, _threads(threads))
     _check_variant_arg("spmm_dx", variant)
     if dtype is torch.bfloat16:
         return spmm_dx(W.widened(), *_widened(dY), variant=variant, threads=threads).to(dtype)
@@ -208,8 +210,8 @@ def sddmm_dw(
     if isinstance(W, BlockPaddedCSR):
         v = _block_variant("block_sddmm_dw", W, variant, dY.shape[0])
         if dtype is torch.bfloat16:
-            return run_block_sddmm_dw(v, _float32_twin(W), *_widened(dY, X), _threads(threads)).to(dtype)
-        return run_block_sddmm_dw(v, W, dY, X, _threads(threads))
+            return _run_widened(run_block_sddmm_dw, v, W, (dY, X), _threads(threads)).to(dtype)
+        return run_block_sddmm_dw(v, W, W.raw_args(check=False), dY, X, _threads(threads))
     _check_variant_arg("sddmm_dw", variant)
     if dtype is torch.bfloat16:
         return sddmm_dw(W.widened(), *_widened(dY, X), variant=variant, threads=threads).to(dtype)

@@ -3,7 +3,8 @@ operands in, raw pointers to the extension out.
 
 ``v`` is the variant to run (a ``BLOCK_OPS`` variant for W's block shape), or None: then torch
 runs the op on W's dense copy, the path of float64 weights (gradcheck) and of block shapes no
-kernel takes. Operands have W's dtype (float32 or float64) and were checked by the caller.
+kernel takes. ``w_args`` is ``W.raw_args()`` (a layer keeps it between calls). Operands have W's
+dtype (float32 or float64) and were checked by the caller.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from .runners import leading_dim
 __all__ = ["run_block_spmm_fwd", "run_block_spmm_dx", "run_block_sddmm_dw"]
 
 
-def run_block_spmm_fwd(v, W: BlockPaddedCSR, X: torch.Tensor, bias: torch.Tensor | None, nthreads: int) -> torch.Tensor:
+def run_block_spmm_fwd(
+    v, W: BlockPaddedCSR, w_args: tuple, X: torch.Tensor, bias: torch.Tensor | None, nthreads: int
+) -> torch.Tensor:
     """``Y = X W^T (+ bias)``."""
     if v is None:
         return torch.nn.functional.linear(X, W.to_dense(), bias)
@@ -28,7 +31,7 @@ def run_block_spmm_fwd(v, W: BlockPaddedCSR, X: torch.Tensor, bias: torch.Tensor
     bias_ptr = bias.data_ptr() if bias is not None else 0
     _C.block_spmm_fwd(
         v.id,
-        *W.raw_args(check=False),
+        *w_args,
         *W.block,
         n,
         X.data_ptr(),
@@ -41,7 +44,7 @@ def run_block_spmm_fwd(v, W: BlockPaddedCSR, X: torch.Tensor, bias: torch.Tensor
     return Y
 
 
-def run_block_spmm_dx(v, W: BlockPaddedCSR, dY: torch.Tensor, nthreads: int) -> torch.Tensor:
+def run_block_spmm_dx(v, W: BlockPaddedCSR, w_args: tuple, dY: torch.Tensor, nthreads: int) -> torch.Tensor:
     """``dX = dY W``."""
     if v is None:
         return dY @ W.to_dense()
@@ -49,13 +52,13 @@ def run_block_spmm_dx(v, W: BlockPaddedCSR, dY: torch.Tensor, nthreads: int) -> 
     dX = torch.empty(n, in_f, dtype=dY.dtype)
     if n == 0:
         return dX
-    _C.block_spmm_dx(
-        v.id, *W.raw_args(check=False), *W.block, n, dY.data_ptr(), leading_dim(dY), dX.data_ptr(), in_f, nthreads
-    )
+    _C.block_spmm_dx(v.id, *w_args, *W.block, n, dY.data_ptr(), leading_dim(dY), dX.data_ptr(), in_f, nthreads)
     return dX
 
 
-def run_block_sddmm_dw(v, W: BlockPaddedCSR, dY: torch.Tensor, X: torch.Tensor, nthreads: int) -> torch.Tensor:
+def run_block_sddmm_dw(
+    v, W: BlockPaddedCSR, w_args: tuple, dY: torch.Tensor, X: torch.Tensor, nthreads: int
+) -> torch.Tensor:
     """dW at W's live blocks, shaped like ``W.values`` (0 at spare slots)."""
     if v is None:
         return _dense_block_dw(W, dY, X)
@@ -64,7 +67,7 @@ def run_block_sddmm_dw(v, W: BlockPaddedCSR, dY: torch.Tensor, X: torch.Tensor, 
         return dW.zero_()
     _C.block_sddmm_dw(
         v.id,
-        *W.raw_args(check=False),
+        *w_args,
         *W.block,
         dY.shape[0],
         dY.data_ptr(),

@@ -12,27 +12,39 @@ Storage (ordinary module state, so ``state_dict``, ``deepcopy``, pickling and ``
 | ``weight_block`` | buffer (int64, 2) | ``(r, c)`` |
 | ``bias`` | ``nn.Parameter`` or None | one per output |
 
-Every product runs the block-sparse kernels of the layer's block shape through :mod:`sparselab.ops`:
-eager calls directly, compiled graphs through the custom ops of
-:mod:`sparselab.nn.block_custom_ops` (which ``torch.compile`` traces) (``y = x W^T + b``, ``dX = dY W``, dW at live blocks only). The Parameter
-and buffers are the same objects for the layer's life; a state dict of another capacity loads by
-swapping their storage, after the incoming weight passed every check.
+Every product runs the block-sparse kernels of the layer's block shape (``y = x W^T + b``,
+``dX = dY W``, dW at live blocks only). Eager calls go through the layer's
+:class:`~sparselab.nn.block_cache.BlockLayerCache`, which checks W once per version and keeps its
+pointers; compiled graphs go through the custom ops of :mod:`sparselab.nn.block_custom_ops`, which
+``torch.compile`` traces. The Parameter and buffers are the same objects for the layer's life; a
+state dict of another capacity loads by swapping their storage, after the incoming weight passed
+every check.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import weakref
 from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
-from .. import ops
 from ..optim import mark_sparse_values
 from ..storage import VALUE_DTYPE_NAMES, VALUE_DTYPES, BlockPaddedCSR
+from .block_cache import BlockLayerCache
 from .block_custom_ops import block_fwd
-from .sparse_module import autocast_input, check_conversion, check_cpu, check_sparsity
+from .custom_ops import row_major
+from .sparse_module import (
+    autocast_input,
+    check_conversion,
+    check_cpu,
+    check_input,
+    check_sparsity,
+    cpu_autocast_on,
+    input_is_plain,
+)
 
 __all__ = ["BlockSparseLinear"]
 
@@ -40,23 +52,27 @@ _INDEX = ("weight_block_cols", "weight_block_row_start", "weight_block_row_nnz")
 
 
 class _BlockProduct(torch.autograd.Function):
-    """The eager autograd of ``y = x W^T + b`` over a BlockPaddedCSR whose values are ``values``
-    (compiled graphs use the custom ops of :mod:`sparselab.nn.block_custom_ops` instead)."""
+    """The eager autograd of ``y = x W^T + b`` through the layer's cache (compiled graphs use the
+    custom ops of :mod:`sparselab.nn.block_custom_ops` instead)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, values: Tensor, bias: Optional[Tensor], W: BlockPaddedCSR) -> Tensor:
-        ctx.W, ctx.has_bias = W, bias is not None
+    def forward(ctx, x: Tensor, values: Tensor, bias: Optional[Tensor], cache: BlockLayerCache, layer) -> Tensor:
+        ctx.cache, ctx.layer, ctx.has_bias = cache, weakref.ref(layer), bias is not None
         ctx.save_for_backward(x)
-        return ops.spmm_fwd(W, x, None if bias is None else bias.detach())
+        return cache.fwd(x, bias)
 
     @staticmethod
     def backward(ctx, dy: Tensor):
         (x,) = ctx.saved_tensors
-        dy = dy.contiguous()
-        dx = ops.spmm_dx(ctx.W, dy) if ctx.needs_input_grad[0] else None
-        dw = ops.sddmm_dw(ctx.W, dy, x) if ctx.needs_input_grad[1] else None
+        cache, layer = ctx.cache, ctx.layer()
+        dy = row_major(dy.resolve_neg())
+        with cache.lock:
+            if layer is not None:
+                cache.check_unchanged(layer)
+            dx = cache.dx(dy) if ctx.needs_input_grad[0] else None
+            dw = cache.dw(dy, x) if ctx.needs_input_grad[1] else None
         db = dy.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return dx, dw, db, None
+        return dx, dw, db, None, None
 
 
 def _check_dtype(dtype) -> torch.dtype:
@@ -293,45 +309,59 @@ class BlockSparseLinear(nn.Module):
             x: ``(*, in_features)``, the layer's dtype (or any float under CPU autocast, as
                 ``SparseLinear`` takes it).
         """
-        if not isinstance(x, Tensor):
-            raise TypeError(f"input must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() < 1 or x.shape[-1] != self.in_features:
-            raise ValueError(f"input must have shape (*, {self.in_features}), got {tuple(x.shape)}")
-        x, out_dtype = autocast_input(x, self.weight_values.dtype, type(self).__name__)
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features)
-        if x2.stride(-1) != 1:
-            x2 = x2.contiguous()
-        args = (
-            x2,
-            self.weight_values,
-            self.weight_block_cols,
-            self.weight_block_row_start,
-            self.weight_block_row_nnz,
-            self.bias,
-            self.out_features,
-            self.in_features,
-        )
+        if not input_is_plain(x, self.in_features):
+            check_input(x, self.in_features, type(self).__name__)
+        shape = x.shape
+        values, bias = self._parameters["weight_values"], self._parameters["bias"]
+        out_dtype = None
+        if x.dtype is not values.dtype or cpu_autocast_on():
+            x, out_dtype = autocast_input(x, values.dtype, type(self).__name__)
+        x2 = x if len(shape) == 2 else x.reshape(-1, self.in_features)
         if torch.compiler.is_compiling():
-            y = block_fwd(*args)
+            index = (self.weight_block_cols, self.weight_block_row_start, self.weight_block_row_nnz)
+            y = block_fwd(x2, values, *index, bias, self.out_features, self.in_features)
         else:
-            # Eager calls skip the custom op's dispatch (tens of microseconds, most of a one-row
-            # forward). The lock keeps a DST update or a load in another thread from changing the
-            # layer while its kernels read it (they run without the GIL).
-            with self._lock:
-                W = self.weight
-                if torch.is_grad_enabled() and (x2.requires_grad or W.values.requires_grad):
-                    y = _BlockProduct.apply(x2, self.weight_values, self.bias, W)
-                else:
-                    y = ops.spmm_fwd(W, x2, None if self.bias is None else self.bias.detach())
-        y = y.reshape(*lead, self.out_features)
+            y = self._eager_product(x2, values, bias)
+        if len(shape) != 2:
+            y = y.reshape(*shape[:-1], self.out_features)
         return y if out_dtype is None else y.to(out_dtype)
+
+    def _eager_product(self, x: Tensor, values: Tensor, bias: Optional[Tensor]) -> Tensor:
+        # Eager calls skip the custom op's dispatch (tens of microseconds, most of a one-row
+        # forward) and run the cache's kernels on raw pointers.
+        if bias is not None and (
+            bias.dtype is not values.dtype or not bias.is_contiguous() or bias.shape != (self.out_features,)
+        ):
+            raise ValueError(
+                f"BlockSparseLinear.bias must be a contiguous {values.dtype} tensor of shape "
+                f"({self.out_features},), got {bias.dtype} {tuple(bias.shape)} strides {bias.stride()}"
+            )
+        if x.is_neg():  # a lazy negation the kernels would not see
+            x = x.resolve_neg()
+        x = row_major(x)
+        # The lock keeps a DST update or a load in another thread from changing the layer while
+        # its kernels read it (they run without the GIL).
+        with self._lock:
+            cache = self._fresh_cache()
+            if torch.is_grad_enabled() and (
+                x.requires_grad or values.requires_grad or (bias is not None and bias.requires_grad)
+            ):
+                return _BlockProduct.apply(x, values, bias, cache, self)
+            return cache.fwd(x, bias)
+
+    def _fresh_cache(self) -> BlockLayerCache:
+        """The cache of the layer's current weight, rebuilt (W checked) when it changed."""
+        cache = self.__dict__.get("_cache")
+        if cache is None or not cache.matches(self):
+            cache = self.__dict__["_cache"] = BlockLayerCache(self)
+        return cache
 
     # ---- module plumbing ----
 
     def _apply(self, fn, recurse=True):
         check_conversion(fn, type(self).__name__)
         self.__dict__.pop("_weight_view", None)
+        self.__dict__.pop("_cache", None)
         out = super()._apply(fn, recurse)
         # A new Parameter under torch's overwrite-on-conversion setting: optimizers are tracked on it.
         mark_sparse_values(self.weight_values, f"a BlockSparseLinear({self.in_features}, {self.out_features})")
@@ -339,8 +369,8 @@ class BlockSparseLinear(nn.Module):
 
     def __getstate__(self):
         state = dict(super().__getstate__())
-        state.pop("_weight_view", None)
-        state.pop("_lock", None)
+        for name in ("_weight_view", "_cache", "_lock"):  # derived or transient, rebuilt on load
+            state.pop(name, None)
         return state
 
     def __setstate__(self, state):

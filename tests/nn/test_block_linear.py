@@ -223,3 +223,59 @@ def test_optimizer_state_of_another_capacity_is_refused_clearly():
     layer(torch.randn(2, 32)).sum().backward()
     with pytest.raises(RuntimeError, match="belongs to another topology"):
         opt.step()
+
+
+def test_the_weight_is_checked_once_per_version_and_every_change_is_seen(monkeypatch):
+    """The layer checks W when it first runs and after any change, never per call: an in-place
+    edit of the index (hostile or valid) and a load of another capacity are each seen at the next
+    call."""
+    torch.manual_seed(8)
+    layer = BlockSparseLinear(32, 16, sparsity=0.5, block=(4, 1))
+    checks = []
+    real_check = sparselab.storage.BlockPaddedCSR.check
+    monkeypatch.setattr(sparselab.storage.BlockPaddedCSR, "check", lambda W: checks.append(1) or real_check(W))
+    x = torch.randn(3, 32, requires_grad=True)
+    for _ in range(4):
+        layer(x).sum().backward()
+    with torch.no_grad():
+        layer(x)
+    assert len(checks) == 1
+
+    # A valid in-place edit (move block row 0's first live block to a free column): the next
+    # call computes with the new weight.
+    W = layer.weight
+    row0 = W.block_cols[: int(W.block_row_nnz[0])].long().tolist()
+    free = next(c for c in range(32) if c not in row0)
+    with torch.no_grad():
+        layer.weight_block_cols[: len(row0)] = torch.tensor(sorted(row0[1:] + [free]), dtype=W.block_cols.dtype)
+    torch.testing.assert_close(layer(x), layer.to_dense()(x), rtol=1e-5, atol=1e-5)
+    assert len(checks) == 2
+
+    # A hostile one is refused before any kernel reads it.
+    layer.weight_block_cols[0] = 1000
+    with pytest.raises(ValueError, match="block grid"):
+        layer(x)
+
+    # A load of another capacity swaps storage under the same objects: seen too.
+    src = BlockSparseLinear(32, 16, sparsity=0.25, block=(4, 1), padding=2)
+    layer.load_state_dict(src.state_dict())
+    assert torch.equal(layer(x), src(x))
+
+
+def test_a_weight_changed_between_forward_and_backward_is_refused():
+    torch.manual_seed(9)
+    layer = BlockSparseLinear(32, 16, sparsity=0.5, block=(4, 1))
+    y = layer(torch.randn(2, 32))
+    layer.load_state_dict(BlockSparseLinear(32, 16, sparsity=0.75, block=(4, 1)).state_dict())
+    with pytest.raises(RuntimeError, match="changed between this forward and its backward"):
+        y.sum().backward()
+
+
+def test_a_lazily_negated_or_strided_input_is_read_as_its_values():
+    torch.manual_seed(10)
+    layer = BlockSparseLinear(32, 16, sparsity=0.5, block=(4, 1))
+    x = torch.randn(32, 5)
+    want = layer.to_dense()(x.t().contiguous())
+    torch.testing.assert_close(layer(x.t()), want, rtol=1e-5, atol=1e-5)
+    neg = torch._neg_view(x.t().contiguous())
+    torch.testing.assert_close(layer(neg), layer.to_dense()(-x.t()), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,113 @@
+"""What a :class:`~sparselab.nn.BlockSparseLinear`'s calls reuse while its weight stays the same.
+
+A :class:`BlockLayerCache` is made whenever the layer's weight changes (an index edited in place
+or replaced, new value storage, another dtype, a planner setting) and everything it holds belongs
+to that version: W's view, checked once (:meth:`BlockPaddedCSR.check`), W's raw pointers, and the
+variant per op and batch size class. The layer swaps in a new record whole. Its ``fwd``, ``dx`` and
+``dw`` hand float32 operands straight to the extension; other dtypes (bfloat16 widened per call,
+float64 on torch) go through :mod:`sparselab.ops`, which checks W on every call.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .. import ops
+from ..dispatch import planner, rules
+from ..dispatch.block_runners import run_block_sddmm_dw, run_block_spmm_dx, run_block_spmm_fwd
+from ..storage.checks import version_of
+
+__all__ = ["BlockLayerCache", "block_storage_state"]
+
+
+def block_storage_state(module) -> tuple:
+    """What a block layer's cache depends on: identity, in-place version and storage of the index
+    buffers, the values' identity, storage and dtype, and the planner's epoch (last). The values'
+    version is not in it: an optimizer step changes values, never what the kernels may read. Costs
+    about a microsecond: it runs on every call."""
+    d = module.__dict__  # nn.Module.__getattr__ costs a microsecond a name on this path
+    v, b = d["_parameters"]["weight_values"], d["_buffers"]
+    c, rs, rn = b["weight_block_cols"], b["weight_block_row_start"], b["weight_block_row_nnz"]
+    sh, bl = b["weight_shape"], b["weight_block"]
+    try:
+        versions = (c._version, rs._version, rn._version, sh._version, bl._version)
+    except RuntimeError:  # an inference tensor has no counter
+        versions = tuple(version_of(t) for t in (c, rs, rn, sh, bl))
+    # ids are safe to compare: the cache keeps the index tensors alive while it holds them.
+    return (
+        id(c),
+        c.data_ptr(),
+        c.numel(),
+        id(rs),
+        rs.data_ptr(),
+        id(rn),
+        rn.data_ptr(),
+        id(sh),
+        id(bl),
+        versions,
+        id(v),
+        v.data_ptr(),
+        v.numel(),
+        v.dtype,
+        planner.epoch,
+    )
+
+
+class BlockLayerCache:
+    """One version of what a block layer's calls reuse (see the module docstring)."""
+
+    def __init__(self, module):
+        self.lock = module._lock  # held by every call that reads W (the backward too)
+        self.W = module.weight
+        self.W.check()  # the layout, and the topology once per index version
+        self.state = block_storage_state(module)
+        self.held = (module.weight_shape, module.weight_block)  # their ids are in the state
+        # Float32 weights run their kernels on the pointers kept here; an inference index (no
+        # version counter, so an in-place edit would go unseen) is checked per call by ops instead.
+        index = (self.W.block_cols, self.W.block_row_start, self.W.block_row_nnz)
+        self.direct = self.W.values.dtype is torch.float32 and not any(t.is_inference() for t in index)
+        self.w_args = self.W.raw_args(check=False)
+        self.variants: dict = {}  # (op, small batch) -> VariantInfo or None
+
+    def matches(self, module) -> bool:
+        """Whether this version is still the layer's."""
+        return block_storage_state(module) == self.state
+
+    def check_unchanged(self, module) -> None:
+        """Raise if the layer's weight changed since this version was made (a backward after a
+        topology update must not run on the new one)."""
+        if block_storage_state(module)[:-1] != self.state[:-1]:
+            raise RuntimeError(
+                "BlockSparseLinear: the weight changed between this forward and its backward; "
+                "change it after backward (e.g. algo.step() after opt.step())"
+            )
+
+    def _variant(self, op: str, n: int):
+        key = (op, n < rules.BLOCK_ROWS_N)
+        if key not in self.variants:
+            self.variants[key] = rules.block_variant(op, self.W.block, n)
+        return self.variants[key]
+
+    def fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
+        """``x W^T + bias`` for a checked 2-D row-major ``x`` of W's dtype."""
+        if not self.direct:
+            return ops.spmm_fwd(self.W, x, bias)
+        v = self._variant("block_spmm_fwd", x.shape[0])
+        return run_block_spmm_fwd(v, self.W, self.w_args, x, bias, torch.get_num_threads())
+
+    def dx(self, dy: Tensor) -> Tensor:
+        """``dY W`` for a row-major ``dy``."""
+        if not self.direct:
+            return ops.spmm_dx(self.W, dy)
+        v = self._variant("block_spmm_dx", dy.shape[0])
+        return run_block_spmm_dx(v, self.W, self.w_args, dy, torch.get_num_threads())
+
+    def dw(self, dy: Tensor, x: Tensor) -> Tensor:
+        """dW at the live blocks, shaped like the values."""
+        if not self.direct:
+            return ops.sddmm_dw(self.W, dy, x)
+        v = self._variant("block_sddmm_dw", dy.shape[0])
+        return run_block_sddmm_dw(v, self.W, self.w_args, dy, x, torch.get_num_threads())
