@@ -3,9 +3,9 @@
 A :class:`BlockLayerCache` is made whenever the layer's weight changes (an index edited in place
 or replaced, new value storage, another dtype, a planner setting) and everything it holds belongs
 to that version: W's view, checked once (:meth:`BlockPaddedCSR.check`), W's raw pointers, and the
-variant per op and batch size class. The layer swaps in a new record whole. Its ``fwd``, ``dx`` and
-``dw`` hand float32 operands straight to the extension; other dtypes (bfloat16 widened per call,
-float64 on torch) go through :mod:`sparselab.ops`, which checks W on every call.
+variant per op and batch size class, and the storages behind those pointers. The layer swaps in a
+new record whole. Its ``fwd``, ``dx`` and ``dw`` hand float32 operands straight to the extension;
+other dtypes (bfloat16 widened per call, float64 on torch) go through :mod:`sparselab.ops`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from torch import Tensor
 from .. import ops
 from ..dispatch import planner, rules
 from ..dispatch.block_runners import run_block_sddmm_dw, run_block_spmm_dx, run_block_spmm_fwd
-from ..storage.checks import version_of
+from ..storage.checks import check_topology, tensor_state, version_of
 
 __all__ = ["BlockLayerCache", "block_storage_state"]
 
@@ -65,25 +65,43 @@ class BlockLayerCache:
         self.W.check()  # the layout, and the topology once per index version
         self.state = block_storage_state(module)
         self.held = (module.weight_shape, module.weight_block)  # their ids are in the state
-        # Float32 weights run their kernels on the pointers kept here; an inference index (no
-        # version counter, so an in-place edit would go unseen) is checked per call by ops instead.
-        index = (self.W.block_cols, self.W.block_row_start, self.W.block_row_nnz)
-        self.direct = self.W.values.dtype is torch.float32 and not any(t.is_inference() for t in index)
+        tensors = (self.W.values, self.W.block_cols, self.W.block_row_start, self.W.block_row_nnz)
+        # The storages, not just the tensors: a load or a DST resize swaps storage under the same
+        # objects, and a backward still to run must read memory that exists.
+        self.storages = tuple(t.untyped_storage() for t in tensors)
+        self.own_state = self._own_state()
+        # An inference tensor has no version counter, so an in-place edit of such an index (in
+        # inference mode) would go unseen: its topology is checked in full on every call instead.
+        self.inference = any(t.is_inference() for t in tensors[1:])
+        self.direct = self.W.values.dtype is torch.float32  # else through sparselab.ops, widened
         self.w_args = self.W.raw_args(check=False)
         self.variants: dict = {}  # (op, small batch) -> VariantInfo or None
+
+    def _own_state(self) -> tuple:
+        W = self.W
+        index = tuple(tensor_state(t) for t in (W.block_cols, W.block_row_start, W.block_row_nnz))
+        return index + (W.values.data_ptr(), W.values.numel(), W.values.dtype)
 
     def matches(self, module) -> bool:
         """Whether this version is still the layer's."""
         return block_storage_state(module) == self.state
 
-    def check_unchanged(self, module) -> None:
-        """Raise if the layer's weight changed since this version was made (a backward after a
-        topology update must not run on the new one)."""
-        if block_storage_state(module)[:-1] != self.state[:-1]:
+    def check_unchanged(self) -> None:
+        """Raise if the weight this version holds changed since it was made (a backward after a
+        topology update or a load must not run on the new weight). It compares the version's own
+        tensors, not the layer's attributes, so ``torch.func.functional_call`` passes."""
+        if self._own_state() != self.own_state:
             raise RuntimeError(
                 "BlockSparseLinear: the weight changed between this forward and its backward; "
                 "change it after backward (e.g. algo.step() after opt.step())"
             )
+
+    def _checked(self) -> None:
+        if self.inference:
+            try:
+                check_topology(self.W._index_view(), remember=False)
+            except ValueError as e:
+                raise ValueError(f"block grid: {e}") from None
 
     def _variant(self, op: str, n: int):
         key = (op, n < rules.BLOCK_ROWS_N)
@@ -93,6 +111,7 @@ class BlockLayerCache:
 
     def fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
         """``x W^T + bias`` for a checked 2-D row-major ``x`` of W's dtype."""
+        self._checked()
         if not self.direct:
             return ops.spmm_fwd(self.W, x, bias)
         v = self._variant("block_spmm_fwd", x.shape[0])
@@ -100,6 +119,7 @@ class BlockLayerCache:
 
     def dx(self, dy: Tensor) -> Tensor:
         """``dY W`` for a row-major ``dy``."""
+        self._checked()
         if not self.direct:
             return ops.spmm_dx(self.W, dy)
         v = self._variant("block_spmm_dx", dy.shape[0])
@@ -107,6 +127,7 @@ class BlockLayerCache:
 
     def dw(self, dy: Tensor, x: Tensor) -> Tensor:
         """dW at the live blocks, shaped like the values."""
+        self._checked()
         if not self.direct:
             return ops.sddmm_dw(self.W, dy, x)
         v = self._variant("block_sddmm_dw", dy.shape[0])

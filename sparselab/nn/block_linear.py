@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import math
 import threading
-import weakref
 from typing import Optional
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from ..optim import mark_sparse_values
 from ..storage import VALUE_DTYPE_NAMES, VALUE_DTYPES, BlockPaddedCSR
@@ -38,6 +38,7 @@ from .block_custom_ops import block_fwd
 from .custom_ops import row_major
 from .sparse_module import (
     autocast_input,
+    check_bias,
     check_conversion,
     check_cpu,
     check_input,
@@ -53,26 +54,28 @@ _INDEX = ("weight_block_cols", "weight_block_row_start", "weight_block_row_nnz")
 
 class _BlockProduct(torch.autograd.Function):
     """The eager autograd of ``y = x W^T + b`` through the layer's cache (compiled graphs use the
-    custom ops of :mod:`sparselab.nn.block_custom_ops` instead)."""
+    custom ops of :mod:`sparselab.nn.block_custom_ops` instead). ``values`` is saved, so autograd
+    refuses a backward after the values were edited in place; the cache refuses one after the
+    index or the storage changed."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, values: Tensor, bias: Optional[Tensor], cache: BlockLayerCache, layer) -> Tensor:
-        ctx.cache, ctx.layer, ctx.has_bias = cache, weakref.ref(layer), bias is not None
-        ctx.save_for_backward(x)
+    def forward(ctx, x: Tensor, values: Tensor, bias: Optional[Tensor], cache: BlockLayerCache) -> Tensor:
+        ctx.cache, ctx.has_bias = cache, bias is not None
+        ctx.save_for_backward(x, values)
         return cache.fwd(x, bias)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy: Tensor):
-        (x,) = ctx.saved_tensors
-        cache, layer = ctx.cache, ctx.layer()
+        x, _ = ctx.saved_tensors
+        cache = ctx.cache
         dy = row_major(dy.resolve_neg())
         with cache.lock:
-            if layer is not None:
-                cache.check_unchanged(layer)
+            cache.check_unchanged()
             dx = cache.dx(dy) if ctx.needs_input_grad[0] else None
             dw = cache.dw(dy, x) if ctx.needs_input_grad[1] else None
         db = dy.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return dx, dw, db, None, None
+        return dx, dw, db, None
 
 
 def _check_dtype(dtype) -> torch.dtype:
@@ -329,13 +332,7 @@ class BlockSparseLinear(nn.Module):
     def _eager_product(self, x: Tensor, values: Tensor, bias: Optional[Tensor]) -> Tensor:
         # Eager calls skip the custom op's dispatch (tens of microseconds, most of a one-row
         # forward) and run the cache's kernels on raw pointers.
-        if bias is not None and (
-            bias.dtype is not values.dtype or not bias.is_contiguous() or bias.shape != (self.out_features,)
-        ):
-            raise ValueError(
-                f"BlockSparseLinear.bias must be a contiguous {values.dtype} tensor of shape "
-                f"({self.out_features},), got {bias.dtype} {tuple(bias.shape)} strides {bias.stride()}"
-            )
+        check_bias(bias, values.dtype, self.out_features, type(self).__name__)
         if x.is_neg():  # a lazy negation the kernels would not see
             x = x.resolve_neg()
         x = row_major(x)
@@ -346,7 +343,7 @@ class BlockSparseLinear(nn.Module):
             if torch.is_grad_enabled() and (
                 x.requires_grad or values.requires_grad or (bias is not None and bias.requires_grad)
             ):
-                return _BlockProduct.apply(x, values, bias, cache, self)
+                return _BlockProduct.apply(x, values, bias, cache)
             return cache.fwd(x, bias)
 
     def _fresh_cache(self) -> BlockLayerCache:

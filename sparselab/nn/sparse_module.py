@@ -68,6 +68,19 @@ def input_is_plain(x, in_features: int) -> bool:
     )
 
 
+def check_bias(bias: Optional[Tensor], dtype: torch.dtype, out_features: int, what: str) -> None:
+    """A layer's bias as its kernels read it through a pointer: None, or a contiguous CPU tensor
+    of the weight's dtype and shape ``(out_features,)``; ``ValueError`` otherwise (a bias assigned
+    or loaded with ``assign=True`` is not checked anywhere else)."""
+    if bias is not None and (
+        bias.dtype is not dtype or not bias.is_contiguous() or not bias.is_cpu or bias.shape != (out_features,)
+    ):
+        raise ValueError(
+            f"{what}.bias must be a contiguous CPU {dtype} tensor of shape ({out_features},), got "
+            f"{bias.dtype} {tuple(bias.shape)} strides {bias.stride()} on {bias.device}"
+        )
+
+
 def check_input(x, in_features: int, what: str) -> None:
     """The error :func:`input_is_plain` refused ``x`` for: ``TypeError`` or ``ValueError``."""
     if not isinstance(x, Tensor):
@@ -447,16 +460,7 @@ class SparseModule(nn.Module):
             index = (self.weight_cols, self.weight_row_start, self.weight_row_nnz)
             t = self._transposed_tensors()
             return sparse_linear(x, values, *index, t, bias, self.out_features, self.in_features)
-        if bias is not None and (
-            bias.dtype is not values.dtype
-            or not bias.is_contiguous()
-            or not bias.is_cpu
-            or bias.shape != (self.out_features,)
-        ):
-            raise ValueError(
-                f"{type(self).__name__}.bias must be a contiguous CPU {values.dtype} tensor of shape "
-                f"({self.out_features},), got {bias.dtype} {tuple(bias.shape)} strides {bias.stride()}"
-            )
+        check_bias(bias, values.dtype, self.out_features, type(self).__name__)
         if x.is_neg():  # a lazy negation the kernels would not see
             x = x.resolve_neg()
         if not x.is_contiguous():

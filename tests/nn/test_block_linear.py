@@ -279,3 +279,56 @@ def test_a_lazily_negated_or_strided_input_is_read_as_its_values():
     torch.testing.assert_close(layer(x.t()), want, rtol=1e-5, atol=1e-5)
     neg = torch._neg_view(x.t().contiguous())
     torch.testing.assert_close(layer(neg), layer.to_dense()(-x.t()), rtol=1e-5, atol=1e-5)
+
+
+def test_backward_through_functional_call_and_after_an_in_place_value_edit():
+    """The backward checks the weight its forward used, not the layer's current attributes: a
+    ``functional_call`` (which restores them before backward) runs; values edited in place between
+    forward and backward are refused by autograd, as for SparseLinear."""
+    torch.manual_seed(11)
+    layer = BlockSparseLinear(32, 16, sparsity=0.5, block=(4, 1))
+    twin = _dense_twin(layer)
+    x = torch.randn(3, 32)
+    params = {k: v.detach().clone().requires_grad_(True) for k, v in layer.named_parameters()}
+    params["weight_values"].data.mul_(2.0)
+    y = torch.func.functional_call(layer, params, (x,))
+    y.sum().backward()
+    with torch.no_grad():
+        twin.weight.mul_(2.0)
+    torch.testing.assert_close(y, twin(x), rtol=1e-5, atol=1e-5)
+    assert params["weight_values"].grad is not None and layer.weight_values.grad is None
+
+    y = layer(x)
+    with torch.no_grad():
+        layer.weight_values.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_a_bias_off_the_cpu_is_refused_before_any_kernel_reads_it():
+    layer = BlockSparseLinear(32, 16, sparsity=0.5, block=(4, 1))
+    layer.bias = nn.Parameter(torch.ones(16, device="meta"))
+    with pytest.raises(ValueError, match="CPU"):
+        layer(torch.randn(2, 32))
+
+
+def test_an_inference_mode_index_edited_in_place_is_refused():
+    """Inference tensors have no version counter: the layer checks such an index on every call."""
+    with torch.inference_mode():
+        layer = BlockSparseLinear(32, 16, sparsity=0.5, block=(4, 1))
+        x = torch.randn(2, 32)
+        torch.testing.assert_close(layer(x), layer.to_dense()(x), rtol=1e-5, atol=1e-5)
+        layer.weight_block_cols[0] = 1000
+        with pytest.raises(ValueError, match="block grid"):
+            layer(x)
+
+
+def test_an_input_with_a_wider_row_stride_and_a_double_backward():
+    torch.manual_seed(12)
+    layer = BlockSparseLinear(32, 16, sparsity=0.5, block=(4, 1))
+    wide = torch.randn(4, 40)[:, :32]
+    torch.testing.assert_close(layer(wide), layer.to_dense()(wide), rtol=1e-5, atol=1e-5)
+    x = torch.randn(2, 32, requires_grad=True)
+    (g,) = torch.autograd.grad(layer(x).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="does not require grad"):  # not a silently wrong graph
+        g.sum().backward()
