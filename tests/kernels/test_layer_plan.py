@@ -210,14 +210,19 @@ print("ok")
 
 def test_inference_mode_layer_sees_its_index_edited_in_place():
     """Inference tensors carry no version counter, so a layer built in inference mode keeps no
-    kernel plan: an in-place edit of its index (in inference mode) is seen on the next call."""
+    kernel plan and checks its index on every call: a valid in-place edit of its index (in
+    inference mode) is computed on the next call, an invalid one refused."""
     with torch.inference_mode():
         torch.manual_seed(0)
         layer = sparselab.SparseLinear(64, 48, sparsity=0.5)
         x = torch.randn(5, 64)
         layer(x)
         assert layer.layer_cache().kernels is None
-        layer.weight_row_nnz[0] = 0  # row 0 loses its weights
+        layer.weight_row_nnz[0] = 0  # row 0 loses its weights, its slots still hold columns
+        with pytest.raises(ValueError, match="padding slot"):
+            layer(x)
+        start, end = int(layer.weight_row_start[0]), int(layer.weight_row_start[1])
+        layer.weight_cols[start:end] = -1  # now a valid empty row
         want = ops.spmm_fwd(layer.weight, x, layer.bias)
         got = layer(x)
         assert torch.equal(got, want)

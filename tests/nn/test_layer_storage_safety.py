@@ -79,6 +79,18 @@ def test_inference_mode_build_and_first_forward_after_apply():
     assert not model[0].weight_values.is_inference()
 
 
+def test_an_inference_mode_index_edited_in_place_is_refused():
+    """Inference tensors have no version counter: a layer built in inference mode checks its
+    index on every call, so an in-place edit there is refused, never handed to the kernels."""
+    with torch.inference_mode():
+        layer = _layer()
+        x = torch.randn(2, 48)
+        torch.testing.assert_close(layer(x), x @ layer.dense_weight().t() + layer.bias, rtol=1e-5, atol=1e-5)
+        layer.weight_cols[0] = 1000
+        with pytest.raises(ValueError, match="outside"):
+            layer(x)
+
+
 def test_apply_sets_up_at_once_and_copies_keep_that_state():
     torch.manual_seed(0)
     model = nn.Sequential(SparseLinear(16, 12, sparsity=0.5, padding=0))
