@@ -21,6 +21,7 @@ from torch import Tensor
 
 from ..nn.block_linear import BlockSparseLinear
 from ..storage import PaddedCSR
+from ..storage.checks import version_of
 
 __all__ = ["BlockGrid"]
 
@@ -118,6 +119,25 @@ class BlockGrid:
             hook(self, x.to(dtype), output)
 
         return layer.register_forward_hook(forward_hook)
+
+    @property
+    def topology_version(self) -> tuple:
+        """What identifies the current topology: the index tensors and their in-place versions
+        (a block layer keeps no counter of its own; every rewrite bumps those versions)."""
+        return tuple((id(t), version_of(t)) for t in (self.weight_cols, self.weight_row_start, self.weight_row_nnz))
+
+    @property
+    def forward_subset(self):
+        """The layer's forward subset (Top-KAST's forward set), or None."""
+        return self.layer.forward_subset
+
+    def set_forward_subset(self, subset) -> None:
+        """Run the layer's forward and dX on ``subset`` of its blocks (None: on all of them).
+
+        Args:
+            subset: a :class:`~sparselab.dst.algorithms.topkast.BlockForwardSet`, or None.
+        """
+        self.layer.set_forward_subset(subset)
 
     def topology_changed(self, validate: bool = False) -> None:
         """After a rewrite: the full invariant check when asked (the ops check the index again at

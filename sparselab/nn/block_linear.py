@@ -59,10 +59,11 @@ class _BlockProduct(torch.autograd.Function):
     index or the storage changed."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, values: Tensor, bias: Optional[Tensor], cache: BlockLayerCache) -> Tensor:
-        ctx.cache, ctx.has_bias = cache, bias is not None
+    def forward(ctx, x: Tensor, values: Tensor, bias: Optional[Tensor], fwd_w, cache: BlockLayerCache) -> Tensor:
+        # fwd_w runs the forward and dX: the cache, or a forward subset's operand (Top-KAST).
+        ctx.fwd_w, ctx.cache, ctx.has_bias = fwd_w, cache, bias is not None
         ctx.save_for_backward(x, values)
-        return cache.fwd(x, bias)
+        return fwd_w.fwd(x, bias)
 
     @staticmethod
     @once_differentiable
@@ -72,10 +73,10 @@ class _BlockProduct(torch.autograd.Function):
         dy = row_major(dy.resolve_neg())
         with cache.lock:
             cache.check_unchanged()
-            dx = cache.dx(dy) if ctx.needs_input_grad[0] else None
+            dx = ctx.fwd_w.dx(dy) if ctx.needs_input_grad[0] else None
             dw = cache.dw(dy, x) if ctx.needs_input_grad[1] else None
         db = dy.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        return dx, dw, db, None
+        return dx, dw, db, None, None
 
 
 def _check_dtype(dtype) -> torch.dtype:
@@ -135,6 +136,7 @@ class BlockSparseLinear(nn.Module):
 
     def _adopt(self, W: BlockPaddedCSR, bias: Optional[Tensor]) -> None:
         self._lock = threading.RLock()
+        self.forward_subset = None  # Top-KAST's forward set: forward and dX run on it
         self.out_features, self.in_features = W.shape
         self.weight_values = nn.Parameter(W.values.detach())
         mark_sparse_values(self.weight_values, f"a BlockSparseLinear({W.shape[1]}, {W.shape[0]}, block={W.block})")
@@ -267,12 +269,19 @@ class BlockSparseLinear(nn.Module):
 
     def cache_bytes(self) -> int:
         """Bytes this layer keeps between calls beyond its state: the placeholder values of its
-        block-grid view (allocated for the topology checks, never written)."""
+        block-grid view (allocated for the topology checks, never written) and its forward
+        subset's index (Top-KAST)."""
         index = getattr(self.__dict__.get("_weight_view"), "_index", None)
-        return 0 if index is None else index.values.numel() * index.values.element_size()
+        total = 0 if index is None else index.values.numel() * index.values.element_size()
+        if self.forward_subset is not None:
+            total += sum(t.numel() * t.element_size() for t in self.forward_subset.tensors())
+        return total
 
     def dense_weight(self) -> Tensor:
-        """W dense ``(out_features, in_features)``, a copy."""
+        """W as forward uses it (its forward subset's blocks when it has one), dense
+        ``(out_features, in_features)``, a copy."""
+        if self.forward_subset is not None:
+            return self.forward_subset.dense_weight(self)
         return self.weight.to_dense()
 
     def reset_parameters(self) -> None:
@@ -320,7 +329,9 @@ class BlockSparseLinear(nn.Module):
         if x.dtype is not values.dtype or cpu_autocast_on():
             x, out_dtype = autocast_input(x, values.dtype, type(self).__name__)
         x2 = x if len(shape) == 2 else x.reshape(-1, self.in_features)
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() and self.forward_subset is not None:
+            y = self._eager_only(x2, values, bias)
+        elif torch.compiler.is_compiling():
             index = (self.weight_block_cols, self.weight_block_row_start, self.weight_block_row_nnz)
             y = block_fwd(x2, values, *index, bias, self.out_features, self.in_features)
         else:
@@ -340,11 +351,29 @@ class BlockSparseLinear(nn.Module):
         # its kernels read it (they run without the GIL).
         with self._lock:
             cache = self._fresh_cache()
+            subset = self.forward_subset
+            fwd_w = cache if subset is None else subset.operand(self, cache)
             if torch.is_grad_enabled() and (
                 x.requires_grad or values.requires_grad or (bias is not None and bias.requires_grad)
             ):
-                return _BlockProduct.apply(x, values, bias, cache)
-            return cache.fwd(x, bias)
+                return _BlockProduct.apply(x, values, bias, fwd_w, cache)
+            return fwd_w.fwd(x, bias)
+
+    @torch.compiler.disable
+    def _eager_only(self, x: Tensor, values: Tensor, bias: Optional[Tensor]) -> Tensor:
+        # A forward subset gathers its blocks per call: compiled graphs call the eager product.
+        return self._eager_product(x, values, bias)
+
+    def set_forward_subset(self, subset) -> None:
+        """Run the forward and dX on ``subset`` of the stored blocks (an object with
+        ``operand(layer, cache)``, ``dense_weight(layer)`` and ``tensors()``; None: all of them),
+        as Top-KAST does; the weight gradient still covers every stored block.
+
+        Args:
+            subset: the subset object, or None to run on every stored block again.
+        """
+        with self._lock:
+            self.forward_subset = subset
 
     def _fresh_cache(self) -> BlockLayerCache:
         """The cache of the layer's current weight, rebuilt (W checked) when it changed."""
@@ -374,6 +403,7 @@ class BlockSparseLinear(nn.Module):
         """Unpickling (``torch.load`` of a module, ``copy.deepcopy``) checks the weight whole."""
         super().__setstate__(state)
         self._lock = threading.RLock()
+        self.__dict__.setdefault("forward_subset", None)
         self.weight.validate()
 
     # ---- state ----
@@ -425,6 +455,8 @@ class BlockSparseLinear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
             f"block={self.block}, sparsity={self.sparsity:.3f}, nnz={self.nnz}"
         )
+        if self.forward_subset is not None:
+            s += f", forward_blocks={self.forward_subset.nnz}"
         if self.weight_values.dtype != torch.float32:
             s += f", dtype={self.weight_values.dtype}"
         return s

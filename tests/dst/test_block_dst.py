@@ -24,6 +24,7 @@ ALGOS = {
     "snfs": lambda: sparselab.SNFS(0.8, update_freq=5, drop_fraction=0.3, end=40),
     "gmp": lambda: sparselab.GMP(0.8, initial_sparsity=0.5, update_freq=5, end=40),
     "granet": lambda: sparselab.GraNet(0.8, initial_sparsity=0.5, update_freq=5, end=40, drop_fraction=0.3),
+    "topkast": lambda: sparselab.TopKAST(0.8, backward_sparsity=0.7, update_freq=5, drop_fraction=0.3, end=40),
 }
 
 
@@ -83,6 +84,11 @@ def test_block_layers_keep_their_invariants_and_budget_through_training(name):
     if name == "snfs":  # the split between layers moves; the whole keeps the target
         total = sum(m.out_features * m.in_features for m in layers)
         assert 1 - sum(m.nnz for m in layers) / total == pytest.approx(0.8, abs=0.02)
+    elif name == "topkast":  # the stored (backward) set at 70%, the forward set at 80%
+        for m in layers:
+            assert m.sparsity == pytest.approx(0.7, abs=0.02)
+            grid = m.out_features * m.in_features // (m.block[0] * m.block[1])
+            assert m.forward_subset.nnz / grid == pytest.approx(0.2, abs=0.02)
     else:
         for m in layers:
             assert m.sparsity == pytest.approx(0.8, abs=0.02)
@@ -91,9 +97,68 @@ def test_block_layers_keep_their_invariants_and_budget_through_training(name):
         assert any(a != _live(m) for a, m in zip(start, _blocks(model)))  # blocks moved
 
 
-def test_topkast_refuses_block_layers():
-    with pytest.raises(TypeError, match="TopKAST does not drive block-sparse layers"):
-        sparselab.TopKAST(0.8, backward_sparsity=0.6).attach(_model())
+class _NoBlocks(sparselab.RigL):
+    """An algorithm that declares it cannot drive block layers (a user's, say)."""
+
+    supports_blocks = False
+
+
+def test_an_algorithm_without_block_support_refuses_block_layers():
+    with pytest.raises(TypeError, match="_NoBlocks does not drive block-sparse layers"):
+        _NoBlocks(0.8).attach(_model())
+
+
+def test_topkast_on_blocks_runs_the_forward_on_the_top_blocks_and_updates_the_backward_set():
+    """Top-KAST at block granularity: the forward and dX use the k blocks of largest norm, the
+    weight gradient covers every stored block, and the sets follow the values as they train."""
+    model = _model()
+    algo = sparselab.TopKAST(0.8, backward_sparsity=0.6, update_freq=5, end=30, seed=0)
+    algo.attach(model)
+    opt = algo.attach_optimizer(torch.optim.Adam(model.parameters(), lr=1e-2))
+    for layer in _blocks(model):
+        subset = layer.forward_subset
+        stored = int(layer.weight_block_row_nnz.sum())
+        assert 0 < subset.nnz < stored
+        norms = layer.weight_values.detach().flatten(1).norm(dim=1)
+        live = layer.weight_block_cols >= 0
+        chosen = torch.zeros_like(live)
+        chosen[subset.slots.long()] = True
+        assert float(norms[chosen].min()) >= float(norms[live & ~chosen].max())
+        x = torch.randn(5, layer.in_features, requires_grad=True)
+        y = layer(x)
+        want = x @ subset.dense_weight(layer).t() + layer.bias
+        torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(layer.dense_weight(), subset.dense_weight(layer))
+        y.sum().backward()
+        r, c = layer.block
+        full = torch.ones(5, layer.out_features).t() @ x.detach()
+        grid = layer.weight._index_view()
+        blocks = full.reshape(layer.out_features // r, r, layer.in_features // c, c).transpose(1, 2)
+        rows, cols = grid.slot_rows()[live], grid.cols[live].long()
+        torch.testing.assert_close(layer.weight_values.grad[live], blocks[rows, cols], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(x.grad, torch.ones(5, layer.out_features) @ subset.dense_weight(layer))
+        assert "forward_blocks=" in repr(layer)
+    model.zero_grad()
+    teacher = _model(seed=9)
+    for step in range(30):
+        x = torch.randn(32, 32, generator=torch.Generator().manual_seed(step))
+        with torch.no_grad():
+            target = teacher(x)
+        loss = (model(x) - target).pow(2).mean() + 1e-4 * algo.exploration_penalty()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        algo.step()
+    for layer in _blocks(model):
+        layer.weight.validate()
+        subset = layer.forward_subset
+        assert subset.nnz == algo.forward_nnz(next(L for L in algo._layers if L.module.layer is layer))
+        norms = layer.weight_values.detach().flatten(1).norm(dim=1)
+        live = layer.weight_block_cols >= 0
+        chosen = torch.zeros_like(live)
+        chosen[subset.slots.long()] = True
+        assert float(norms[chosen].min()) >= float(norms[live & ~chosen].max())
+        assert layer.cache_bytes() > 0
 
 
 def test_grow_scores_are_the_norms_of_the_dense_gradient_blocks():
@@ -180,8 +245,8 @@ def test_gradient_growth_on_block_layers_in_bfloat16_and_under_autocast(how):
 
 def test_a_refused_attach_leaves_no_layer_attached():
     mixed = nn.Sequential(sparselab.SparseLinear(32, 32, sparsity=0.5), _model())
-    with pytest.raises(TypeError, match="TopKAST does not drive block-sparse layers"):
-        sparselab.TopKAST(0.8, backward_sparsity=0.6).attach(mixed)
+    with pytest.raises(TypeError, match="_NoBlocks does not drive block-sparse layers"):
+        _NoBlocks(0.8).attach(mixed)
     odd = nn.Sequential(BlockSparseLinear(32, 64, block=(4, 1)), BlockSparseLinear(64, 16, block=(8, 1)))
     with pytest.raises(TypeError, match="blocks of one size"):
         sparselab.SNFS(0.8).attach(odd)
@@ -191,3 +256,32 @@ def test_a_refused_attach_leaves_no_layer_attached():
         assert len(algo.layers) == sum(
             isinstance(m, (sparselab.SparseLinear, BlockSparseLinear)) for m in model.modules()
         )
+
+
+def test_a_block_layer_with_a_forward_set_pickles_compiles_and_reloads():
+    import copy
+    import pickle
+
+    model = _model()
+    algo = sparselab.TopKAST(0.8, backward_sparsity=0.6, update_freq=5, end=30, seed=0)
+    algo.attach(model)
+    x = torch.randn(4, 32)
+    want = model(x)
+    for other in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
+        torch.testing.assert_close(other(x), want)
+    compiled = torch.compile(model)
+    torch.testing.assert_close(compiled(x), want, rtol=1e-5, atol=1e-5)
+    # A load of another topology: the forward set is selected again from the loaded blocks.
+    src = _model(seed=3)
+    model.load_state_dict(src.state_dict())
+    model(x)  # the next forward selects again
+    for layer, s in zip(_blocks(model), _blocks(src)):
+        assert torch.equal(layer.weight_block_cols, s.weight_block_cols)
+        subset = layer.forward_subset
+        norms = layer.weight_values.detach().flatten(1).norm(dim=1)
+        live = layer.weight_block_cols >= 0
+        chosen = torch.zeros_like(live)
+        chosen[subset.slots.long()] = True
+        assert bool(live[chosen].all())
+        assert float(norms[chosen].min()) >= float(norms[live & ~chosen].max())
+        assert torch.equal(subset.cols, layer.weight_block_cols[subset.slots.long()])

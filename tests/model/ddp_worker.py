@@ -80,16 +80,23 @@ def run(name: str, algo_cls, rank: int, out: Path, how: str = "attach", **kw) ->
     }
 
 
-def block_run(rank: int, dst: bool = False) -> dict:
+def block_run(rank: int, dst: str | None = None) -> dict:
     """A BlockSparseLinear MLP under DDP: ranks draw different blocks; broadcast_topology (or, with
-    ``dst``, attaching RigL) gives them rank 0's, and training keeps them identical."""
+    ``dst``, attaching 'rigl' or 'topkast') gives them rank 0's, and training keeps them identical
+    (Top-KAST's forward sets too)."""
     torch.manual_seed(rank)
     model = nn.Sequential(
         sparselab.nn.BlockSparseLinear(IN, HIDDEN, sparsity=0.75, block=(4, 1)),
         nn.Tanh(),
         sparselab.nn.BlockSparseLinear(HIDDEN, OUT, sparsity=0.5, block=(2, 2)),
     )
-    algo = sparselab.RigL(0.8, update_freq=UPDATE_FREQ, drop_fraction=0.3, seed=rank, check_ranks=True) if dst else None
+    algo = None
+    if dst == "rigl":
+        algo = sparselab.RigL(0.8, update_freq=UPDATE_FREQ, drop_fraction=0.3, seed=rank, check_ranks=True)
+    elif dst == "topkast":
+        algo = sparselab.TopKAST(
+            0.8, backward_sparsity=0.6, update_freq=UPDATE_FREQ, drop_fraction=0.3, seed=rank, check_ranks=True
+        )
     if algo is not None:
         algo.attach(model)
     else:
@@ -110,6 +117,9 @@ def block_run(rank: int, dst: bool = False) -> dict:
     h = hashlib.sha256()
     for t in model.state_dict().values():
         h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+    for m in model:
+        if getattr(m, "forward_subset", None) is not None:
+            h.update(m.forward_subset.slots.numpy().tobytes())
     return {"losses": losses, "digest": h.hexdigest(), "updates_changed": changed}
 
 
@@ -130,7 +140,8 @@ def main() -> None:
     plain(torch.randn(4, IN)).sum().backward()
     result["plain_grad_ok"] = all(p.grad is not None for p in plain.parameters())
     result["block"] = block_run(rank)
-    result["block_rigl"] = block_run(rank, dst=True)
+    result["block_rigl"] = block_run(rank, dst="rigl")
+    result["block_topkast"] = block_run(rank, dst="topkast")
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 

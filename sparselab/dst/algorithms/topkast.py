@@ -36,6 +36,10 @@ gradient is largest (``grow='gradient'``). The paper's exploration penalty is
 :meth:`TopKAST.exploration_penalty` (add it to the loss yourself; not applied
 by default).
 
+On a :class:`~sparselab.nn.BlockSparseLinear` both sets count blocks: ``A`` is the layer's ``k``
+stored blocks of largest Frobenius norm (:class:`BlockForwardSet`), with no transposed index (the
+block dX kernels scatter from W's own).
+
 Usage::
 
     algo = sparselab.TopKAST(sparsity=0.9, backward_sparsity=0.8, update_freq=100, end=total_steps)
@@ -49,12 +53,13 @@ from torch import Tensor
 
 from ... import ops
 from ...nn.function import TensorOperand
-from ...storage import PaddedCSR, TransposedIndex, build_transposed
+from ...storage import BlockPaddedCSR, PaddedCSR, TransposedIndex, build_transposed
 from ..algorithm import LayerState, SparsityAlgorithm
+from ..block_layer import BlockGrid
 from ..schedules import check_sparsity, check_step
 from ..topk import topk_indices
 
-__all__ = ["TopKAST", "ForwardSet"]
+__all__ = ["TopKAST", "ForwardSet", "BlockForwardSet"]
 
 
 class ForwardSet:
@@ -101,7 +106,7 @@ class ForwardSet:
             slots = live.nonzero().reshape(-1)
             self._threshold = None
         else:
-            mag = layer.weight_values.detach().abs()
+            mag = layer.weight.values.detach().abs()  # a block grid's values are its block norms
             slots = self._top_slots(mag, live, k)
             self._threshold = float(mag[slots].min()) if slots.numel() else None
         out_f, in_f = layer.out_features, layer.in_features
@@ -111,8 +116,12 @@ class ForwardSet:
         torch.cumsum(row_nnz, 0, out=row_start[1:])
         self.cols, self.row_start, self.row_nnz = layer.weight_cols[slots], row_start, row_nnz.to(torch.int32)
         self.slots = slots.to(torch.int32)
-        self.transposed = build_transposed(self.cols, self.row_start, self.row_nnz, out_f, in_f)
+        self.transposed = self._transposed_index(out_f, in_f)
         self._key = self._key_of(layer)
+
+    def _transposed_index(self, out_f: int, in_f: int) -> tuple:
+        # dX on the set runs on its own transposed index.
+        return build_transposed(self.cols, self.row_start, self.row_nnz, out_f, in_f)
 
     def _top_slots(self, mag: Tensor, live: Tensor, k: int) -> Tensor:
         """Ascending slots of the ``k`` largest ``mag`` among ``live`` (ties: lowest slot).
@@ -197,6 +206,79 @@ class _ForwardSetOperand:
         return TensorOperand(values[s.slots.long()], (s.cols, s.row_start, s.row_nnz), s.transposed, self.cache.shape)
 
 
+class BlockForwardSet(ForwardSet):
+    """Top-KAST's forward set of a :class:`~sparselab.nn.BlockSparseLinear`: its ``k`` stored
+    blocks of largest Frobenius norm, as a compact block index over the layer's block slots (the
+    block dX kernels need no transposed index). ``k`` counts blocks.
+
+    Args:
+        k: how many blocks the forward uses.
+    """
+
+    @staticmethod
+    def _grid(layer) -> BlockGrid:
+        # The layer itself or its DST view; the set is selected over the block grid either way.
+        return layer if isinstance(layer, BlockGrid) else BlockGrid(layer)
+
+    def select(self, layer) -> None:
+        """Select the set again from the layer's current block norms.
+
+        Args:
+            layer: the block layer (or its grid view) that holds this set.
+        """
+        grid = self._grid(layer)
+        super().select(grid)
+        # Held so that the ids in the key stay unique while the key is in use.
+        self._selected_from = (grid.weight_cols, grid.weight_row_start, grid.weight_row_nnz)
+
+    def _transposed_index(self, out_f: int, in_f: int) -> tuple:
+        return ()
+
+    def _key_of(self, layer) -> tuple:
+        return (self._grid(layer).topology_version, id(layer.weight_values), self.k)
+
+    def _current(self, layer) -> None:
+        super()._current(self._grid(layer))
+
+    def weight(self, layer) -> BlockPaddedCSR:
+        """The forward set as a BlockPaddedCSR (a copy of its blocks).
+
+        Args:
+            layer: the block layer that holds this set.
+        """
+        self._current(layer)
+        grid = self._grid(layer)
+        values = grid.weight_values.detach()[self.slots]
+        shape = grid.dense_shape
+        return BlockPaddedCSR(values, self.cols, self.row_start, self.row_nnz, shape, grid.block)
+
+    def operand(self, layer, cache) -> "_BlockForwardSetOperand":
+        """The forward set as the operand of one forward and its dX.
+
+        Args:
+            layer: the block layer that holds this set.
+            cache: the layer's current :class:`~sparselab.nn.block_cache.BlockLayerCache`.
+        """
+        self._current(layer)
+        values = layer.weight_values.detach()[self.slots]
+        W = BlockPaddedCSR(values, self.cols, self.row_start, self.row_nnz, cache.W.shape, cache.W.block, check=False)
+        return _BlockForwardSetOperand(W)
+
+
+class _BlockForwardSetOperand:
+    """One forward's view of a block layer's forward set: its blocks gathered once, the one-off
+    block ops over them (which check the set's index on every call)."""
+
+    def __init__(self, W: BlockPaddedCSR):
+        self.W = W
+
+    def fwd(self, x: Tensor, bias) -> Tensor:
+        return ops.spmm_fwd(self.W, x, bias)
+
+    def dx(self, dy: Tensor) -> Tensor:
+        return ops.spmm_dx(self.W, dy)
+
+
 class TopKAST(SparsityAlgorithm):
     """Top-KAST: the forward uses the top-K weights of each layer, the backward updates a larger set.
 
@@ -235,8 +317,6 @@ class TopKAST(SparsityAlgorithm):
             ``torch.distributed``).
         check_ranks: after attaching and every update, check that the ranks' topologies agree.
     """
-
-    supports_blocks = False  # its forward subset is an unstructured PaddedCSR of the layer
 
     default_drop_schedule = "cosine"
 
@@ -279,7 +359,8 @@ class TopKAST(SparsityAlgorithm):
     def _setup(self) -> None:
         super()._setup()  # budgets the backward sets
         for L in self._layers:
-            subset = ForwardSet(self.forward_nnz(L))
+            kind = BlockForwardSet if isinstance(L.module, BlockGrid) else ForwardSet
+            subset = kind(self.forward_nnz(L))
             subset.select(L.module)
             L.module.set_forward_subset(subset)
 
