@@ -102,11 +102,12 @@ def make_model(sparse: bool, sparsity: float, padding: float) -> nn.Module:
     return nn.Sequential(fc1, nn.ReLU(), fc2, nn.ReLU(), nn.Linear(100, 10))
 
 
-def make_block_model(block: tuple[int, int], args) -> nn.Module:
+def make_block_model(block: tuple[int, int], args, sparsity: float) -> nn.Module:
     """The sparse model with each hidden layer a ``BlockSparseLinear`` of ``block`` blocks at the
-    sparsity Static gives it (its ``--distribution`` split), uniformly random blocks."""
-    probe = make_model(True, args.sparsity, args.padding)
-    probe.apply(sparselab.Static(args.sparsity, seed=args.seed, distribution=args.distribution))
+    sparsity Static gives it for ``sparsity`` overall (its ``--distribution`` split), uniformly
+    random blocks."""
+    probe = make_model(True, sparsity, args.padding)
+    probe.apply(sparselab.Static(sparsity, seed=args.seed, distribution=args.distribution))
     fc1, fc2 = (m.sparsity for m in probe.modules() if isinstance(m, SparseLinear))
     return nn.Sequential(
         BlockSparseLinear(784, 300, sparsity=fc1, block=block),
@@ -164,7 +165,7 @@ def run(method: str, data, args) -> dict:
     x_tr, y_tr, x_te, y_te = data
     torch.manual_seed(args.seed)
     if method in BLOCK_METHODS:
-        model = make_block_model(BLOCK_METHODS[method], args)
+        model = make_block_model(BLOCK_METHODS[method], args, initial_sparsity(method.split("_b")[0], args))
     else:
         model = make_model(method != "dense", initial_sparsity(method, args), args.padding)
     steps_per_epoch = math.ceil(len(x_tr) / args.batch_size)
@@ -218,10 +219,12 @@ def run(method: str, data, args) -> dict:
     }
     if hidden:
         res["hidden_sparsity"] = [round(m.sparsity, 4) for m in hidden]
-        if method == "topkast":  # what the forward pass uses; the stored (backward) set is hidden_nnz
-            res["forward_nnz"] = [m.forward_subset.nnz for m in hidden]
+        if method.split("_b")[0] == "topkast":  # what the forward uses; the stored (backward) set is hidden_nnz
+            # A block layer's forward set counts blocks.
+            per = [m.block[0] * m.block[1] if isinstance(m, BlockSparseLinear) else 1 for m in hidden]
+            res["forward_nnz"] = [m.forward_subset.nnz * k for m, k in zip(hidden, per)]
             res["hidden_sparsity"] = [
-                round(1 - m.forward_subset.nnz / (m.in_features * m.out_features), 4) for m in hidden
+                round(1 - n / (m.in_features * m.out_features), 4) for m, n in zip(hidden, res["forward_nnz"])
             ]
         res["hidden_nnz"] = [m.nnz for m in hidden]
         res["hidden_capacity"] = [m.capacity for m in hidden]
@@ -246,10 +249,17 @@ NAMES = {
     "static_b4x1": "Static, 4x1 blocks",
     "static_b2x2": "Static, 2x2 blocks",
     "rigl_b4x1": "RigL, 4x1 blocks",
+    "topkast_b4x1": "Top-KAST, 4x1 blocks",
     "rigl_b2x2": "RigL, 2x2 blocks",
 }
 #: Block-sparse runs (BlockSparseLinear hidden layers): method -> block shape.
-BLOCK_METHODS = {"static_b4x1": (4, 1), "static_b2x2": (2, 2), "rigl_b4x1": (4, 1), "rigl_b2x2": (2, 2)}
+BLOCK_METHODS = {
+    "static_b4x1": (4, 1),
+    "static_b2x2": (2, 2),
+    "rigl_b4x1": (4, 1),
+    "rigl_b2x2": (2, 2),
+    "topkast_b4x1": (4, 1),
+}
 ALL_METHODS = ",".join(NAMES)
 
 
@@ -371,7 +381,9 @@ def write_report(results: list[dict], args, out: Path, cmd: str) -> None:
         f"layers `BlockSparseLinear` of that block shape at Static's per-layer sparsities (the fraction "
         f"of zero blocks, so the same live-weight count), blocks at uniformly random positions: fixed "
         f"(Static), or dropped and grown whole by RigL (block norms of the weights and of the dense "
-        f"gradient, the same schedule as unstructured RigL).",
+        f"gradient, the same schedule as unstructured RigL). Top-KAST's block runs store the backward "
+        f"set in blocks at Static's split of its backward sparsity; the forward set is the blocks of "
+        f"largest norm.",
         "",
         "| method | seeds | final test acc (%), mean +- std | best (%) | final vs dense (pp) | "
         "hidden-layer sparsity | train time per run (s) |",
