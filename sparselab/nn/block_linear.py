@@ -404,7 +404,17 @@ class BlockSparseLinear(nn.Module):
         super().__setstate__(state)
         self._lock = threading.RLock()
         self.__dict__.setdefault("forward_subset", None)
+        for n in ("weight_shape", "weight_block"):
+            t = self._buffers.get(n)
+            if not isinstance(t, Tensor) or t.shape != (2,) or t.is_floating_point() or t.dtype == torch.bool:
+                raise ValueError(f"BlockSparseLinear.{n} must be a tensor of 2 integers, got {t!r}")
+        if tuple(int(v) for v in self.weight_shape) != (self.out_features, self.in_features):
+            raise ValueError(
+                f"BlockSparseLinear.weight_shape {tuple(self.weight_shape.tolist())} is not "
+                f"({self.out_features}, {self.in_features})"
+            )
         self.weight.validate()
+        check_bias(self._parameters.get("bias"), self.weight_values.dtype, self.out_features, type(self).__name__)
 
     # ---- state ----
 
@@ -414,10 +424,23 @@ class BlockSparseLinear(nn.Module):
         Parameter's storage is swapped (the Parameter object stays the same) and the index
         buffers replaced. Other entries (the bias) load as torch loads them."""
         names = ("weight_values",) + _INDEX + ("weight_shape", "weight_block")
-        if not all(prefix + n in state_dict for n in names):
+        absent = [n for n in names if prefix + n not in state_dict]
+        if len(absent) == len(names):  # no weight in it (only a bias, say): torch loads the rest
             super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing, unexpected, errors)
             return
+        if absent:  # a part of the weight would be copied into the rest unchecked
+            errors.append(f"{prefix}: a block-sparse weight loads whole; the state dict lacks {', '.join(absent)}")
+            return
         got = {n: state_dict[prefix + n] for n in names}
+        for n, t in got.items():
+            if not isinstance(t, Tensor):
+                errors.append(f"{prefix}{n} must be a tensor, got {type(t).__name__}")
+                return
+        for n in ("weight_shape", "weight_block"):
+            t = got[n]
+            if t.shape != (2,) or t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+                errors.append(f"{prefix}{n} must be 2 integers, got a {t.dtype} tensor of shape {tuple(t.shape)}")
+                return
         shape = tuple(int(v) for v in got["weight_shape"])
         block = tuple(int(v) for v in got["weight_block"])
         if shape != (self.out_features, self.in_features) or block != self.block:

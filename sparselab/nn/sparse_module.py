@@ -72,9 +72,11 @@ def check_bias(bias: Optional[Tensor], dtype: torch.dtype, out_features: int, wh
     """A layer's bias as its kernels read it through a pointer: None, or a contiguous CPU tensor
     of the weight's dtype and shape ``(out_features,)``; ``ValueError`` otherwise (a bias assigned
     or loaded with ``assign=True`` is not checked anywhere else)."""
-    if bias is not None and (
-        bias.dtype is not dtype or not bias.is_contiguous() or not bias.is_cpu or bias.shape != (out_features,)
-    ):
+    if bias is None:
+        return
+    if not isinstance(bias, Tensor):
+        raise TypeError(f"{what}.bias must be a tensor or None, got {type(bias).__name__}")
+    if bias.dtype is not dtype or not bias.is_contiguous() or not bias.is_cpu or bias.shape != (out_features,):
         raise ValueError(
             f"{what}.bias must be a contiguous CPU {dtype} tensor of shape ({out_features},), got "
             f"{bias.dtype} {tuple(bias.shape)} strides {bias.stride()} on {bias.device}"

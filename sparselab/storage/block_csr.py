@@ -196,6 +196,7 @@ class BlockPaddedCSR:
 
     def to_dense(self) -> torch.Tensor:
         """W dense ``(out_features, in_features)``: live blocks in place, zeros elsewhere."""
+        self.check()  # a tampered index must not scatter blocks out of place
         r, c = self.block
         grid = self.grid()
         live = grid.live_mask()
@@ -212,6 +213,7 @@ class BlockPaddedCSR:
             padding: spare slots per row of the result.
             index_dtype: its column index dtype; default int16 when ``in_features <= 32768``.
         """
+        self.check()
         r, c = self.block
         grid = self.grid()
         live = grid.live_mask()

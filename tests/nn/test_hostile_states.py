@@ -1,4 +1,5 @@
-"""Hostile state dicts, pickles and tampered PaddedCSR tensors: refused cleanly, never a crash.
+"""Hostile state dicts, pickles and tampered PaddedCSR and BlockPaddedCSR tensors: refused
+cleanly, never a crash.
 
 Each case runs in a worker process (tests/nn/hostile/worker.py), so a crash fails
 the case that caused it instead of killing the test run; the worker is restarted
@@ -104,13 +105,23 @@ NAMED = [
     ("row_start as a list", [{"key": "weight_row_start", "op": "not_a_tensor"}]),
     ("padding slot with a column", [{"key": "weight_cols", "op": "set", "index": -1, "value": 3}]),
     ("row_start not from 0", [{"key": "weight_row_start", "op": "set", "index": 0, "value": 1}]),
+    ("bias as a list", [{"key": "bias", "op": "not_a_tensor"}]),
+    ("shape as a list", [{"key": "weight_shape", "op": "not_a_tensor"}]),
+    ("values as a list", [{"key": "weight_values", "op": "not_a_tensor"}]),
+    (
+        "values missing and cols as bool",
+        [{"key": "weight_values", "op": "delete"}, {"key": "weight_cols", "op": "dtype", "dtype": "bool"}],
+    ),
 ]
 
 
+@pytest.mark.parametrize("layer", ["unstructured", "block"])
 @pytest.mark.parametrize("kind", ["state", "pickle", "tamper"])
 @pytest.mark.parametrize("desc,mutations", NAMED, ids=[d for d, _ in NAMED])
-def test_reported_hostile_case(worker, kind, desc, mutations):
-    case = {"kind": kind, "mutations": mutations, "in_place": True}
+def test_reported_hostile_case(worker, layer, kind, desc, mutations):
+    """Each case on a SparseLinear (PaddedCSR) and on a BlockSparseLinear of 2x2 blocks
+    (BlockPaddedCSR), whose index keys the worker maps to the block names."""
+    case = {"kind": kind, "mutations": mutations, "in_place": True, "layer": layer}
     result = worker.run(case)
     _ok(result, case)
     if kind == "state" and desc not in CONVERTIBLE:
@@ -155,6 +166,7 @@ case_strategy = st.fixed_dictionaries(
         "strict": st.booleans(),
         "in_place": st.booleans(),
         "protocol": st.sampled_from(["pickle", "torch"]),
+        "layer": st.sampled_from(["unstructured", "block"]),
     }
 )
 

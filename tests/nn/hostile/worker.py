@@ -17,13 +17,32 @@ import sys
 import torch
 
 from sparselab import PaddedCSR, SparseLinear, ops
+from sparselab.nn import BlockSparseLinear
+from sparselab.storage import BlockPaddedCSR
 
 OUT, IN = 10, 24
+BLOCK = (2, 2)  # a block case's layer: 5 x 12 blocks
 CLEAN = (TypeError, ValueError, RuntimeError, KeyError, IndexError)  # what a refusal may raise
+# A block layer's names for the unstructured keys the cases mutate (the rest are the same).
+BLOCK_NAMES = {
+    "weight_cols": "weight_block_cols",
+    "weight_row_start": "weight_block_row_start",
+    "weight_row_nnz": "weight_block_row_nnz",
+}
 
 
-def _layer() -> SparseLinear:
+def _blocks(case: dict) -> bool:
+    return case.get("layer") == "block"
+
+
+def _name(case: dict, key: str) -> str:
+    return BLOCK_NAMES.get(key, key) if _blocks(case) else key
+
+
+def _layer(case: dict):
     torch.manual_seed(0)
+    if _blocks(case):
+        return BlockSparseLinear(IN, OUT, sparsity=0.6, block=BLOCK, padding=2)
     return SparseLinear(IN, OUT, sparsity=0.6, padding=2)
 
 
@@ -58,8 +77,8 @@ def _mutate(tensor_or_obj, m: dict):
         except (RuntimeError, OverflowError):
             t = t.to(torch.int64 if not t.is_floating_point() else t.dtype)
             t.view(-1)[i] = v
-    elif op == "truncate":
-        t = t[: max(0, t.numel() - m["by"])]
+    elif op == "truncate" and t.dim():
+        t = t[: max(0, t.shape[0] - m["by"])]  # whole slots: a block weight's values are (capacity, r, c)
     elif op == "extend":
         t = torch.cat([t, t[: m["by"]]])
     elif op == "dtype":
@@ -83,6 +102,18 @@ def _same_snapshot(a, b) -> bool:
     )
 
 
+def _reference_block_dense(W: BlockPaddedCSR) -> torch.Tensor:
+    """A block W from its tensors in plain torch, trusting nothing but the validated layout."""
+    r, c = W.block
+    dense = torch.zeros(W.shape, dtype=torch.float64)
+    for i in range(W.shape[0] // r):
+        s, k = int(W.block_row_start[i]), int(W.block_row_nnz[i])
+        for slot in range(s, s + k):
+            j = int(W.block_cols[slot])
+            dense[i * r : (i + 1) * r, j * c : (j + 1) * c] += W.values[slot].detach().double()
+    return dense
+
+
 def _check_accepted_layer(layer, problems: list) -> None:
     try:
         layer.weight.validate()
@@ -90,7 +121,10 @@ def _check_accepted_layer(layer, problems: list) -> None:
         problems.append(f"accepted an invalid topology: {e}")
         return
     w = layer.weight
-    ref = _reference_dense(w.values.detach(), w.cols, w.row_start, w.row_nnz, w.shape)
+    if isinstance(w, BlockPaddedCSR):
+        ref = _reference_block_dense(w)
+    else:
+        ref = _reference_dense(w.values.detach(), w.cols, w.row_start, w.row_nnz, w.shape)
     y = layer(_x()).double()
     want = _x().double() @ ref.T + (layer.bias.detach().double() if layer.bias is not None else 0)
     if not torch.allclose(y, want, rtol=1e-4, atol=1e-4, equal_nan=True):
@@ -99,13 +133,14 @@ def _check_accepted_layer(layer, problems: list) -> None:
 
 def case_state(case: dict) -> dict:
     """A mutated state_dict loaded into a layer: refused without a change, or valid."""
-    layer = _layer()
+    layer = _layer(case)
     sd = layer.state_dict()
     for m in case["mutations"]:
+        key = _name(case, m["key"])
         if m["op"] == "delete":
-            sd.pop(m["key"], None)
-        elif m["key"] in sd:
-            sd[m["key"]] = _mutate(sd[m["key"]], m)
+            sd.pop(key, None)
+        elif key in sd:
+            sd[key] = _mutate(sd[key], m)
     before = _layer_snapshot(layer)
     y_before = layer(_x()).detach()
     problems: list[str] = []
@@ -126,11 +161,11 @@ def case_state(case: dict) -> dict:
 
 def case_pickle(case: dict) -> dict:
     """A layer whose tensors were replaced, pickled and unpickled (torch.save/torch.load)."""
-    layer = _layer()
+    layer = _layer(case)
     for m in case["mutations"]:
         if m["op"] == "delete":
             continue
-        name = m["key"]
+        name = _name(case, m["key"])
         t = getattr(layer, name)
         new = _mutate(t.detach() if isinstance(t, torch.Tensor) else t, m)
         if isinstance(new, torch.Tensor) and name in ("weight_values", "bias"):
@@ -157,6 +192,8 @@ def case_pickle(case: dict) -> dict:
 
 def case_tamper(case: dict) -> dict:
     """A PaddedCSR whose tensors were edited in place or replaced, used by every public method."""
+    if _blocks(case):
+        return case_tamper_blocks(case)
     W = PaddedCSR.random(OUT, IN, 0.6, seed=0, padding=2)
     W.to_dense()  # caches are warm: edits must still be seen
     W.transposed()
@@ -197,6 +234,56 @@ def case_tamper(case: dict) -> dict:
             ref = _reference_dense(W.values.detach(), W.cols, W.row_start, W.row_nnz, W.shape)
             if not torch.allclose(out.double(), x.double() @ ref.T, rtol=1e-4, atol=1e-4, equal_nan=True):
                 problems.append("spmm_fwd disagrees with the reference on a valid topology")
+    return {"outcome": "valid" if valid else "refused", "problems": problems}
+
+
+def case_tamper_blocks(case: dict) -> dict:
+    """A BlockPaddedCSR whose tensors were edited in place or replaced, used by every public method."""
+    W = BlockPaddedCSR.random(OUT, IN, 0.6, BLOCK, seed=0, padding=2)
+    W.check()  # the grid view and the topology verdict are cached: edits must still be seen
+    names = {"values": "values", "cols": "block_cols", "row_start": "block_row_start", "row_nnz": "block_row_nnz"}
+    for m in case["mutations"]:
+        name = names.get(m["key"].replace("weight_", ""))
+        if name is None:
+            continue
+        t = getattr(W, name)
+        new = _mutate(t, m)
+        if case.get("in_place") and isinstance(new, torch.Tensor) and new.shape == t.shape and new.dtype == t.dtype:
+            with torch.no_grad():
+                t.copy_(new)
+        else:
+            setattr(W, name, new)
+    # The ops' own standard is check() (the layout and the grid index; values are not scanned);
+    # validate() adds that live blocks are finite.
+    layout_ok = valid = True
+    try:
+        W.check()
+    except CLEAN:
+        layout_ok = False
+    try:
+        W.validate()
+    except CLEAN:
+        valid = False
+    problems: list[str] = []
+    x, dy = _x(), torch.randn(5, OUT, generator=torch.Generator().manual_seed(2))
+    calls = {
+        "to_dense": lambda: W.to_dense(),
+        "spmm_fwd": lambda: ops.spmm_fwd(W, x),
+        "spmm_dx": lambda: ops.spmm_dx(W, dy),
+        "sddmm_dw": lambda: ops.sddmm_dw(W, dy, x),
+        "to_padded_csr": lambda: W.to_padded_csr(),
+    }
+    for name, call in calls.items():
+        try:
+            out = call()
+        except CLEAN:
+            continue
+        if not layout_ok:
+            problems.append(f"{name} accepted a broken block weight")
+        elif name == "spmm_fwd" and valid:
+            ref = _reference_block_dense(W)
+            if not torch.allclose(out.double(), x.double() @ ref.T, rtol=1e-4, atol=1e-4, equal_nan=True):
+                problems.append("spmm_fwd disagrees with the reference on a valid block weight")
     return {"outcome": "valid" if valid else "refused", "problems": problems}
 
 
