@@ -45,6 +45,9 @@ from .sparse_module import (
     check_sparsity,
     cpu_autocast_on,
     input_is_plain,
+    kernel_rows,
+    layer_operands,
+    records_grad,
 )
 
 __all__ = ["BlockSparseLinear"]
@@ -343,19 +346,12 @@ class BlockSparseLinear(nn.Module):
     def _eager_product(self, x: Tensor, values: Tensor, bias: Optional[Tensor]) -> Tensor:
         # Eager calls skip the custom op's dispatch (tens of microseconds, most of a one-row
         # forward) and run the cache's kernels on raw pointers.
-        check_bias(bias, values.dtype, self.out_features, type(self).__name__)
-        if x.is_neg():  # a lazy negation the kernels would not see
-            x = x.resolve_neg()
-        x = row_major(x)
+        x = kernel_rows(x, bias, values.dtype, self.out_features, type(self).__name__)
         # The lock keeps a DST update or a load in another thread from changing the layer while
         # its kernels read it (they run without the GIL).
         with self._lock:
-            cache = self._fresh_cache()
-            subset = self.forward_subset
-            fwd_w = cache if subset is None else subset.operand(self, cache)
-            if torch.is_grad_enabled() and (
-                x.requires_grad or values.requires_grad or (bias is not None and bias.requires_grad)
-            ):
+            cache, fwd_w = layer_operands(self)
+            if records_grad(x, values, bias):
                 return _BlockProduct.apply(x, values, bias, fwd_w, cache)
             return fwd_w.fwd(x, bias)
 

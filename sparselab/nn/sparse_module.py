@@ -83,6 +83,30 @@ def check_bias(bias: Optional[Tensor], dtype: torch.dtype, out_features: int, wh
         )
 
 
+def kernel_rows(x: Tensor, bias: Optional[Tensor], dtype: torch.dtype, out_features: int, what: str) -> Tensor:
+    """A layer's 2-D input rows as its kernels read them through a pointer (a lazy negation
+    resolved, a layout they cannot read copied), after its bias passed :func:`check_bias`."""
+    check_bias(bias, dtype, out_features, what)
+    if x.is_neg():  # a lazy negation the kernels would not see
+        x = x.resolve_neg()
+    return x if x.is_contiguous() else row_major(x)
+
+
+def layer_operands(layer) -> tuple:
+    """(the layer's current cache, the operand its forward and dX run on: the cache, or its
+    forward subset's, Top-KAST's); call under the layer's lock."""
+    cache = layer._fresh_cache()
+    subset = layer.forward_subset
+    return cache, cache if subset is None else subset.operand(layer, cache)
+
+
+def records_grad(x: Tensor, values: Tensor, bias: Optional[Tensor]) -> bool:
+    """Whether a product of these operands is recorded for autograd."""
+    return torch.is_grad_enabled() and (
+        x.requires_grad or values.requires_grad or (bias is not None and bias.requires_grad)
+    )
+
+
 def check_input(x, in_features: int, what: str) -> None:
     """The error :func:`input_is_plain` refused ``x`` for: ``TypeError`` or ``ValueError``."""
     if not isinstance(x, Tensor):
@@ -462,20 +486,12 @@ class SparseModule(nn.Module):
             index = (self.weight_cols, self.weight_row_start, self.weight_row_nnz)
             t = self._transposed_tensors()
             return sparse_linear(x, values, *index, t, bias, self.out_features, self.in_features)
-        check_bias(bias, values.dtype, self.out_features, type(self).__name__)
-        if x.is_neg():  # a lazy negation the kernels would not see
-            x = x.resolve_neg()
-        if not x.is_contiguous():
-            x = row_major(x)
+        x = kernel_rows(x, bias, values.dtype, self.out_features, type(self).__name__)
         # The lock keeps a load or DST update in another thread from changing the layer while its
         # kernels read it (they run without the GIL).
         with self._lock:
-            cache = self._fresh_cache()
-            subset = self.forward_subset
-            fwd_w = cache if subset is None else subset.operand(self, cache)
-            if torch.is_grad_enabled() and (
-                x.requires_grad or values.requires_grad or (bias is not None and bias.requires_grad)
-            ):
+            cache, fwd_w = layer_operands(self)
+            if records_grad(x, values, bias):
                 y = SparseProduct.apply(x, values, bias, fwd_w, cache)
                 for hook in self._product_hooks.values():
                     hook(self, x, y)
