@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ..nn.block_linear import BlockSparseLinear
 from ..storage import PaddedCSR
-from ..storage.checks import version_of
+from ..storage.checks import tensor_state
 
 __all__ = ["BlockGrid"]
 
@@ -122,9 +122,10 @@ class BlockGrid:
 
     @property
     def topology_version(self) -> tuple:
-        """What identifies the current topology: the index tensors and their in-place versions
-        (a block layer keeps no counter of its own; every rewrite bumps those versions)."""
-        return tuple((id(t), version_of(t)) for t in (self.weight_cols, self.weight_row_start, self.weight_row_nnz))
+        """What identifies the current topology: the index tensors, their in-place versions and
+        storages (a block layer keeps no counter of its own; a rewrite bumps the versions, a load
+        or a ``.data`` swap changes the storage)."""
+        return tuple((id(t), *tensor_state(t)) for t in (self.weight_cols, self.weight_row_start, self.weight_row_nnz))
 
     @property
     def forward_subset(self):

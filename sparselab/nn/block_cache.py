@@ -18,7 +18,7 @@ from torch import Tensor
 from .. import ops
 from ..dispatch import planner, rules
 from ..dispatch.block_runners import run_block_sddmm_dw, run_block_spmm_dx, run_block_spmm_fwd
-from ..storage.checks import check_topology, tensor_state, version_of
+from ..storage.checks import tensor_state, version_of
 
 __all__ = ["BlockLayerCache", "block_storage_state"]
 
@@ -72,9 +72,8 @@ class BlockLayerCache:
         # objects, and a backward still to run must read memory that exists.
         self.storages = tuple(t.untyped_storage() for t in tensors)
         self.own_state = self._own_state()
-        # An inference tensor has no version counter, so an in-place edit of such an index (in
-        # inference mode) would go unseen: its topology is checked in full on every call instead.
-        self.inference = any(t.is_inference() for t in tensors[1:])
+        # An inference tensor has no version counter: the layer swaps such an index for ordinary
+        # copies before it makes a cache (BlockSparseLinear._fresh_cache).
         self.direct = self.W.values.dtype is torch.float32  # else through sparselab.ops, widened
         self.w_args = self.W.raw_args(check=False)
         self.variants: dict = {}  # (op, small batch) -> VariantInfo or None
@@ -98,13 +97,6 @@ class BlockLayerCache:
                 "change it after backward (e.g. algo.step() after opt.step())"
             )
 
-    def _checked(self) -> None:
-        if self.inference:
-            try:
-                check_topology(self.W._index_view(), remember=False)
-            except ValueError as e:
-                raise ValueError(f"block grid: {e}") from None
-
     def _variant(self, op: str, n: int):
         key = (op, n < rules.BLOCK_ROWS_N)
         if key not in self.variants:
@@ -113,7 +105,6 @@ class BlockLayerCache:
 
     def fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
         """``x W^T + bias`` for a checked 2-D row-major ``x`` of W's dtype."""
-        self._checked()
         if not self.direct:
             return ops.spmm_fwd(self.W, x, bias)
         v = self._variant("block_spmm_fwd", x.shape[0])
@@ -121,7 +112,6 @@ class BlockLayerCache:
 
     def dx(self, dy: Tensor) -> Tensor:
         """``dY W`` for a row-major ``dy``."""
-        self._checked()
         if not self.direct:
             return ops.spmm_dx(self.W, dy)
         v = self._variant("block_spmm_dx", dy.shape[0])
@@ -129,7 +119,6 @@ class BlockLayerCache:
 
     def dw(self, dy: Tensor, x: Tensor) -> Tensor:
         """dW at the live blocks, shaped like the values."""
-        self._checked()
         if not self.direct:
             return ops.sddmm_dw(self.W, dy, x)
         v = self._variant("block_sddmm_dw", dy.shape[0])

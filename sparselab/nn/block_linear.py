@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from ..optim import mark_sparse_values
+from ..optim import mark_sparse_values, replace_storage
 from ..storage import VALUE_DTYPE_NAMES, VALUE_DTYPES, BlockPaddedCSR
 from .block_cache import BlockLayerCache
 from .block_custom_ops import block_fwd
@@ -47,6 +47,7 @@ from .sparse_module import (
     input_is_plain,
     kernel_rows,
     layer_operands,
+    own_index,
     records_grad,
 )
 
@@ -375,6 +376,7 @@ class BlockSparseLinear(nn.Module):
         """The cache of the layer's current weight, rebuilt (W checked) when it changed."""
         cache = self.__dict__.get("_cache")
         if cache is None or not cache.matches(self):
+            own_index(self, _INDEX + ("weight_shape", "weight_block"))
             cache = self.__dict__["_cache"] = BlockLayerCache(self)
         return cache
 
@@ -446,11 +448,16 @@ class BlockSparseLinear(nn.Module):
             )
             return
         try:
+            # Checked as it comes in; then taken in this layer's own index dtypes (the grid is the
+            # same, so the layer's column dtype holds every column), checked again.
             W = BlockPaddedCSR(
                 got["weight_values"].detach().to(self.weight_values.dtype).clone(),
                 *(got[n].detach().clone() for n in _INDEX),
                 shape,
                 block,
+            )
+            W = BlockPaddedCSR(
+                W.values, *(t.to(getattr(self, n).dtype) for n, t in zip(_INDEX, W.index_tensors())), shape, block
             )
         except (TypeError, ValueError) as e:
             errors.append(f"{prefix}: the checkpoint's block-sparse weight is invalid: {e}")
@@ -463,10 +470,17 @@ class BlockSparseLinear(nn.Module):
                 missing.remove(prefix + n)
         if len(errors) > before:
             return  # the bias was refused: keep the weight too
-        with self._lock:
-            self.weight_values.data = W.values
-            for n, t in zip(_INDEX, (W.block_cols, W.block_row_start, W.block_row_nnz)):
-                setattr(self, n, t)
+        # Into the same Parameter and buffers: copied where the capacity is the same, else their
+        # storage swapped (and the gradient of the old capacity dropped), as SparseLinear loads.
+        with self._lock, torch.no_grad():
+            for name, src in zip(("weight_values",) + _INDEX, (W.values,) + W.index_tensors()):
+                own = getattr(self, name)
+                if own.shape == src.shape:
+                    own.copy_(src)
+                else:
+                    replace_storage(own, src)
+                    if name == "weight_values":
+                        own.grad = None
 
     def extra_repr(self) -> str:
         """Sizes, bias, block shape, sparsity and live count (and dtype when not float32)."""

@@ -27,7 +27,7 @@ from ..dispatch import planner
 from ..dispatch.registry import BACKWARD, SEPARATE_PAIR
 from ..dispatch.runners import kernel_plan, leading_dim, run_sddmm_dw, run_spmm_dx, run_spmm_fwd
 from ..storage import PaddedCSR, TransposedIndex
-from ..storage.checks import check_topology, version_of
+from ..storage.checks import version_of
 from .function import TensorOperand
 
 __all__ = ["LayerCache", "storage_state"]
@@ -81,8 +81,8 @@ class LayerCache:
         self.w_args = self.view.raw_args(check=False)  # the layer checked its topology
         self.density = int(rn.sum()) / (self.shape[0] * self.shape[1])
         # Inference tensors have no version counter, so the state would not see them edited in
-        # place (in inference mode): such a layer keeps no kernel plan, reads its index on every
-        # call, and checks it in full first (_checked).
+        # place (in inference mode): the layer swaps such an index for ordinary copies before it
+        # uses it (SparseModule._fresh_cache); this version keeps no kernel plan meanwhile.
         inference = any(t.is_inference() for t in (cols, rs, rn))
         self.inference = inference
         keep_t = self.transposed_tensors[0].numel() > 0
@@ -158,12 +158,6 @@ class LayerCache:
 
     # ---- the operand: planned kernels on raw pointers ----
 
-    def _checked(self) -> None:
-        # An inference tensor has no version counter: an in-place edit of such an index (in
-        # inference mode) changes no state this cache compares, so it is checked on every call.
-        if self.inference:
-            check_topology(self.view, remember=False)
-
     def _widened(self):
         """(W's view, its raw args, the float32 values' address for the plan: 0 for its own)."""
         if not self.low_precision:
@@ -172,7 +166,6 @@ class LayerCache:
         return view, (view.values.data_ptr(),) + self.w_args[1:], view.values.data_ptr(), view.values
 
     def fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
-        self._checked()
         if self.low_precision:
             return self._fwd(x.float(), None if bias is None else bias.float()).to(x.dtype)
         return self._fwd(x, bias)
@@ -195,7 +188,6 @@ class LayerCache:
         return y
 
     def dx(self, dy: Tensor) -> Tensor:
-        self._checked()
         if self.low_precision:
             return self._dx(dy.float()).to(dy.dtype)
         return self._dx(dy)
@@ -216,7 +208,6 @@ class LayerCache:
         return dx
 
     def dw(self, dy: Tensor, x: Tensor) -> Tensor:
-        self._checked()
         if self.low_precision:
             return self._dw(dy.float(), x.float()).to(torch.bfloat16)
         return self._dw(dy, x)
@@ -238,7 +229,6 @@ class LayerCache:
     def backward(self, dy: Tensor, x: Tensor, bias_grad: bool) -> Optional[tuple]:
         """(dX, dW, dB) from one fused kernel call where the backward plan names one (dB None
         unless ``bias_grad``), else None: the plan's separate pair, an empty W, no kept index."""
-        self._checked()
         if not self.low_precision:
             return self._backward(dy, x, bias_grad)
         out = self._backward(dy.float(), x.float(), bias_grad)

@@ -46,6 +46,7 @@ from .state import check_unpickled, load_layer_state
 __all__ = ["SparseModule", "check_cpu", "check_sparsity", "check_conversion", "autocast_input"]
 
 _TRANSPOSED = ("_t_cols", "_t_row_start", "_t_row_nnz", "_t_perm")
+_INDEX = ("weight_cols", "weight_row_start", "weight_row_nnz")
 _STRIDED = torch.strided
 # A cheap first test before torch.is_autocast_enabled("cpu") on every call (private; absent: always ask).
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
@@ -105,6 +106,20 @@ def records_grad(x: Tensor, values: Tensor, bias: Optional[Tensor]) -> bool:
     return torch.is_grad_enabled() and (
         x.requires_grad or values.requires_grad or (bias is not None and bias.requires_grad)
     )
+
+
+def own_index(layer, names: tuple) -> bool:
+    """Swap a layer's index buffers that are inference tensors (made or loaded under
+    ``torch.inference_mode``) for ordinary copies, whose version counters record in-place edits;
+    True if any was swapped. Without a counter an edit in inference mode would reach the kernels
+    unchecked, and checking the index on every call costs more than the kernel."""
+    buffers = layer._buffers
+    if not any(buffers[n].is_inference() for n in names):
+        return False
+    with torch.inference_mode(False):
+        for n in names:
+            buffers[n] = buffers[n].clone()
+    return True
 
 
 def check_input(x, in_features: int, what: str) -> None:
@@ -430,8 +445,14 @@ class SparseModule(nn.Module):
         :meth:`topology_changed` (checked first), a replaced tensor, or a setting change."""
         cache, view = self._cache, self._csr
         state = storage_state(self)
-        if state == cache.state and (view is None or view.topology_version == self._topology_version):
+        if (
+            state == cache.state
+            and not cache.inference
+            and (view is None or view.topology_version == self._topology_version)
+        ):
             return cache
+        if own_index(self, _INDEX + _TRANSPOSED):
+            state = storage_state(self)
         if view is not None and view.topology_version != self._topology_version:
             # Someone bumped the view's version through PaddedCSR's own method.
             self._topology_version = max(self._topology_version, view.topology_version)

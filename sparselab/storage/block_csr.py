@@ -234,6 +234,10 @@ class BlockPaddedCSR:
             PaddedCSR._check_index_dtype(index_dtype, self.shape[1]),
         )
 
+    def index_tensors(self) -> tuple:
+        """``(block_cols, block_row_start, block_row_nnz)``."""
+        return (self.block_cols, self.block_row_start, self.block_row_nnz)
+
     # ---- sizes ----
 
     @property

@@ -171,19 +171,10 @@ def _remember(w) -> None:
     _remember_key(_topology_key(w), (w.cols, w.row_start, w.row_nnz), _versions(w))
 
 
-def check_topology(w, *, remember: bool = True) -> None:
+def check_topology(w) -> None:
     """The O(capacity) index invariants of ``w`` (columns in range and sorted, row ranges
     inside the capacity, padding marked), skipped while the index tensors are the ones
-    last checked and unmodified since. Call :func:`check_weight_layout` first.
-
-    Args:
-        w: the weight (or a block grid's index view).
-        remember: use and keep the cached verdict; False checks in full every time (an index of
-            inference tensors, whose in-place edits no version counter records).
-    """
-    if not remember:
-        _check_index(w)
-        return
+    last checked and unmodified since. Call :func:`check_weight_layout` first."""
     key = _topology_key(w)
     tensors = (w.cols, w.row_start, w.row_nnz)
     versions = _versions(w)

@@ -158,7 +158,35 @@ def test_topkast_on_blocks_runs_the_forward_on_the_top_blocks_and_updates_the_ba
         chosen = torch.zeros_like(live)
         chosen[subset.slots.long()] = True
         assert float(norms[chosen].min()) >= float(norms[live & ~chosen].max())
-        assert layer.cache_bytes() > 0
+        index = layer.weight._index_view().values  # the grid view's placeholder
+        subset_bytes = sum(t.numel() * t.element_size() for t in subset.tensors())
+        assert layer.cache_bytes() == index.numel() * index.element_size() + subset_bytes
+    # The paper's penalty: ||w_A||^2 + ||w_B\A||^2 / D per layer, D its forward density.
+    want = 0.0
+    for layer in _blocks(model):
+        subset, v = layer.forward_subset, layer.weight_values.detach().double()
+        in_a = float(v[subset.slots.long()].pow(2).sum())
+        grid = layer.out_features * layer.in_features // (layer.block[0] * layer.block[1])
+        want += in_a + (float(v.pow(2).sum()) - in_a) / (subset.nnz / grid)
+    assert float(algo.exploration_penalty()) == pytest.approx(want, rel=1e-5)
+
+
+def test_topkast_on_blocks_splits_the_forward_budget_by_element_shapes():
+    """Under ERK the forward sets follow the element shapes, as the stored sets do: two layers
+    of transposed shapes get the same forward density (their grids differ with 4x1 blocks)."""
+    torch.manual_seed(4)
+    model = nn.Sequential(
+        BlockSparseLinear(256, 64, sparsity=0.5, block=(4, 1)),
+        nn.ReLU(),
+        BlockSparseLinear(64, 256, sparsity=0.5, block=(4, 1)),
+    )
+    algo = sparselab.TopKAST(0.9, backward_sparsity=0.8, distribution="erk", seed=0)
+    algo.attach(model)
+    stored = [m.density for m in _blocks(model)]
+    forward = [m.forward_subset.nnz * 4 / (m.out_features * m.in_features) for m in _blocks(model)]
+    assert stored[0] == pytest.approx(stored[1], rel=0.02)
+    assert forward[0] == pytest.approx(forward[1], rel=0.02)
+    assert sum(forward) / 2 == pytest.approx(0.1, rel=0.05)
 
 
 def test_grow_scores_are_the_norms_of_the_dense_gradient_blocks():
@@ -270,7 +298,13 @@ def test_a_block_layer_with_a_forward_set_pickles_compiles_and_reloads():
     for other in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
         torch.testing.assert_close(other(x), want)
     compiled = torch.compile(model)
-    torch.testing.assert_close(compiled(x), want, rtol=1e-5, atol=1e-5)
+    xc = x.clone().requires_grad_(True)
+    got = compiled(xc)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    got.sum().backward()  # dX through the forward sets, as eager
+    xe = x.clone().requires_grad_(True)
+    model(xe).sum().backward()
+    torch.testing.assert_close(xc.grad, xe.grad, rtol=1e-5, atol=1e-5)
     # A load of another topology: the forward set is selected again from the loaded blocks.
     src = _model(seed=3)
     model.load_state_dict(src.state_dict())

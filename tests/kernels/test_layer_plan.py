@@ -209,15 +209,16 @@ print("ok")
 
 
 def test_inference_mode_layer_sees_its_index_edited_in_place():
-    """Inference tensors carry no version counter, so a layer built in inference mode keeps no
-    kernel plan and checks its index on every call: a valid in-place edit of its index (in
-    inference mode) is computed on the next call, an invalid one refused."""
+    """Inference tensors carry no version counter, so a layer built in inference mode swaps its
+    index for ordinary copies at its first call (and plans as any layer): a valid in-place edit
+    of its index (in inference mode) is computed on the next call, an invalid one refused."""
     with torch.inference_mode():
         torch.manual_seed(0)
         layer = sparselab.SparseLinear(64, 48, sparsity=0.5)
         x = torch.randn(5, 64)
         layer(x)
-        assert layer.layer_cache().kernels is None
+        assert not any(t.is_inference() for t in (layer.weight_cols, layer.weight_row_start, layer.weight_row_nnz))
+        assert layer.layer_cache().kernels is not None
         layer.weight_row_nnz[0] = 0  # row 0 loses its weights, its slots still hold columns
         with pytest.raises(ValueError, match="padding slot"):
             layer(x)

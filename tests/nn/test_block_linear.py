@@ -81,11 +81,16 @@ def test_state_dict_of_another_capacity_loads_into_the_same_parameter():
     torch.manual_seed(3)
     a = BlockSparseLinear(32, 16, sparsity=0.5, block=(4, 1), padding=3)
     b = BlockSparseLinear(32, 16, sparsity=0.9, block=(4, 1))
-    held = b.weight_values
-    b.load_state_dict(a.state_dict())
-    assert b.weight_values is held and held.shape == a.weight_values.shape
     x = torch.randn(5, 32)
+    b(x).sum().backward()  # a gradient of the old capacity
+    held = [b.weight_values, b.weight_block_cols, b.weight_block_row_start, b.weight_block_row_nnz]
+    b.load_state_dict(a.state_dict())
+    now = [b.weight_values, b.weight_block_cols, b.weight_block_row_start, b.weight_block_row_nnz]
+    assert all(h is n for h, n in zip(held, now)) and held[0].shape == a.weight_values.shape
+    assert b.weight_values.grad is None  # it belonged to the old capacity
     assert torch.equal(a(x), b(x))
+    b(x).sum().backward()  # and the next backward runs
+    assert b.weight_values.grad.shape == a.weight_values.shape
 
 
 @pytest.mark.parametrize(
@@ -268,6 +273,16 @@ def test_a_weight_changed_between_forward_and_backward_is_refused():
     layer = BlockSparseLinear(32, 16, sparsity=0.5, block=(4, 1))
     y = layer(torch.randn(2, 32))
     layer.load_state_dict(BlockSparseLinear(32, 16, sparsity=0.75, block=(4, 1)).state_dict())
+    # Refused by the layer's check or by autograd's own (the load swapped the saved values' storage).
+    with pytest.raises(RuntimeError, match="changed between this forward and its backward|modified by an inplace"):
+        y.sum().backward()
+    # A topology edit in place (as a DST rewrite makes it, values untouched): the layer's check.
+    y = layer(torch.randn(2, 32))
+    W = layer.weight
+    row0 = W.block_cols[: int(W.block_row_nnz[0])].long().tolist()
+    free = next(c for c in range(32) if c not in row0)
+    with torch.no_grad():
+        layer.weight_block_cols[: len(row0)] = torch.tensor(sorted(row0[1:] + [free]), dtype=W.block_cols.dtype)
     with pytest.raises(RuntimeError, match="changed between this forward and its backward"):
         y.sum().backward()
 

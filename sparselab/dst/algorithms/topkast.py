@@ -352,7 +352,8 @@ class TopKAST(SparsityAlgorithm):
         Args:
             layer: an attached layer.
         """
-        shapes = [L.shape for L in self._layers]
+        # The element shapes, as the stored set's budgets weigh them (a block layer's `shape` is its grid's).
+        shapes = [L.dense_shape for L in self._layers]
         d = self._distribution(shapes, 1.0 - self.forward_sparsity)[layer.index]
         return min(layer.nnz, int(round(min(1.0, max(0.0, float(d))) * layer.numel)))
 
