@@ -27,9 +27,9 @@ def block_storage_state(module) -> tuple:
     """What a block layer's cache depends on: identity, in-place version and storage of the index
     buffers, the values' identity, storage and dtype, and the planner's epoch (last). The values'
     version is not in it: an optimizer step changes values, never what the kernels may read. Costs
-    about a microsecond: it runs on every call (written out, like
-    :func:`~sparselab.nn.cache.storage_state`: a shared helper over varargs measured 0.3-0.7 us
-    slower per call)."""
+    about a microsecond: it runs on every call, so it is written out like
+    :func:`~sparselab.nn.cache.storage_state` rather than shared with it through a helper over
+    varargs, which costs more per call."""
     d = module.__dict__  # nn.Module.__getattr__ costs a microsecond a name on this path
     v, b = d["_parameters"]["weight_values"], d["_buffers"]
     c, rs, rn = b["weight_block_cols"], b["weight_block_row_start"], b["weight_block_row_nnz"]
