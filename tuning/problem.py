@@ -218,11 +218,7 @@ class Problem:
         v = registry.get(self.key.op, variant)
         plan = None if v.is_dense else self._layer_plan()
         if plan is None:
-            if self.key.op == "spmm_fwd":
-                return lambda: ops.spmm_fwd(W, X, bias, variant=variant, threads=t)
-            if self.key.op == "spmm_dx":
-                return lambda: ops.spmm_dx(W, dY, variant=variant, threads=t)
-            return lambda: ops.sddmm_dw(W, dY, X, variant=variant, threads=t)
+            return self.one_off_runner(variant)
         out_f, in_f, n = W.out_features, W.in_features, self.n
         if self.key.op == "spmm_fwd":
 
@@ -247,6 +243,18 @@ class Problem:
             return dW
 
         return dw
+
+    def one_off_runner(self, variant: str):
+        """A call of ``variant`` on this problem as :mod:`sparselab.ops` makes it without a layer:
+        no kernel plan, so a block-major variant builds W's block-major copy in the call."""
+        W, X, dY, bias, t = self.W, self.X, self.dY, self.bias, self.key.threads
+        if self.key.op == "spmm_fwd":
+            return lambda: ops.spmm_fwd(W, X, bias, variant=variant, threads=t)
+        if self.key.op == "spmm_dx":
+            return lambda: ops.spmm_dx(W, dY, variant=variant, threads=t)
+        if self.key.op == "sddmm_dw":
+            return lambda: ops.sddmm_dw(W, dY, X, variant=variant, threads=t)
+        return lambda: ops.backward_fused(W, dY, X, variant=variant, threads=t, bias_grad=True)[:2]
 
     def _backward_runner(self, variant: str):
         """A backward as a layer with a bias runs it: one fused call that also sums the bias
@@ -274,7 +282,7 @@ class Problem:
             return lambda: (dx(), dw(), dY.sum(0))[:2]
         v = registry.get("backward_fused", variant)
         if plan is None:
-            return lambda: ops.backward_fused(W, dY, X, variant=variant, threads=t, bias_grad=True)[:2]
+            return self.one_off_runner(variant)
 
         def fused():
             dX = torch.empty(n, in_f, dtype=torch.float32, device="cpu")

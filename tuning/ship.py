@@ -32,6 +32,7 @@ SHIPPED_FIELDS = (
     "n_timed",
     "medians",
     "predicted_s",
+    "one_off_build_s",
     "screened_out",
     "pair",
     "interference",

@@ -20,6 +20,10 @@ An entry (what the cache stores per key) records the choice and enough to explai
     or second_point_skipped (why not: the deadline). deadline_s is the deadline it was tuned under.
   - On a CPU class with a shipped table (sparselab.dispatch.system_wisdom), the candidates that
     table ranks far behind for the key do not race; skipped_by_shipped_table lists them.
+  - one_off_build_s: what building W's block-major copy in the call (a one-off call, without a
+    layer) adds to the choice's time if it prepares one, and to the fastest other candidates that
+    prepare one and beat every candidate that prepares nothing (_one_off_build); the planner's
+    one-off choice reads it.
 
 Cost bound. Mandatory: every candidate runs once to be checked (on a large layer on its check
 part, and then once on the whole layer as its warm-up) and, unless far behind already, once in
@@ -68,6 +72,11 @@ FIRST_RACE_MIN = 3
 SKIPPED_TIE_BAND = 0.15
 # A backward's second point: at most this many finalists (the pair and fused kernels).
 MAX_BACKWARD_FINALISTS = 4
+# One-off calls (sparselab.ops without a layer) keep no block-major index, so a form that
+# prepares one builds it in every call. The tuner times at most this many such forms that way,
+# each this many times after a warm-up (_one_off_build).
+ONE_OFF_MAX = 2
+ONE_OFF_RUNS = 2
 log = logging.getLogger(__name__)
 
 # Threads: the tuner never changes torch's thread count (torch.set_num_threads is process-wide
@@ -343,6 +352,45 @@ def _backward_choice(key, shape, winner: str, runner_up, first, second: dict) ->
     return winner, runner_up
 
 
+def _one_off_build(key, problem, infos, winner: str, result, deadline: float, clock) -> dict:
+    """The entry's ``one_off_build_s``: what a one-off call (:mod:`sparselab.ops` without a
+    layer, so W's block-major copy is built in the call) adds to the race's time of a candidate
+    that prepares such a copy, measured at the timed N: the choice if it prepares one, then the
+    fastest others whose median beats every candidate that prepares nothing, at most
+    ONE_OFF_MAX. The build is a pass over W, the same at every N, so the planner adds it to a
+    candidate's time at the key's N (``predicted_s``) or at the timed N (``medians``) for a
+    one-off call. Each one-off time is the fastest of ONE_OFF_RUNS runs after a warm-up (noise
+    only adds time). {} for the backward (its one-off call runs the separate pair of one-off
+    plans) or when nothing qualifies."""
+    if key.op == "backward_fused" or not hasattr(problem, "one_off_runner"):  # tests' problems may lack it
+        return {}
+    valid = {n: t for n, t in result.medians.items() if n not in result.cut and n in infos}
+
+    def prepares(name: str) -> bool:
+        return getattr(infos[name], "prepares", False)
+
+    best_plain = min((t for n, t in valid.items() if not prepares(n)), default=float("inf"))
+    leading = sorted((n for n, t in valid.items() if prepares(n) and t < best_plain), key=valid.get)
+    names = ([winner] if winner in valid and prepares(winner) else []) + [n for n in leading if n != winner]
+    build = {}
+    for i, name in enumerate(names[:ONE_OFF_MAX]):
+        # The first is timed even past the deadline (a large key spends it racing, and large keys
+        # are where one-off calls most need the block-major forms), once instead of ONE_OFF_RUNS
+        # times; the second only while the deadline lasts.
+        late = clock() >= deadline
+        if late and i > 0:
+            break
+        run = problem.one_off_runner(name)
+        run()  # warm-up: first-touch scratch
+        runs = []
+        for _ in range(1 if late else ONE_OFF_RUNS):
+            t0 = clock()
+            run()
+            runs.append(clock() - t0)
+        build[name] = max(min(runs) - result.fastest.get(name, valid[name]), 0.0)
+    return build
+
+
 def _entry(problem, infos, reference: str, winner: str, runner_up, result, screened, part, second: dict) -> dict:
     """The cache entry's choice and evidence (timing fields are added by :func:`tune`)."""
     med = result.medians
@@ -485,6 +533,10 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
         winner, runner_up = _backward_choice(key, shape, winner, runner_up, result, second)
 
     entry = _entry(problem, infos, reference, winner, runner_up, result, screened, part, second)
+    one_off = _one_off_build(key, problem, infos, winner, result, deadline_at, clock)
+    if one_off:
+        entry["one_off_build_s"] = one_off
+        phases["one_off"] = time.perf_counter() - started - sum(phases.values())
     if skipped:
         entry["skipped_by_shipped_table"] = [n for n in skipped if n in infos]
     if capped_out:

@@ -111,7 +111,8 @@ def plan(
     """The plan for this call on this CPU. ``threads``: the thread count the op will run
     with (default ``torch.get_num_threads()``). ``one_off``: a call without a layer (a
     :mod:`sparselab.ops` call), which keeps no block-major index between calls: it is planned
-    apart, among the forms that build nothing from W per call."""
+    apart, among the forms that build nothing from W per call and those the tuner timed building
+    their copy of W in the call (an entry's ``one_off_build_s``)."""
     sig = (op, out_features, in_features, n, density, threads or torch.get_num_threads(), bool(one_off))
     p = _memo.get(sig)
     if p is None:
@@ -135,7 +136,8 @@ def consult(
 ) -> str:
     """The variant name for this call, not memoised: the wisdom's choice (the on-miss hook
     measuring a key the table lacks, or every key once in force mode), else the rules'. A one-off
-    call takes the entry's fastest candidate that builds nothing from W per call."""
+    call takes the entry's fastest candidate that builds nothing from W per call, or one timed
+    building it (``one_off_build_s``)."""
     call = (op, out_features, in_features, n, density, one_off)
     if op == BACKWARD and settings.get_prefer() == "memory":
         return SEPARATE  # the only backward this preference allows: nothing to time
@@ -158,12 +160,26 @@ def consult(
 
 def _allowed_choice(op: str, entry: dict, one_off: bool) -> str | None:
     """The entry's variant, or where the call path or the memory preference rules it out its
-    fastest timed candidate that is allowed; None if none is."""
+    fastest timed candidate that is allowed; None if none is. For a one-off call, a candidate
+    that prepares a block-major copy of W competes with what building the copy in the call adds
+    (``one_off_build_s``) where the tuner measured it, on the times the choice was made by (at the
+    key's N where a second point predicted them, else at the timed N)."""
     infos = {v.name: v for v in registry.variants(op, available_only=True)}
     if op == BACKWARD:
         infos[SEPARATE] = SEPARATE_PAIR
     winner = entry["variant"]
     if winner in infos and rules.allowed(op, infos[winner], one_off):
         return winner
-    timed = [name for name in entry.get("medians", {}) if name in infos and rules.allowed(op, infos[name], one_off)]
-    return min(timed, key=lambda name: entry["medians"][name]) if timed else None
+    build = (entry.get("one_off_build_s") or {}) if one_off else {}
+    for times in (entry.get("predicted_s") or {}, entry.get("medians") or {}):
+        allowed = {}
+        for name, t in times.items():
+            if name not in infos:
+                continue
+            if rules.allowed(op, infos[name], one_off):
+                allowed[name] = t
+            elif name in build and rules.allowed(op, infos[name]):
+                allowed[name] = t + build[name]
+        if allowed:
+            return min(allowed, key=allowed.get)
+    return None

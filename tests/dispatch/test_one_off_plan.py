@@ -1,0 +1,109 @@
+"""One-off calls (sparselab.ops without a layer) keep no block-major index, so a form that
+prepares one builds it in every call: the tuner measures what that adds for the choice and the
+fastest such forms (``one_off_build_s``), and the planner's one-off choice adds it to their times."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from sparselab.tuning import hook, tuner
+
+from sparselab import kernels, settings
+from sparselab.dispatch import planner
+from sparselab.dispatch import wisdom as wisdom_mod
+from sparselab.dispatch.keys import make_key
+from sparselab.dispatch.wisdom import TuningCache
+
+FP = {"brand": "Fake CPU", "build_hash": "feedbeef"}
+OUT_F, IN_F, N, DENSITY = 512, 384, 256, 0.1
+
+PREPARING = [v.name for v in kernels.variants("sddmm_dw", available_only=True) if v.prepares]
+PLAIN = [v.name for v in kernels.variants("sddmm_dw", available_only=True) if not v.prepares and not v.is_dense]
+needs_both = pytest.mark.skipif(
+    not PREPARING or len(PLAIN) < 2, reason="this CPU has no sddmm_dw variant that prepares a block-major copy"
+)
+
+
+@pytest.fixture
+def wisdom(tmp_path, monkeypatch):
+    """Tuning on, one thread, an empty cache of our own and no shipped table; yields the cache."""
+    cache = TuningCache(tmp_path / "cache", fingerprint=FP)
+    monkeypatch.setattr(wisdom_mod, "get_cache", lambda: cache)
+    monkeypatch.setenv("SPARSELAB_SYSTEM_WISDOM", "off")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    hook.reset()
+    settings.set_mode("on")
+    yield cache
+    settings.set_mode("off")
+    hook.reset()
+    torch.set_num_threads(threads)
+
+
+def _plan_with(cache, entry: dict) -> tuple[str, str]:
+    """(the layer's choice, a one-off call's) for the key holding ``entry``."""
+    cache.put(make_key("sddmm_dw", OUT_F, IN_F, N, DENSITY, 1), entry)
+    planner.invalidate()
+    layer = planner.plan("sddmm_dw", OUT_F, IN_F, N, DENSITY, 1).name
+    one_off = planner.plan("sddmm_dw", OUT_F, IN_F, N, DENSITY, 1, one_off=True).name
+    return layer, one_off
+
+
+@needs_both
+def test_one_off_call_takes_a_preparing_form_only_with_its_build_added(wisdom):
+    bm, fast, slow = PREPARING[0], PLAIN[0], PLAIN[1]
+    medians = {bm: 1.0e-3, fast: 4.0e-3, slow: 9.0e-3}
+    entry = {"variant": bm, "median_s": 1.0e-3, "medians": medians}
+    # No build time: the one-off call keeps to the forms that build nothing per call.
+    assert _plan_with(wisdom, dict(entry)) == (bm, fast)
+    # Built in the call it is still faster: the one-off call takes it.
+    assert _plan_with(wisdom, {**entry, "one_off_build_s": {bm: 0.5e-3}}) == (bm, bm)
+    # The build costs more than it saves: the fastest plain form.
+    assert _plan_with(wisdom, {**entry, "one_off_build_s": {bm: 4.0e-3}}) == (bm, fast)
+
+
+@needs_both
+def test_one_off_choice_reads_the_second_points_predictions_first(wisdom):
+    """At the timed N the plain form leads; at the key's N (the second point) the block-major form
+    leads even with its build added: the one-off call is made at the key's N."""
+    bm, fast = PREPARING[0], PLAIN[0]
+    entry = {
+        "variant": bm,
+        "median_s": 2.0e-3,
+        "medians": {bm: 2.0e-3, fast: 1.5e-3},
+        "predicted_s": {bm: 20.0e-3, fast: 40.0e-3},
+        "one_off_build_s": {bm: 1.0e-3},
+    }
+    assert _plan_with(wisdom, entry) == (bm, bm)
+    entry["one_off_build_s"] = {bm: 30.0e-3}
+    assert _plan_with(wisdom, entry) == (bm, fast)
+
+
+@needs_both
+def test_one_off_build_time_of_an_unknown_variant_is_ignored(wisdom):
+    fast = PLAIN[0]
+    entry = {"variant": PREPARING[0], "median_s": 1e-3, "medians": {PREPARING[0]: 1e-3, fast: 4e-3}}
+    entry["one_off_build_s"] = {"no_such_kernel": 0.0}
+    assert _plan_with(wisdom, entry)[1] == fast
+
+
+@needs_both
+def test_tuner_times_the_choice_and_leading_preparing_forms_one_off(wisdom):
+    key = make_key("sddmm_dw", OUT_F, IN_F, N, DENSITY, 1)
+    entry = tuner.tune(key, deadline=5.0)
+    medians = {n: t for n, t in entry["medians"].items() if n not in entry.get("rejected", {})}
+    best_plain = min(t for n, t in medians.items() if n not in PREPARING)
+    leaders = sorted((n for n in medians if n in PREPARING and medians[n] < best_plain), key=medians.get)
+    first = [entry["variant"]] if entry["variant"] in PREPARING else []
+    expected = (first + [n for n in leaders if n not in first])[: tuner.ONE_OFF_MAX]
+    build = entry.get("one_off_build_s", {})
+    assert list(build) == expected
+    assert all(t >= 0 for t in build.values())
+    if build:
+        assert entry["phases_s"]["one_off"] >= 0
+
+
+def test_backward_entries_get_no_one_off_build_times(wisdom):
+    key = make_key(planner.BACKWARD, 96, 160, 64, 0.2, 1)
+    entry = tuner.tune(key, deadline=2.0)
+    assert "one_off_build_s" not in entry
