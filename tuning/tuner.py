@@ -34,7 +34,9 @@ from the start of tune, set-up included): more rounds, the close-finish duel and
 A key with a second point keeps SECOND_POINT_RESERVE of the deadline for it; its N shrinks to what
 the time left affords (second_point.fit_n), or it is skipped (the entry says so in
 second_point_skipped). The problem's N is capped (problem.py) so the slowest candidates stay
-cheap, and they are cut after one or two runs. On a busy machine the mandatory part stretches (the
+cheap, and they are cut after one or two runs. After the choice, the one-off timing
+(_one_off_build) runs the first candidate it measures even past the deadline: a warm-up and one
+timed run of a kernel the race already ran. On a busy machine the mandatory part stretches (the
 entry records the load).
 """
 
@@ -189,13 +191,15 @@ def _second_race(
     flavor=str,
     pair: str | None = None,
     prior: str | None = None,
+    prepares=lambda name: False,
 ) -> dict:
     """Race the first race's finalists at batch ``n2`` (smaller if the time left to ``deadline``
     does not afford it); choose by the time predicted at ``target`` (second_point.py). Returns the
     entry's second-point fields plus ``winner`` / ``runner_up``; only ``second_point_skipped``
     when the deadline left no usable second N; {} when there is nothing to decide (one finalist)
     or every finalist failed at the second N. ``pair``: a backward key's separate pair; ``prior``:
-    the planner's default (see _backward_finalists and _with_prior)."""
+    the planner's default (see _backward_finalists and _with_prior); ``prepares(name)``: whether a
+    candidate prepares a block-major copy of W (see _with_plain)."""
     rank = {r.name: r.rank for r in racers}.__getitem__
     left = deadline - clock()
     if key.op == "backward_fused":
@@ -204,6 +208,7 @@ def _second_race(
         names = _with_prior(
             second_point.finalists(first.medians, rank, family), first.medians, prior, problem.n, n2, left, first.cut
         )
+        names = _with_plain(names, first.medians, prepares, problem.n, n2, left, first.cut)
     if len(names) < 2:
         return {}
     fitted = second_point.fit_n(problem.n, n2, sum(first.medians[n] for n in names), left)
@@ -268,6 +273,23 @@ def _with_prior(names: list[str], medians: dict, prior, n1: int, n2: int, left: 
     if not _keeps_second_n(names, prior, medians, n1, n2, left):
         return names
     return sorted(names + [prior], key=medians.get)
+
+
+def _with_plain(names: list[str], medians: dict, prepares, n1: int, n2: int, left: float, cut=()) -> list[str]:
+    """A single op's second-point finalists ``names`` plus the fastest candidate that prepares no
+    block-major copy of W, when every finalist prepares one and the second N stays the same with
+    it. A one-off call builds that copy per call and weighs the two at the key's N
+    (planner._allowed_choice), and at the first N a form that prepares nothing can look close
+    and still fall far behind at the key's N (reports/one_off_plans.md)."""
+    if not names or not all(prepares(n) for n in names):
+        return names
+    plain = [n for n in medians if not prepares(n) and n not in cut]
+    if not plain:
+        return names
+    fastest = min(plain, key=medians.get)
+    if not _keeps_second_n(names, fastest, medians, n1, n2, left):
+        return names
+    return sorted(names + [fastest], key=medians.get)
 
 
 def _op_prior_of(key, shape) -> str:
@@ -381,12 +403,16 @@ def _one_off_build(key, problem, infos, winner: str, result, deadline: float, cl
         if late and i > 0:
             break
         run = problem.one_off_runner(name)
-        run()  # warm-up: first-touch scratch
         runs = []
-        for _ in range(1 if late else ONE_OFF_RUNS):
-            t0 = clock()
-            run()
-            runs.append(clock() - t0)
+        try:
+            run()  # warm-up: first-touch scratch
+            for _ in range(1 if late else ONE_OFF_RUNS):
+                t0 = clock()
+                run()
+                runs.append(clock() - t0)
+        except Exception as exc:  # the race's choice stands; this form is not offered one-off
+            log.warning("one-off run of %s on %s failed: %s", name, key, exc)
+            continue
         build[name] = max(min(runs) - result.fastest.get(name, valid[name]), 0.0)
     return build
 
@@ -525,7 +551,14 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
     winner, runner_up, second = result.winner, result.runner_up, {}
     if n2 is not None:
         args = (key, problem, racers, result, n2, target, budget_s, deadline_at, clock)
-        second = _second_race(*args, family=form, flavor=lambda name: _flavor(infos[name]), pair=pair, prior=prior)
+        second = _second_race(
+            *args,
+            family=form,
+            flavor=lambda name: _flavor(infos[name]),
+            pair=pair,
+            prior=prior,
+            prepares=lambda name: getattr(infos[name], "prepares", False),
+        )
         phases["second_point"] = time.perf_counter() - started - sum(phases.values())
         if "winner" in second:
             winner, runner_up = second.pop("winner"), second.pop("runner_up") or runner_up

@@ -12,7 +12,14 @@ __all__ = ["problem"]
 
 # Optional numeric fields of an entry that the table and dispatch do arithmetic on.
 _NUMBERS = ("median_s", "runner_up_s", "dense_s", "reference_s", "n_timed")
-_NAME_TO_TIME = ("medians", "predicted_s", "second_medians", "first_fastest_s", "second_fastest_s")
+_NAME_TO_TIME = (
+    "medians",
+    "predicted_s",
+    "second_medians",
+    "first_fastest_s",
+    "second_fastest_s",
+    "one_off_build_s",
+)
 
 
 def _is_number(v) -> bool:
@@ -33,4 +40,6 @@ def problem(v) -> str | None:
         table = v.get(name)
         if table is not None and not (isinstance(table, dict) and all(_is_number(t) for t in table.values())):
             return f"{name} is not a table of times"
+    if any(t < 0 for t in (v.get("one_off_build_s") or {}).values()):
+        return "one_off_build_s holds a negative time"
     return None

@@ -160,26 +160,33 @@ def consult(
 
 def _allowed_choice(op: str, entry: dict, one_off: bool) -> str | None:
     """The entry's variant, or where the call path or the memory preference rules it out its
-    fastest timed candidate that is allowed; None if none is. For a one-off call, a candidate
-    that prepares a block-major copy of W competes with what building the copy in the call adds
-    (``one_off_build_s``) where the tuner measured it, on the times the choice was made by (at the
-    key's N where a second point predicted them, else at the timed N)."""
+    fastest timed candidate that is allowed; None if none is.
+
+    A one-off call also weighs the candidates that prepare a block-major copy of W, with what
+    building it in the call adds (``one_off_build_s``) where the tuner measured that. It compares
+    them at the key's N (the second point's ``predicted_s``) when a candidate that prepares
+    nothing is among those predictions, else at the timed N (``medians``): the finalists may all
+    be block-major forms."""
     infos = {v.name: v for v in registry.variants(op, available_only=True)}
     if op == BACKWARD:
         infos[SEPARATE] = SEPARATE_PAIR
     winner = entry["variant"]
     if winner in infos and rules.allowed(op, infos[winner], one_off):
         return winner
-    build = (entry.get("one_off_build_s") or {}) if one_off else {}
-    for times in (entry.get("predicted_s") or {}, entry.get("medians") or {}):
-        allowed = {}
-        for name, t in times.items():
-            if name not in infos:
-                continue
-            if rules.allowed(op, infos[name], one_off):
-                allowed[name] = t
-            elif name in build and rules.allowed(op, infos[name]):
-                allowed[name] = t + build[name]
-        if allowed:
-            return min(allowed, key=allowed.get)
-    return None
+    medians = {name: t for name, t in (entry.get("medians") or {}).items() if name in infos}
+    plain = {name: t for name, t in medians.items() if rules.allowed(op, infos[name], one_off)}
+    if not one_off:
+        return min(plain, key=plain.get) if plain else None
+    build = {name: t for name, t in (entry.get("one_off_build_s") or {}).items() if name in infos}
+    predicted = {name: t for name, t in (entry.get("predicted_s") or {}).items() if name in infos}
+    if any(rules.allowed(op, infos[name], one_off) for name in predicted):
+        times = predicted
+    else:
+        times = medians
+    choices = {}
+    for name, t in times.items():
+        if rules.allowed(op, infos[name], one_off):
+            choices[name] = t
+        elif name in build and rules.allowed(op, infos[name]):
+            choices[name] = t + build[name]
+    return min(choices, key=choices.get) if choices else None

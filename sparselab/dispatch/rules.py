@@ -148,8 +148,9 @@ def heuristic(op: str, out_features: int, in_features: int, n: int, density: flo
 def allowed(op: str, info: VariantInfo, one_off: bool = False) -> bool:
     """Whether variant ``info`` of ``op`` may be chosen: the memory preference keeps no transposed
     index, so dX runs a scatter form and the backward the separate pair; a one-off call keeps no
-    block-major index, so it runs no form that builds one per call unless the tuner timed that
-    form so (the planner reads an entry's ``one_off_build_s``)."""
+    block-major index, so it runs no form that builds one per call. (The planner's one-off choice
+    may still take such a form where the tuner measured what the build adds: an entry's
+    ``one_off_build_s``.)"""
     if one_off and info.prepares:
         return False
     if settings.get_prefer() == "memory":
