@@ -54,37 +54,26 @@ inline void run(reg* acc, const float* v, const uint16_t* col, int m, const floa
       for (int l = 0; l < T / 16; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
       for (int q = 0; q < R; ++q) acc[q] = V::fmadd(wv, V::load(p + q * 8), acc[q]);
     }
-  } else if constexpr (L == kTwoSets) {
+  } else {  // two slots per iteration: into one accumulator set (pairs) or two (two sets)
     reg odd[R];
-    for (int q = 0; q < R; ++q) odd[q] = V::zero();
+    reg* second = L == kTwoSets ? odd : acc;
+    if constexpr (L == kTwoSets)
+      for (int q = 0; q < R; ++q) odd[q] = V::zero();
     int k = 0;
     for (; k + 1 < m; k += 2) {
       const reg w0 = V::bcast(v + k), w1 = V::bcast(v + k + 1);
       const float* p0 = Pb + int64_t(col[k]) * T;
       const float* p1 = Pb + int64_t(col[k + 1]) * T;
       for (int q = 0; q < R; ++q) acc[q] = V::fmadd(w0, V::load(p0 + q * 8), acc[q]);
-      for (int q = 0; q < R; ++q) odd[q] = V::fmadd(w1, V::load(p1 + q * 8), odd[q]);
+      for (int q = 0; q < R; ++q) second[q] = V::fmadd(w1, V::load(p1 + q * 8), second[q]);
     }
     if (k < m) {
       const reg w0 = V::bcast(v + k);
       const float* p0 = Pb + int64_t(col[k]) * T;
       for (int q = 0; q < R; ++q) acc[q] = V::fmadd(w0, V::load(p0 + q * 8), acc[q]);
     }
-    for (int q = 0; q < R; ++q) acc[q] = V::add(acc[q], odd[q]);
-  } else {
-    int k = 0;
-    for (; k + 1 < m; k += 2) {
-      const reg w0 = V::bcast(v + k), w1 = V::bcast(v + k + 1);
-      const float* p0 = Pb + int64_t(col[k]) * T;
-      const float* p1 = Pb + int64_t(col[k + 1]) * T;
-      for (int q = 0; q < R; ++q) acc[q] = V::fmadd(w0, V::load(p0 + q * 8), acc[q]);
-      for (int q = 0; q < R; ++q) acc[q] = V::fmadd(w1, V::load(p1 + q * 8), acc[q]);
-    }
-    if (k < m) {
-      const reg w0 = V::bcast(v + k);
-      const float* p0 = Pb + int64_t(col[k]) * T;
-      for (int q = 0; q < R; ++q) acc[q] = V::fmadd(w0, V::load(p0 + q * 8), acc[q]);
-    }
+    if constexpr (L == kTwoSets)
+      for (int q = 0; q < R; ++q) acc[q] = V::add(acc[q], odd[q]);
   }
 }
 

@@ -10,12 +10,10 @@ import time
 
 import pytest
 import torch
-from sparselab.tuning import hook
 
 from sparselab import PaddedCSR, SparseLinear, kernels, ops, settings
 from sparselab.dispatch import planner, rules
 from sparselab.dispatch import wisdom as cache_mod
-from sparselab.dispatch import wisdom as wisdom_mod
 from sparselab.dispatch.keys import make_key
 from sparselab.dispatch.wisdom import TuningCache
 
@@ -24,22 +22,6 @@ needs_fused = pytest.mark.skipif(not FUSED, reason="this CPU runs no backward_fu
 FP = {"brand": "Fake CPU", "build_hash": "feedbeef"}
 IN_F, OUT_F, SPARSITY = 160, 96, 0.8
 DENSITY = 1.0 - SPARSITY
-
-
-@pytest.fixture
-def wisdom(tmp_path, monkeypatch):
-    """Tuning on, one thread, an empty cache of our own; yields the cache."""
-    cache = TuningCache(tmp_path / "cache", fingerprint=FP)
-    monkeypatch.setattr(wisdom_mod, "get_cache", lambda: cache)
-    monkeypatch.setenv("SPARSELAB_TUNING_DEADLINE_S", "0.3")  # tiny layers: keep tuning short
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    hook.reset()
-    settings.set_mode("on")
-    yield cache
-    settings.set_mode("off")
-    hook.reset()
-    torch.set_num_threads(threads)
 
 
 class _Recording:

@@ -5,18 +5,14 @@ fastest such forms (``one_off_build_s``), and the planner's one-off choice adds 
 from __future__ import annotations
 
 import pytest
-import torch
-from sparselab.tuning import hook, tuner
+from sparselab.tuning import tuner
 from sparselab.tuning.problem import Problem
 
 from sparselab import kernels, settings
 from sparselab.dispatch import entry as entry_mod
 from sparselab.dispatch import planner
-from sparselab.dispatch import wisdom as wisdom_mod
 from sparselab.dispatch.keys import make_key
-from sparselab.dispatch.wisdom import TuningCache
 
-FP = {"brand": "Fake CPU", "build_hash": "feedbeef"}
 OUT_F, IN_F, N, DENSITY = 512, 384, 256, 0.1
 
 PREPARING = [v.name for v in kernels.variants("sddmm_dw", available_only=True) if v.prepares]
@@ -24,22 +20,6 @@ PLAIN = [v.name for v in kernels.variants("sddmm_dw", available_only=True) if no
 needs_both = pytest.mark.skipif(
     not PREPARING or len(PLAIN) < 2, reason="this CPU has no sddmm_dw variant that prepares a block-major copy"
 )
-
-
-@pytest.fixture
-def wisdom(tmp_path, monkeypatch):
-    """Tuning on, one thread, an empty cache of our own and no shipped table; yields the cache."""
-    cache = TuningCache(tmp_path / "cache", fingerprint=FP)
-    monkeypatch.setattr(wisdom_mod, "get_cache", lambda: cache)
-    monkeypatch.setenv("SPARSELAB_SYSTEM_WISDOM", "off")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    hook.reset()
-    settings.set_mode("on")
-    yield cache
-    settings.set_mode("off")
-    hook.reset()
-    torch.set_num_threads(threads)
 
 
 def _plan_with(cache, entry: dict) -> tuple[str, str]:
