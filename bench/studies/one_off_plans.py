@@ -2,13 +2,14 @@
 one-off choice before tuning method 14 (the entry's choice if it prepares nothing, else the
 fastest form that prepares nothing) against its choice now, which may build a block-major copy of W in the call:
 
-    python bench/studies/one_off_plans.py
+    python bench/studies/one_off_plans.py [--rounds 7]
 
-Each shape and op: both called in turn, 7 rounds (each timed call right after an untimed one,
+Each shape and op: both called in turn, --rounds rounds (each timed call right after an untimed one,
 the order alternating), medians; GFLOP/s on live weights (2 * nnz * N). Reads this machine's
 tuning table (the shipped one for its CPU class when the user's has no entry; a miss tunes).
 """
 
+import argparse
 import statistics
 import time
 
@@ -27,7 +28,10 @@ def one_off_call(op: str, W: PaddedCSR, X: torch.Tensor, dY: torch.Tensor, varia
     return lambda: ops.sddmm_dw(W, dY, X, variant=variant, threads=2)
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=7, help="alternating rounds per op and shape (default 7)")
+    rounds = ap.parse_args(argv).rounds
     torch.set_num_threads(2)
     n = 2048
     print("| op | shape | before: variant, GFLOP/s | now: variant, GFLOP/s | speed-up |")
@@ -51,7 +55,7 @@ def main() -> None:
             for f in fns.values():
                 f()
             t = {k: [] for k in fns}
-            for r in range(7):
+            for r in range(rounds):
                 for k in ("old", "new") if r % 2 == 0 else ("new", "old"):
                     fns[k]()
                     t0 = time.perf_counter()
