@@ -374,7 +374,7 @@ def _backward_choice(key, shape, winner: str, runner_up, first, second: dict) ->
     return winner, runner_up
 
 
-def _one_off_build(key, problem, infos, winner: str, result, deadline: float, clock) -> dict:
+def _one_off_build(key, problem, prepares, winner: str, result, deadline: float, clock) -> dict:
     """The entry's ``one_off_build_s``: what a one-off call (:mod:`sparselab.ops` without a
     layer, so W's block-major copy is built in the call) adds to the race's time of a candidate
     that prepares such a copy, measured at the timed N: the choice if it prepares one, then the
@@ -383,14 +383,10 @@ def _one_off_build(key, problem, infos, winner: str, result, deadline: float, cl
     candidate's time at the key's N (``predicted_s``) or at the timed N (``medians``) for a
     one-off call. Each one-off time is the fastest of ONE_OFF_RUNS runs after a warm-up (noise
     only adds time). {} for the backward (its one-off call runs the separate pair of one-off
-    plans) or when nothing qualifies."""
+    plans) or when nothing qualifies. ``prepares(name)``: whether a candidate prepares a copy."""
     if key.op == "backward_fused" or not hasattr(problem, "one_off_runner"):  # tests' problems may lack it
         return {}
-    valid = {n: t for n, t in result.medians.items() if n not in result.cut and n in infos}
-
-    def prepares(name: str) -> bool:
-        return getattr(infos[name], "prepares", False)
-
+    valid = {n: t for n, t in result.medians.items() if n not in result.cut}
     best_plain = min((t for n, t in valid.items() if not prepares(n)), default=float("inf"))
     leading = sorted((n for n, t in valid.items() if prepares(n) and t < best_plain), key=valid.get)
     names = ([winner] if winner in valid and prepares(winner) else []) + [n for n in leading if n != winner]
@@ -487,6 +483,10 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
     variants = cand.available_variants(key.op) if variants is None else variants
     problem = Problem(key, shape=shape) if problem is None else problem
     infos = {v.name: v for v in variants}
+
+    def prepares(name: str) -> bool:  # builds a block-major copy of W (kept by a layer's plan)
+        return getattr(infos[name], "prepares", False)
+
     if reference not in infos:
         raise RuntimeError(f"reference variant {reference!r} of {key.op} is not available")
 
@@ -557,7 +557,7 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
             flavor=lambda name: _flavor(infos[name]),
             pair=pair,
             prior=prior,
-            prepares=lambda name: getattr(infos[name], "prepares", False),
+            prepares=prepares,
         )
         phases["second_point"] = time.perf_counter() - started - sum(phases.values())
         if "winner" in second:
@@ -566,7 +566,7 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
         winner, runner_up = _backward_choice(key, shape, winner, runner_up, result, second)
 
     entry = _entry(problem, infos, reference, winner, runner_up, result, screened, part, second)
-    one_off = _one_off_build(key, problem, infos, winner, result, deadline_at, clock)
+    one_off = _one_off_build(key, problem, prepares, winner, result, deadline_at, clock)
     if one_off:
         entry["one_off_build_s"] = one_off
         phases["one_off"] = time.perf_counter() - started - sum(phases.values())

@@ -174,17 +174,12 @@ def _allowed_choice(op: str, entry: dict, one_off: bool) -> str | None:
     if winner in infos and rules.allowed(op, infos[winner], one_off):
         return winner
     medians = {name: t for name, t in (entry.get("medians") or {}).items() if name in infos}
-    plain = {name: t for name, t in medians.items() if rules.allowed(op, infos[name], one_off)}
-    if not one_off:
-        return min(plain, key=plain.get) if plain else None
-    build = {name: t for name, t in (entry.get("one_off_build_s") or {}).items() if name in infos}
     predicted = {name: t for name, t in (entry.get("predicted_s") or {}).items() if name in infos}
-    if any(rules.allowed(op, infos[name], one_off) for name in predicted):
-        times = predicted
-    else:
-        times = medians
+    build = (entry.get("one_off_build_s") or {}) if one_off else {}
+    if not any(rules.allowed(op, infos[name], one_off) for name in predicted):
+        predicted = {}  # no candidate this call may run was predicted: compare at the timed N
     choices = {}
-    for name, t in times.items():
+    for name, t in (predicted if one_off and predicted else medians).items():
         if rules.allowed(op, infos[name], one_off):
             choices[name] = t
         elif name in build and rules.allowed(op, infos[name]):
