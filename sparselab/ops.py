@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from .dispatch import planner, registry, rules
+from .dispatch import planner, registry
 from .dispatch.block_runners import run_block_sddmm_dw, run_block_spmm_dx, run_block_spmm_fwd
 from .dispatch.registry import SEPARATE
 from .dispatch.runners import run_backward_fused, run_sddmm_dw, run_spmm_dx, run_spmm_fwd
@@ -47,9 +47,11 @@ def _check_weight(W) -> None:
     W.check()
 
 
-def _block_variant(op: str, W: BlockPaddedCSR, variant: str | None, n: int) -> registry.VariantInfo | None:
+def _block_variant(
+    op: str, W: BlockPaddedCSR, variant: str | None, n: int, nthreads: int
+) -> registry.VariantInfo | None:
     """The block op's variant for W: the named one (which must take W's block shape and run
-    here), else the rule's; None (torch on W's dense copy) for float64 W or a shape no kernel takes."""
+    here), else the planner's; None (torch on W's dense copy) for float64 W or a shape no kernel takes."""
     if variant is not None:
         if not isinstance(variant, str):
             raise TypeError(f"variant must be a str or None, got {type(variant).__name__}")
@@ -60,7 +62,8 @@ def _block_variant(op: str, W: BlockPaddedCSR, variant: str | None, n: int) -> r
         return None if W.values.dtype == torch.float64 else v
     if W.values.dtype == torch.float64:
         return None
-    return rules.block_variant(op, W.block, n)
+    out_f, in_f = W.shape
+    return planner.plan(op, out_f, in_f, n, W.density, nthreads, one_off=True, block=W.block).variant
 
 
 def _run_widened(runner, v, W: BlockPaddedCSR, operands: tuple, nthreads: int) -> torch.Tensor:
@@ -134,10 +137,11 @@ def spmm_fwd(
             raise ValueError(f"bias must have shape ({out_f},), got {tuple(bias.shape)}")
         bias = bias.contiguous()
     if isinstance(W, BlockPaddedCSR):
-        v = _block_variant("block_spmm_fwd", W, variant, X.shape[0])
+        nthreads = _threads(threads)
+        v = _block_variant("block_spmm_fwd", W, variant, X.shape[0], nthreads)
         if dtype is torch.bfloat16:
-            return _run_widened(run_block_spmm_fwd, v, W, (X, bias), _threads(threads)).to(dtype)
-        return run_block_spmm_fwd(v, W, W.raw_args(check=False), X, bias, _threads(threads))
+            return _run_widened(run_block_spmm_fwd, v, W, (X, bias), nthreads).to(dtype)
+        return run_block_spmm_fwd(v, W, W.raw_args(check=False), X, bias, nthreads)
     if dtype is torch.bfloat16:
         Y = spmm_fwd(W.widened(), *_widened(X, bias), variant=variant, threads=threads)
         return Y.to(dtype)
@@ -167,10 +171,11 @@ def spmm_dx(
     dtype = W.values.dtype
     check_dense_operand("dY", dY, None, out_f, dtype)
     if isinstance(W, BlockPaddedCSR):
-        v = _block_variant("block_spmm_dx", W, variant, dY.shape[0])
+        nthreads = _threads(threads)
+        v = _block_variant("block_spmm_dx", W, variant, dY.shape[0], nthreads)
         if dtype is torch.bfloat16:
-            return _run_widened(run_block_spmm_dx, v, W, (dY,), _threads(threads)).to(dtype)
-        return run_block_spmm_dx(v, W, W.raw_args(check=False), dY, _threads(threads))
+            return _run_widened(run_block_spmm_dx, v, W, (dY,), nthreads).to(dtype)
+        return run_block_spmm_dx(v, W, W.raw_args(check=False), dY, nthreads)
     _check_variant_arg("spmm_dx", variant)
     if dtype is torch.bfloat16:
         return spmm_dx(W.widened(), *_widened(dY), variant=variant, threads=threads).to(dtype)
@@ -208,10 +213,11 @@ def sddmm_dw(
     check_dense_operand("dY", dY, None, out_f, dtype)
     check_dense_operand("X", X, dY.shape[0], in_f, dtype)
     if isinstance(W, BlockPaddedCSR):
-        v = _block_variant("block_sddmm_dw", W, variant, dY.shape[0])
+        nthreads = _threads(threads)
+        v = _block_variant("block_sddmm_dw", W, variant, dY.shape[0], nthreads)
         if dtype is torch.bfloat16:
-            return _run_widened(run_block_sddmm_dw, v, W, (dY, X), _threads(threads)).to(dtype)
-        return run_block_sddmm_dw(v, W, W.raw_args(check=False), dY, X, _threads(threads))
+            return _run_widened(run_block_sddmm_dw, v, W, (dY, X), nthreads).to(dtype)
+        return run_block_sddmm_dw(v, W, W.raw_args(check=False), dY, X, nthreads)
     _check_variant_arg("sddmm_dw", variant)
     if dtype is torch.bfloat16:
         return sddmm_dw(W.widened(), *_widened(dY, X), variant=variant, threads=threads).to(dtype)

@@ -16,6 +16,7 @@ Simplicity order (lower is simpler and wins a tie within the race's tie band):
 from __future__ import annotations
 
 from sparselab.dispatch import registry, system_wisdom
+from sparselab.dispatch.keys import UNSTRUCTURED
 from sparselab.dispatch.registry import BACKWARD, SEPARATE, SEPARATE_PAIR
 
 # A candidate the shipped table of this CPU class timed more than this many times slower than its
@@ -61,17 +62,24 @@ def kind(info, reference: str) -> str:
     return "dense" if is_dense(info) else "sparse"
 
 
-def available_variants(op: str) -> list:
+def available_variants(op: str, block: tuple = UNSTRUCTURED) -> list:
     """The registry's available variants of ``op`` (dense pseudo-variants included); for the
-    backward, the fused variants and the separate pair (the two ops as planned for the key)."""
-    found = [v for v in registry.variants(op) if v.available]
+    backward, the fused variants and the separate pair (the two ops as planned for the key); for
+    a block op, those that take ``block``."""
+    found = [v for v in registry.variants(op) if v.available and v.block == tuple(block)]
     return found + [SEPARATE_PAIR] if op == BACKWARD else found
 
 
-def reference_of(op: str) -> str:
-    """The candidate whose output the others are checked against: the scalar kernel, or for the
-    backward the separate pair (its two kernels were checked against the scalar ones when tuned)."""
-    return SEPARATE if op == BACKWARD else registry.REFERENCE
+def reference_of(op: str, block: tuple = UNSTRUCTURED) -> str:
+    """The candidate whose output the others are checked against: the scalar kernel (of a block
+    op, the one for ``block``), or for the backward the separate pair (its two kernels were
+    checked against the scalar ones when tuned)."""
+    if op == BACKWARD:
+        return SEPARATE
+    if op in registry.BLOCK_OPS:
+        scalar = [v.name for v in registry.variants(op) if v.isa == "scalar" and v.block == tuple(block)]
+        return scalar[0] if scalar else registry.REFERENCE
+    return registry.REFERENCE
 
 
 def far_behind_in_shipped_table(key, keep=()) -> list[str]:

@@ -2,8 +2,9 @@
 
     sparselab-tune                      tune the standard grid of common layers, print the table
     sparselab-tune --quick              a tiny grid (CI smoke test)
-    sparselab-tune --model SPEC         layers from JSON (file or inline): [{out, in, n?, sparsity}]
-    sparselab-tune --module pkg.mod:fn  layers of the model fn() builds (its SparseLinear layers)
+    sparselab-tune --model SPEC         layers from JSON (file or inline): [{out, in, n?, sparsity, block?}]
+    sparselab-tune --module pkg.mod:fn  layers of the model fn() builds (its sparse linear layers)
+    sparselab-tune --block 4x1,8x1      also the block-sparse ops of those layers at these block shapes
     sparselab-tune --show [--wide|--json]  print this machine's tuned keys (--wide: every column;
                                         JSON: for tools)
     sparselab-tune --export FILE        write this machine's table to FILE
@@ -68,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument(
         "--module", metavar="PKG.MOD:FACTORY", help="build a model with FACTORY() and tune its SparseLinear layers"
     )
+    src.add_argument(
+        "--block",
+        metavar="RxC[,RxC...]",
+        help="also tune the block-sparse ops (BlockSparseLinear) of every layer these block shapes tile",
+    )
     src.add_argument("--batch", metavar="N[,N...]", help="batch sizes for layers without n (default: grid batches)")
     src.add_argument("--threads", type=int, metavar="T", help="torch thread count to tune for")
     src.add_argument("--retune", action="store_true", help="re-tune keys already in the cache")
@@ -104,6 +110,8 @@ def _layers_and_batches(args):
         batches = grids.QUICK_BATCHES if args.quick else grids.STANDARD_BATCHES
     if args.batch:
         batches = _parse_ints(args.batch, "--batch")
+    if args.block:
+        layers = grids.with_blocks(layers, grids.parse_blocks(args.block))
     return layers, batches
 
 
@@ -167,7 +175,9 @@ def _warn_if_busy() -> None:
 def _run(args) -> int:
     if args.force and not args.import_file:
         raise UserError("--force only applies to --import")
-    tuning_asked = bool(args.quick or args.model or args.module or args.batch or args.threads or args.retune)
+    tuning_asked = bool(
+        args.quick or args.model or args.module or args.batch or args.block or args.threads or args.retune
+    )
     other_action = bool(args.show or args.export or args.import_file or args.clear or args.ship)
     cache = wisdom.get_cache()
     # With --json, stdout holds only the JSON document; progress lines go to stderr.

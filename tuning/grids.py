@@ -1,7 +1,9 @@
 """What `sparselab-tune` tunes: the standard grid, the quick grid, or the layers of a model.
 
-A *layer* is (out_features, in_features, density, n or None); each layer becomes one key per op
-and per batch size. Keys are deduplicated, so layers that share buckets cost one tuning.
+A *layer* is (out_features, in_features, density, n or None, block); each layer becomes one key
+per op and per batch size: the unstructured ops for ``block`` (1, 1), the block ops
+(``BLOCK_OPS``) for a block-sparse layer's ``(rows, cols)``. Keys are deduplicated, so layers that
+share buckets cost one tuning.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import json
 import os
 from typing import Iterable
 
-from sparselab.dispatch.keys import OPS, make_key
+from sparselab.dispatch.keys import BLOCK_OPS, OPS, UNSTRUCTURED, make_key
+from sparselab.storage.block_csr import parse_block
 
 
 class SpecError(ValueError):
@@ -42,19 +45,43 @@ QUICK_BATCHES = (32,)
 
 
 def grid_layers(shapes, densities) -> list[tuple]:
-    return [(o, i, d, None) for (o, i) in shapes for d in densities]
+    return [(o, i, d, None, UNSTRUCTURED) for (o, i) in shapes for d in densities]
+
+
+def with_blocks(layers: list[tuple], blocks: Iterable[tuple]) -> list[tuple]:
+    """``layers`` and, for each block shape, a block-sparse copy of every layer whose sides it
+    divides (``sparselab-tune --block``)."""
+    out = list(layers)
+    for r, c in blocks:
+        out += [(o, i, d, n, (r, c)) for o, i, d, n, _ in layers if o % r == 0 and i % c == 0]
+    return out
+
+
+def parse_blocks(text: str) -> list[tuple]:
+    """``--block``: comma-separated block shapes, e.g. ``4x1,8x1,2x2``."""
+    try:
+        blocks = [
+            parse_block([int(s) for s in part.strip().lower().split("x")]) for part in text.split(",") if part.strip()
+        ]
+    except (TypeError, ValueError):
+        raise SpecError(
+            f"--block must list block shapes RxC of positive integers, e.g. 4x1,8x1; got {text!r}"
+        ) from None
+    if not blocks or UNSTRUCTURED in blocks:
+        raise SpecError(f"--block must list block shapes other than 1x1, e.g. 4x1,8x1; got {text!r}")
+    return blocks
 
 
 def keys_for(layers: Iterable[tuple], batches: Iterable[int], threads: int, ops: Iterable[str] = OPS) -> list[tuple]:
     """One (key, shape) per (op, layer, batch), deduplicated by key, in a stable order: the ops
     of one layer and batch are adjacent so they share one synthetic problem (problem._data).
     ``shape`` = (out, in, n, density) of the first layer and batch seen for the key: what the
-    tuner times, as a dispatch miss would."""
+    tuner times, as a dispatch miss would. A block-sparse layer's ops are the block ops."""
     seen, out = set(), []
-    for o, i, d, n in layers:
+    for o, i, d, n, block in layers:
         for b in [n] if n else batches:
-            for op in ops:
-                k = make_key(op, o, i, b, d, threads)
+            for op in ops if block == UNSTRUCTURED else BLOCK_OPS:
+                k = make_key(op, o, i, b, d, threads, block=block)
                 if k not in seen:
                     seen.add(k)
                     out.append((k, (o, i, b, d)))
@@ -69,7 +96,8 @@ def _positive_int(layer: dict, name: str, where: str) -> int:
 
 
 def layers_from_spec(spec: str) -> list[tuple]:
-    """Parse ``--model``: a JSON file path or inline JSON, a list of {out, in, n?, sparsity}."""
+    """Parse ``--model``: a JSON file path or inline JSON, a list of {out, in, n?, sparsity,
+    block?}; ``block`` ([rows, cols], e.g. [4, 1]) makes the layer block-sparse."""
     text = spec
     if not spec.lstrip().startswith(("[", "{")):
         if not os.path.exists(spec):
@@ -94,7 +122,15 @@ def layers_from_spec(spec: str) -> list[tuple]:
         sparsity = layer.get("sparsity")
         if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0 <= sparsity < 1:
             raise SpecError(f"{where}: 'sparsity' must be a number in [0, 1), got {sparsity!r}")
-        layers.append((out_f, in_f, 1.0 - float(sparsity), n))
+        block = UNSTRUCTURED
+        if "block" in layer:
+            try:
+                block = parse_block(layer["block"])
+            except (TypeError, ValueError) as e:
+                raise SpecError(f"{where}: 'block' must be [rows, cols] of positive integers ({e})") from None
+            if out_f % block[0] or in_f % block[1]:
+                raise SpecError(f"{where}: block {list(block)} does not tile a {out_f}x{in_f} layer")
+        layers.append((out_f, in_f, 1.0 - float(sparsity), n, block))
     return layers
 
 
@@ -112,7 +148,8 @@ def _density_of(module) -> float | None:
 
 
 def layers_from_module(path: str) -> list[tuple]:
-    """Parse ``--module pkg.mod:factory``: build the model, collect its sparse linear layers."""
+    """Parse ``--module pkg.mod:factory``: build the model, collect its sparse linear layers
+    (``BlockSparseLinear`` layers with their block shape)."""
     mod_name, sep, attr = path.partition(":")
     if not sep or not mod_name or not attr:
         raise SpecError(f"--module expects 'package.module:factory', got {path!r}")
@@ -130,11 +167,12 @@ def layers_from_module(path: str) -> list[tuple]:
     parts = model.modules() if hasattr(model, "modules") else [model]
     layers = []
     for m in parts:
-        if getattr(m, "weight_csr", None) is None and type(m).__name__ != "SparseLinear":
+        block = getattr(m, "block", UNSTRUCTURED) if type(m).__name__ == "BlockSparseLinear" else UNSTRUCTURED
+        if block == UNSTRUCTURED and getattr(m, "weight_csr", None) is None and type(m).__name__ != "SparseLinear":
             continue
         o, i, d = getattr(m, "out_features", None), getattr(m, "in_features", None), _density_of(m)
         if isinstance(o, int) and isinstance(i, int) and d is not None:
-            layers.append((o, i, d, None))
+            layers.append((o, i, d, None, tuple(block)))
     if not layers:
         raise SpecError(f"{path} has no SparseLinear layers (modules with weight_csr, in_features, out_features)")
     return layers

@@ -18,8 +18,7 @@ import warnings
 from sparselab import settings
 from sparselab.dispatch import planner, wisdom
 
-from . import interference, tuner
-from .problem import release_data
+from . import block_problem, interference, problem, tuner
 
 __all__ = ["on_miss", "reset", "store", "tuning_active"]
 
@@ -95,6 +94,8 @@ def _tune_and_store(key, shape) -> dict | None:
         return None
     finally:
         _tuning.active = False
-        release_data()  # a training process should not keep the tuning data alive
+        # A training process should not keep the tuning data alive.
+        problem.release_data()
+        block_problem.release_data()
     _retuned.add(str(key))
     return store(wisdom.get_cache(), key, entry)

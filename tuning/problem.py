@@ -113,19 +113,19 @@ def _weight(out_f: int, in_f: int, density: float, seed: int):
 
 
 @functools.lru_cache(maxsize=2)  # the first N and the second point's
-def _activations(out_f: int, in_f: int, n: int, seed: int):
+def activations(out_f: int, in_f: int, n: int, seed: int):
     g = torch.Generator().manual_seed(seed + 1)
     return torch.randn(n, in_f, generator=g), torch.randn(n, out_f, generator=g), torch.randn(out_f, generator=g)
 
 
 def _data(out_f: int, in_f: int, n: int, density: float, seed: int):
-    return (_weight(out_f, in_f, density, seed),) + _activations(out_f, in_f, n, seed)
+    return (_weight(out_f, in_f, density, seed),) + activations(out_f, in_f, n, seed)
 
 
 def release_data() -> None:
     """Drop the shared tuning data (it can be tens of MB for a large layer)."""
     _weight.cache_clear()
-    _activations.cache_clear()
+    activations.cache_clear()
 
 
 class Problem:

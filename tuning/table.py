@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 
-from sparselab.dispatch.keys import parse_key
+from sparselab.dispatch.keys import UNSTRUCTURED, parse_key
 
 #: What each column means, in the order of ``--wide``.
 COLUMN_HELP = {
-    "op": "spmm_fwd (Y = X W^T), spmm_dx (dX = dY W), sddmm_dw (dW at live positions) or "
-    "backward_fused (dX and dW together; its choice 'separate' is the two ops)",
-    "shape": "out x in features of the layer the key was timed on",
+    "op": "spmm_fwd (Y = X W^T), spmm_dx (dX = dY W), sddmm_dw (dW at live positions), "
+    "backward_fused (dX and dW together; its choice 'separate' is the two ops), or the three "
+    "ops on a block-sparse W (block_spmm_fwd, block_spmm_dx, block_sddmm_dw)",
+    "shape": "out x in features of the key (its bucket's representative); a block op's ends in /RxC, W's block shape",
     "n": "batch rows of the key (its bucket's representative)",
     "n_timed": "batch rows the candidates were timed at (N is capped to keep tuning short)",
     "density": "share of live weights",
@@ -39,7 +40,7 @@ COLUMNS = list(COLUMN_HELP)
 CONCISE = ["op", "shape", "n", "density", "threads", "choice", "time_us", "x_dense", "prov"]
 # Numbers read best right-aligned; names left-aligned.
 _TEXT_COLUMNS = {"op", "choice", "runner_up", "prov"}
-SORT = ("op", "out", "in", "n", "density", "threads")
+SORT = ("op", "block", "out", "in", "n", "density", "threads")
 # Short headers where the column's name is wider than its values.
 _HEADERS = {"threads": "thr"}
 
@@ -83,7 +84,9 @@ def build(entries: dict[str, dict], only: set[str] | None = None) -> list[dict]:
                 "op": k.op,
                 "out": k.out_features,
                 "in": k.in_features,
-                "shape": f"{k.out_features}x{k.in_features}",
+                "shape": f"{k.out_features}x{k.in_features}"
+                + ("" if k.block == UNSTRUCTURED else "/{}x{}".format(*k.block)),
+                "block": list(k.block),
                 "n": k.n,
                 "n_timed": e.get("n_timed"),
                 "density": round(k.density, 4),

@@ -50,9 +50,11 @@ import time
 from sparselab import settings
 from sparselab.dispatch import rules
 from sparselab.dispatch.keys import N_CAP
+from sparselab.dispatch.registry import BLOCK_OPS
 
 from . import candidates as cand
 from . import screen, second_point
+from .block_problem import BlockProblem
 from .interference import NOISY_FRACTION, Watch
 from .problem import Problem
 from .race import CUT_RATIOS, DUEL_REPS, TIE_BAND, Candidate, NoValidCandidate, race
@@ -115,8 +117,8 @@ def _check_part_fields(screened, problem, part, infos, reference: str) -> dict:
     """The entry's fields from the check part. The scalar reference's and the best dense
     candidate's times on the part, scaled by rows (both cost about rows x in x N), stand in for
     the table's speedups over them when they were screened out."""
-    scale = problem.W.out_features / part.W.out_features
-    fields = {"check_rows": part.W.out_features, "screen_s": screened.times, "screened_out": screened.cut}
+    scale = problem.shape[0] / part.shape[0]
+    fields = {"check_rows": part.shape[0], "screen_s": screened.times, "screened_out": screened.cut}
     if reference in screened.times:
         fields["reference_s_scaled_from_check_part"] = screened.times[reference] * scale
     dense = [n for n in screened.times if cand.is_dense(infos[n])]
@@ -296,6 +298,8 @@ def _op_prior_of(key, shape) -> str:
     """The planner's default sparse variant of a single op for this key (or the call that
     missed), under the speed preference: entries do not depend on the preference."""
     n = (shape or (None, None, key.n))[2]
+    if key.op in BLOCK_OPS:
+        return rules.block_variant(key.op, key.block, n).name
     return rules.default_variant(key.op, n)
 
 
@@ -352,7 +356,7 @@ def _first_racers(racers, screened, part, problem, form, prior, n2, first_deadli
         keep.add(prior)  # the second point may need its time (_with_prior, the backward's tie rule)
         racers = [r for r in racers if r.name in keep]
     if len(racers) > FIRST_RACE_MIN:
-        scale = problem.W.out_features / max(part.W.out_features, 1)
+        scale = problem.shape[0] / max(part.shape[0], 1)
         estimates = {r.name: screened.times[r.name] * scale for r in racers}
         keep = _affordable(estimates, rank, form, first_deadline - clock(), always=prior)
         racers = [r for r in racers if r.name in keep]
@@ -479,9 +483,10 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
     started = time.perf_counter()
     deadline_total = settings.tuning_deadline_s() if deadline is None else deadline
     deadline_at = clock() + deadline_total
-    reference = reference or cand.reference_of(key.op)
-    variants = cand.available_variants(key.op) if variants is None else variants
-    problem = Problem(key, shape=shape) if problem is None else problem
+    reference = reference or cand.reference_of(key.op, key.block)
+    variants = cand.available_variants(key.op, key.block) if variants is None else variants
+    if problem is None:
+        problem = BlockProblem(key, shape=shape) if key.op in BLOCK_OPS else Problem(key, shape=shape)
     infos = {v.name: v for v in variants}
 
     def prepares(name: str) -> bool:  # builds a block-major copy of W (kept by a layer's plan)

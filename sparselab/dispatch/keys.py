@@ -12,6 +12,9 @@ Bucket rule (all geometric, so a bucket is a fixed *ratio* wide, which is how ke
   shapes because density decides sparse vs dense), representative ``2 ** (-b / 4)``; densities
   below ``DENSITY_FLOOR`` share the last bucket.
 - dtype (float32 only today) and the thread count are exact.
+- block: the ``(rows, cols)`` block shape of W for the block-sparse ops (``BLOCK_OPS``), exact;
+  ``(1, 1)`` for the unstructured ops. A block key's string ends in ``|b<rows>x<cols>``, so the
+  unstructured keys read as they always have.
 
 The key depends on W only through its density (nnz / (out * in)). A DST topology update keeps nnz
 and so keeps the key; a sparsity schedule that changes nnz moves to a new key once the density
@@ -24,8 +27,11 @@ import math
 import re
 from typing import NamedTuple
 
+from .registry import BLOCK_OPS
+
 # backward_fused: the layer's backward, a fused variant or the separate pair (sparselab.planner).
 OPS = ("spmm_fwd", "spmm_dx", "sddmm_dw", "backward_fused")
+UNSTRUCTURED = (1, 1)  # the block shape of the unstructured ops' keys; BLOCK_OPS keys name theirs
 N_CAP = 2048
 DENSITY_FLOOR = 1e-3
 
@@ -59,6 +65,7 @@ class TuningKey(NamedTuple):
     density_b: int
     dtype: str
     threads: int
+    block: tuple = UNSTRUCTURED
 
     # The representative problem of this key: what the tuner times.
     @property
@@ -78,16 +85,24 @@ class TuningKey(NamedTuple):
         return density_of_bucket(self.density_b)
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"{self.op}|{self.out_features}x{self.in_features}|n{self.n}|d{self.density_b}|{self.dtype}|t{self.threads}"
         )
+        return text if self.block == UNSTRUCTURED else f"{text}|b{self.block[0]}x{self.block[1]}"
 
 
 def make_key(
-    op: str, out_features: int, in_features: int, n: int, density: float, threads: int, dtype: str = "float32"
+    op: str,
+    out_features: int,
+    in_features: int,
+    n: int,
+    density: float,
+    threads: int,
+    dtype: str = "float32",
+    block: tuple = UNSTRUCTURED,
 ) -> TuningKey:
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; expected one of {OPS}")
+    """The key of a call. ``block``: W's block shape, required (and only allowed) for ``BLOCK_OPS``."""
+    block = _block_of(op, block)
     return TuningKey(
         op,
         size_bucket(out_features),
@@ -96,10 +111,23 @@ def make_key(
         density_bucket(density),
         dtype,
         int(threads),
+        block,
     )
 
 
-_KEY_RE = re.compile(r"^(\w+)\|(\d+)x(\d+)\|n(\d+)\|d(\d+)\|(\w+)\|t(\d+)$")
+def _block_of(op: str, block) -> tuple:
+    if op not in OPS + BLOCK_OPS:
+        raise ValueError(f"unknown op {op!r}; expected one of {OPS + BLOCK_OPS}")
+    block = tuple(int(b) for b in block)
+    if len(block) != 2 or min(block) < 1:
+        raise ValueError(f"block must be two positive sizes, got {block}")
+    if (op in BLOCK_OPS) != (block != UNSTRUCTURED):
+        want = "a block shape other than (1, 1)" if op in BLOCK_OPS else "no block shape"
+        raise ValueError(f"{op} takes {want}, got block={block}")
+    return block
+
+
+_KEY_RE = re.compile(r"^(\w+)\|(\d+)x(\d+)\|n(\d+)\|d(\d+)\|(\w+)\|t(\d+)(?:\|b(\d+)x(\d+))?$")
 
 
 def parse_key(text: str) -> TuningKey:
@@ -107,7 +135,11 @@ def parse_key(text: str) -> TuningKey:
     m = _KEY_RE.match(text)
     if not m:
         raise ValueError(f"not a tuning key: {text!r}")
-    op, out, inn, n, db, dtype, threads = m.groups()
-    if op not in OPS:
-        raise ValueError(f"not a tuning key (op {op!r}): {text!r}")
-    return TuningKey(op, size_bucket(int(out)), size_bucket(int(inn)), n_bucket(int(n)), int(db), dtype, int(threads))
+    op, out, inn, n, db, dtype, threads, br, bc = m.groups()
+    try:
+        block = _block_of(op, UNSTRUCTURED if br is None else (int(br), int(bc)))
+    except ValueError as exc:
+        raise ValueError(f"not a tuning key ({exc}): {text!r}") from None
+    return TuningKey(
+        op, size_bucket(int(out)), size_bucket(int(inn)), n_bucket(int(n)), int(db), dtype, int(threads), block
+    )

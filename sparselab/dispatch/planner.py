@@ -13,6 +13,10 @@ A layer's backward is planned too (op :data:`BACKWARD`): its plan names a fused 
 dW from one pass over W) or :data:`SEPARATE_PAIR`, the two planned ops ``spmm_dx`` and
 ``sddmm_dw``.
 
+The block-sparse ops (``registry.BLOCK_OPS``) are planned the same way, keyed by W's block shape
+too: the tuner races the variants that take that shape; the rules' choice is
+:func:`~sparselab.dispatch.rules.block_variant`.
+
 :data:`epoch` changes whenever earlier plans may be stale (a setting changed, the table was
 cleared or imported): holders of plans compare it.
 """
@@ -28,7 +32,7 @@ import torch
 
 from .. import settings
 from . import registry, rules, wisdom
-from .keys import make_key
+from .keys import UNSTRUCTURED, make_key
 from .registry import BACKWARD, SEPARATE, SEPARATE_PAIR, VariantInfo
 
 __all__ = ["Plan", "plan", "choose", "consult", "invalidate", "reset", "set_on_miss", "epoch", "OnMiss"]
@@ -45,13 +49,13 @@ class Plan:
     """How one op call runs: the variant, chosen for this signature."""
 
     op: str
-    variant: VariantInfo
+    variant: VariantInfo | None  # None: a block op no kernel takes (torch on W's dense copy)
     n: int
     threads: int
 
     @property
-    def name(self) -> str:
-        return self.variant.name
+    def name(self) -> str | None:
+        return None if self.variant is None else self.variant.name
 
     @property
     def fused(self) -> bool:
@@ -106,18 +110,31 @@ def _hook() -> OnMiss | None:
 
 
 def plan(
-    op: str, out_features: int, in_features: int, n: int, density: float, threads: int | None = None, *, one_off=False
+    op: str,
+    out_features: int,
+    in_features: int,
+    n: int,
+    density: float,
+    threads: int | None = None,
+    *,
+    one_off=False,
+    block: tuple = UNSTRUCTURED,
 ) -> Plan:
     """The plan for this call on this CPU. ``threads``: the thread count the op will run
     with (default ``torch.get_num_threads()``). ``one_off``: a call without a layer (a
     :mod:`sparselab.ops` call), which keeps no block-major index between calls: it is planned
     apart, among the forms that build nothing from W per call and those the tuner timed building
-    their copy of W in the call (an entry's ``one_off_build_s``)."""
-    sig = (op, out_features, in_features, n, density, threads or torch.get_num_threads(), bool(one_off))
+    their copy of W in the call (an entry's ``one_off_build_s``). ``block``: W's block shape for
+    the block-sparse ops (``registry.BLOCK_OPS``); their plan's variant is None where no kernel
+    takes the shape (torch then runs the op on W's dense copy)."""
+    sig = (op, out_features, in_features, n, density, threads or torch.get_num_threads(), bool(one_off), tuple(block))
     p = _memo.get(sig)
     if p is None:
         name = consult(*sig)
-        v = SEPARATE_PAIR if name == SEPARATE else registry.require_available(op, name)
+        if name is None:
+            v = None
+        else:
+            v = SEPARATE_PAIR if name == SEPARATE else registry.require_available(op, name)
         p = Plan(op, v, sig[3], sig[5])
         with _lock:
             if len(_memo) >= _MEMO_MAX:
@@ -132,12 +149,21 @@ def choose(op: str, out_features: int, in_features: int, n: int, density: float,
 
 
 def consult(
-    op: str, out_features: int, in_features: int, n: int, density: float, threads: int, one_off: bool = False
-) -> str:
+    op: str,
+    out_features: int,
+    in_features: int,
+    n: int,
+    density: float,
+    threads: int,
+    one_off: bool = False,
+    block: tuple = UNSTRUCTURED,
+) -> str | None:
     """The variant name for this call, not memoised: the wisdom's choice (the on-miss hook
     measuring a key the table lacks, or every key once in force mode), else the rules'. A one-off
     call takes the entry's fastest candidate that builds nothing from W per call, or one timed
-    building it (``one_off_build_s``)."""
+    building it (``one_off_build_s``). A block op's name is None where no kernel takes ``block``."""
+    if op in registry.BLOCK_OPS:
+        return _consult_block(op, out_features, in_features, n, density, threads, tuple(block))
     call = (op, out_features, in_features, n, density, one_off)
     if op == BACKWARD and settings.get_prefer() == "memory":
         return SEPARATE  # the only backward this preference allows: nothing to time
@@ -149,13 +175,33 @@ def consult(
         plan("spmm_dx", out_features, in_features, n, density, threads, one_off=one_off)
         plan("sddmm_dw", out_features, in_features, n, density, threads, one_off=one_off)
     key = make_key(op, out_features, in_features, n, density, threads)
-    entry = wisdom.lookup(key)
-    hook = _hook()
-    if hook is not None and (entry is None or mode == "force" or entry.get("provisional")):
-        entry = hook(key, (out_features, in_features, n, density))
+    entry = _entry_for(key, (out_features, in_features, n, density), mode)
     if entry is None:
         return rules.heuristic(*call)
     return _allowed_choice(op, entry, one_off) or rules.heuristic(*call)
+
+
+def _entry_for(key, shape: tuple, mode: str) -> dict | None:
+    """The table's entry for ``key``, measured by the on-miss hook where the table has none (or
+    only a provisional one, or in force mode); None without either."""
+    entry = wisdom.lookup(key)
+    hook = _hook()
+    if hook is not None and (entry is None or mode == "force" or entry.get("provisional")):
+        entry = hook(key, shape)
+    return entry
+
+
+def _consult_block(op: str, out_features: int, in_features: int, n: int, density: float, threads: int, block: tuple):
+    """A block op's variant name: the tuned choice for its key, else the rules' (None: no kernel
+    takes the block shape, so there is nothing to tune). No block variant builds anything from W
+    per call, so a one-off call plans as a layer's does; the memory preference does not apply."""
+    prior = rules.block_variant(op, block, n)
+    mode = settings.get_mode()
+    if prior is None or mode == "off" or n == 0:
+        return None if prior is None else prior.name
+    key = make_key(op, out_features, in_features, n, density, threads, block=block)
+    entry = _entry_for(key, (out_features, in_features, n, density), mode)
+    return entry["variant"] if entry is not None else prior.name
 
 
 def _allowed_choice(op: str, entry: dict, one_off: bool) -> str | None:

@@ -2,9 +2,9 @@
 
 A :class:`BlockLayerCache` is made whenever the layer's weight changes (an index edited in place
 or replaced, new value storage, another dtype, a planner setting) and everything it holds belongs
-to that version: W's view, checked once (:meth:`BlockPaddedCSR.check`), W's raw pointers, and the
-variant per op and batch size class, and the storages behind those pointers. The layer swaps in a
-new record whole. Its ``fwd``, ``dx`` and ``dw`` hand float32 operands straight to the extension;
+to that version: W's view, checked once (:meth:`BlockPaddedCSR.check`), W's raw pointers, the
+planner's variant per op, batch and thread count, and the storages behind those pointers. The
+layer swaps in a new record whole. Its ``fwd``, ``dx`` and ``dw`` hand float32 operands straight to the extension;
 other dtypes (bfloat16 widened per call, float64 on torch) go through :mod:`sparselab.ops`.
 """
 
@@ -16,11 +16,14 @@ import torch
 from torch import Tensor
 
 from .. import ops
-from ..dispatch import planner, rules
+from ..dispatch import planner
 from ..dispatch.block_runners import run_block_sddmm_dw, run_block_spmm_dx, run_block_spmm_fwd
 from ..storage.checks import tensor_state, version_of
 
 __all__ = ["BlockLayerCache", "block_storage_state"]
+
+_PLANS_MAX = 64  # batch sizes vary (the last batch of an epoch, eval): keep the map bounded
+_MISSING = object()
 
 
 def block_storage_state(module) -> tuple:
@@ -76,7 +79,8 @@ class BlockLayerCache:
         # copies before it makes a cache (BlockSparseLinear._fresh_cache).
         self.direct = self.W.values.dtype is torch.float32  # else through sparselab.ops, widened
         self.w_args = self.W.raw_args(check=False)
-        self.variants: dict = {}  # (op, small batch) -> VariantInfo or None
+        self.density = self.W.density  # the tuning key's; a DST update keeps it
+        self.variants: dict = {}  # (op, n, threads) -> VariantInfo, or None: torch on W's dense copy
 
     def _own_state(self) -> tuple:
         W = self.W
@@ -97,29 +101,39 @@ class BlockLayerCache:
                 "change it after backward (e.g. algo.step() after opt.step())"
             )
 
-    def _variant(self, op: str, n: int):
-        key = (op, n < rules.BLOCK_ROWS_N)
-        if key not in self.variants:
-            self.variants[key] = rules.block_variant(op, self.W.block, n)
-        return self.variants[key]
+    def _variant(self, op: str, n: int, threads: int):
+        """The planner's variant for this op, batch and thread count (the tuner's choice where
+        tuning is on), kept for this version."""
+        key = (op, n, threads)
+        v = self.variants.get(key, _MISSING)
+        if v is _MISSING:
+            out_f, in_f = self.W.shape
+            v = planner.plan(op, out_f, in_f, n, self.density, threads, block=self.W.block).variant
+            if len(self.variants) >= _PLANS_MAX:
+                self.variants.clear()
+            self.variants[key] = v
+        return v
 
     def fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
         """``x W^T + bias`` for a checked 2-D row-major ``x`` of W's dtype."""
         if not self.direct:
             return ops.spmm_fwd(self.W, x, bias)
-        v = self._variant("block_spmm_fwd", x.shape[0])
-        return run_block_spmm_fwd(v, self.W, self.w_args, x, bias, torch.get_num_threads())
+        threads = torch.get_num_threads()
+        v = self._variant("block_spmm_fwd", x.shape[0], threads)
+        return run_block_spmm_fwd(v, self.W, self.w_args, x, bias, threads)
 
     def dx(self, dy: Tensor) -> Tensor:
         """``dY W`` for a row-major ``dy``."""
         if not self.direct:
             return ops.spmm_dx(self.W, dy)
-        v = self._variant("block_spmm_dx", dy.shape[0])
-        return run_block_spmm_dx(v, self.W, self.w_args, dy, torch.get_num_threads())
+        threads = torch.get_num_threads()
+        v = self._variant("block_spmm_dx", dy.shape[0], threads)
+        return run_block_spmm_dx(v, self.W, self.w_args, dy, threads)
 
     def dw(self, dy: Tensor, x: Tensor) -> Tensor:
         """dW at the live blocks, shaped like the values."""
         if not self.direct:
             return ops.sddmm_dw(self.W, dy, x)
-        v = self._variant("block_sddmm_dw", dy.shape[0])
-        return run_block_sddmm_dw(v, self.W, self.w_args, dy, x, torch.get_num_threads())
+        threads = torch.get_num_threads()
+        v = self._variant("block_sddmm_dw", dy.shape[0], threads)
+        return run_block_sddmm_dw(v, self.W, self.w_args, dy, x, threads)

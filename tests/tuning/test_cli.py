@@ -6,6 +6,7 @@ import sys
 import types
 
 import pytest
+import torch
 from sparselab.tuning import cli, tuner
 
 from sparselab import settings
@@ -297,3 +298,54 @@ def test_verbose_logs_each_key_at_info(capsys, monkeypatch, caplog):
     monkeypatch.setattr(tuner, "tune", tune)
     assert run(capsys, "--model", SPEC, "--batch", "8", "-v")[0] == 0
     assert sum("tuned " in r.getMessage() for r in caplog.records) == 8
+
+
+def test_block_shapes_add_the_block_ops_of_the_layers_they_tile(capsys, fake_tune):
+    spec = json.dumps([{"out": 300, "in": 784, "sparsity": 0.9}, {"out": 64, "in": 64, "n": 8, "sparsity": 0.9}])
+    code, out, _ = run(capsys, "--model", spec, "--batch", "32", "--block", "4x1,8x1")
+    assert code == 0
+    blocks = [k for k in fake_tune if k.startswith("block_")]
+    # 4x1 tiles both layers, 8x1 only 64x64 (300 rows are not whole 8-row blocks): 3 layers x 3 ops.
+    assert len(fake_tune) - len(blocks) == 8 and len(blocks) == 9
+    assert sum(k.endswith("|b4x1") for k in blocks) == 6 and sum(k.endswith("|b8x1") for k in blocks) == 3
+    assert "block_spmm_fwd" in out and "/4x1" in out and "/8x1" in out
+
+
+def test_model_spec_block_layers_tune_only_the_block_ops(capsys, fake_tune):
+    spec = json.dumps([{"out": 256, "in": 512, "n": 32, "sparsity": 0.9, "block": [2, 2]}])
+    assert run(capsys, "--model", spec)[0] == 0
+    assert sorted(k.split("|")[0] for k in fake_tune) == ["block_sddmm_dw", "block_spmm_dx", "block_spmm_fwd"]
+    assert all(k.endswith("|b2x2") for k in fake_tune)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--quick", "--block", "4"], "--block must list block shapes"),
+        (["--quick", "--block", "0x1"], "--block must list block shapes"),
+        (["--quick", "--block", "1x1"], "other than 1x1"),
+        (["--model", '[{"out": 256, "in": 250, "sparsity": 0.9, "block": [4, 4]}]'], "does not tile a 256x250"),
+        (["--model", '[{"out": 256, "in": 256, "sparsity": 0.9, "block": "4x1"}]'], "'block' must be [rows, cols]"),
+    ],
+)
+def test_bad_block_shapes_are_user_errors(capsys, fake_tune, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err and "Traceback" not in err and fake_tune == []
+
+
+def test_module_factory_collects_block_layers_with_their_shape(capsys, fake_tune, monkeypatch):
+    from sparselab.nn import BlockSparseLinear, SparseLinear
+
+    fake_mod = types.ModuleType("fake_block_models")
+    fake_mod.build = lambda: torch.nn.Sequential(
+        BlockSparseLinear(64, 128, sparsity=0.9, block=(8, 1)), SparseLinear(128, 32, sparsity=0.8)
+    )
+    monkeypatch.setitem(sys.modules, "fake_block_models", fake_mod)
+    code, _, _ = run(capsys, "--module", "fake_block_models:build", "--batch", "8")
+    assert code == 0
+    assert sorted(k.split("|")[0] for k in fake_tune if k.endswith("|b8x1")) == [
+        "block_sddmm_dw",
+        "block_spmm_dx",
+        "block_spmm_fwd",
+    ]
+    assert len(fake_tune) == 7  # and the SparseLinear's four

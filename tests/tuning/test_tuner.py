@@ -363,7 +363,7 @@ class FakePartedProblem(FakeProblem):
 
     def __init__(self, clock, costs, wrong_on_part=(), rows=1000, part_costs=None):
         super().__init__(clock, costs)
-        self.W = types.SimpleNamespace(out_features=rows)
+        self.shape = (rows, 1, 1, 1.0)  # (out, in, n, density): the tuner scales by rows
         self.wrong_on_part, self.parts = set(wrong_on_part), []
         self.part_costs = part_costs or {n: c / 10 for n, c in costs.items()}
         self.calls = {}
@@ -379,7 +379,7 @@ class FakePartedProblem(FakeProblem):
 
     def check_part(self):
         part = FakeProblem(self.clock, self.part_costs, wrong=self.wrong_on_part)
-        part.W = types.SimpleNamespace(out_features=self.W.out_features // 10)
+        part.shape = (self.shape[0] // 10,) + self.shape[1:]
         self.parts.append(part)
         return part
 
@@ -1076,11 +1076,11 @@ class FakeScalingPartedProblem(FakeScalingProblem):
 
     def __init__(self, clock, lines, n, rows=1000):
         super().__init__(clock, lines, n)
-        self.W = types.SimpleNamespace(out_features=rows)
+        self.shape = (rows, 1, n, 1.0)
 
     def check_part(self):
         part = FakeProblem(self.clock, {k: v / 10 for k, v in self.costs.items()})
-        part.W = types.SimpleNamespace(out_features=self.W.out_features // 10)
+        part.shape = (self.shape[0] // 10,) + self.shape[1:]
         return part
 
     def sane(self, out):
