@@ -201,7 +201,9 @@ def _consult_block(op: str, out_features: int, in_features: int, n: int, density
         return None if prior is None else prior.name
     key = make_key(op, out_features, in_features, n, density, threads, block=block)
     entry = _entry_for(key, (out_features, in_features, n, density), mode)
-    return entry["variant"] if entry is not None else prior.name
+    if entry is None or registry.get(op, entry["variant"]).block != block:
+        return prior.name  # an edited table's variant of another block shape would misread W
+    return entry["variant"]
 
 
 def _allowed_choice(op: str, entry: dict, one_off: bool) -> str | None:

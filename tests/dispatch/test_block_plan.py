@@ -129,3 +129,17 @@ def test_one_off_call_with_a_shape_no_kernel_takes_runs_on_torch(wisdom):
     x = torch.randn(5, 96)
     torch.testing.assert_close(sparselab.ops.spmm_fwd(W, x), x @ W.to_dense().T, rtol=1e-5, atol=1e-5)
     assert not [k for k in wisdom.entries() if k.endswith("|b3x1")]  # nothing to tune
+
+
+def test_a_table_entry_for_another_block_shape_is_not_run(wisdom, monkeypatch):
+    """A hand-edited table naming a variant of another block shape would misread W: the rule runs."""
+    wrong = next(v.name for v in kernels.variants("block_spmm_fwd", available_only=True) if v.block == (8, 1))
+    wisdom.put(make_key("block_spmm_fwd", OUT_F, IN_F, N, 0.25, 1, block=BLOCK), {"variant": wrong, "median_s": 1e-4})
+    planner.invalidate()
+    ran = _spy(monkeypatch)
+    layer = BlockSparseLinear(IN_F, OUT_F, sparsity=SPARSITY, block=BLOCK)
+    x = torch.randn(N, IN_F)
+    with torch.no_grad():
+        y = layer(x)
+    assert ran["block_spmm_fwd"] == rules.block_variant("block_spmm_fwd", BLOCK, N).name
+    torch.testing.assert_close(y, x @ layer.weight.to_dense().T + layer.bias, rtol=1e-5, atol=1e-5)
