@@ -79,6 +79,7 @@ std::vector<Variant> build() {
     v.isa = e->isa;
     v.form = e->form;
     v.params = params_json(*e);
+    v.dtype = e->dtype;
     for (int k = 0; k < kMaxTileParams && e->param_names[k]; ++k) {
       if (std::string(e->param_names[k]) == "block_rows") v.block_rows = e->param_values[k];
       if (std::string(e->param_names[k]) == "block_cols") v.block_cols = e->param_values[k];

@@ -15,6 +15,7 @@ struct Variant {
   std::string isa;     // scalar | avx2 | avx512 | neon
   std::string form;    // plain | unrolled | tiled | ...
   std::string params;  // JSON object of the tile parameters, from the list
+  std::string dtype;   // the activations': float32, or bfloat16 (kernel_api.h)
   DxLayout dx_layout = DxLayout::None;
   // The block shape of W a Block* op variant takes (its block_rows and block_cols parameters).
   int block_rows = 1;

@@ -82,7 +82,11 @@ def _check_variant_arg(op: str, variant) -> None:
     if variant is not None:
         if not isinstance(variant, str):
             raise TypeError(f"variant must be a str or None, got {type(variant).__name__}")
-        registry.get(op, variant)
+        if registry.get(op, variant).dtype != "float32":
+            raise ValueError(
+                f"{op} variant {variant!r} reads bfloat16 activations, which only a bfloat16 layer passes it; "
+                "these ops run float32 kernels (a bfloat16 W runs them on widened copies)"
+            )
 
 
 def _threads(threads: int | None) -> int:

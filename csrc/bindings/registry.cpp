@@ -34,6 +34,7 @@ py::list variant_table() {
     d["unavailable_reason"] = isa_unavailable_reason(v.isa);
     d["prepares"] = v.prepared_floats != nullptr;
     d["block"] = py::make_tuple(v.block_rows, v.block_cols);
+    d["dtype"] = v.dtype;
     out.append(d);
   }
   return out;

@@ -106,6 +106,15 @@ struct PrepareOf<F, decltype(void(&F::prepared_floats))> {
   static constexpr PrepareFn<int16_t> p16 = &F::template prepare<int16_t>;
   static constexpr PrepareFn<int32_t> p32 = &F::template prepare<int32_t>;
 };
+// A form's kDtype, or "float32" when it has none.
+template <class F, class = void>
+struct DtypeOf {
+  static constexpr const char* value = "float32";
+};
+template <class F>
+struct DtypeOf<F, decltype(void(F::kDtype))> {
+  static constexpr const char* value = F::kDtype;
+};
 #define SL_ENTRY(OP, LAYOUT, isa, name, form, seq, FWD, DX, DW, SCRATCH, BWD, F) \
   VariantEntry{__LINE__,                                                         \
                Op::OP,                                                           \
@@ -122,7 +131,8 @@ struct PrepareOf<F, decltype(void(&F::prepared_floats))> {
                BWD,                                                              \
                PrepareOf<F>::floats,                                             \
                PrepareOf<F>::p16,                                                \
-               PrepareOf<F>::p32},
+               PrepareOf<F>::p32,                                                \
+               DtypeOf<F>::value},
 #define SL_RUN(F) &F::run<int16_t>, &F::run<int32_t>
 #define SL_NONE nullptr, nullptr
 // A forward kernel is also the spmm_dx variant run on W's transposed index.

@@ -1,6 +1,12 @@
 // The one signature per op that every variant implements. A variant sees raw
 // pointers, sizes and leading dimensions; scratch memory and the row partition
 // come from the caller (csrc/ops/).
+//
+// A bfloat16 variant (a form with kDtype "bfloat16", registry dtype "bfloat16") reads the
+// activations (x, dy) and writes the activation-shaped outputs (y, dx) as bfloat16 (Bf16,
+// common/bf16.h) through these pointers, which then hold Bf16 and are never read as float:
+// one signature keeps one table of function pointers. W's values, bias, dw, db, scratch and
+// prepared data are float either way.
 #pragma once
 #include <cstddef>
 #include <cstdint>

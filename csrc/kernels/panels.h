@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../common/bf16.h"
 #include "../common/parallel.h"
 #include "index_math.h"
 #if defined(__aarch64__)
@@ -47,8 +48,31 @@ void pack_tile_cols(const float* src, int64_t ld, int64_t n, int64_t t, int64_t 
   }
 }
 
+// pack_tile_cols from bfloat16 activations, widened (exact) into the same float panel.
 template <int T>
-void pack_panels(const float* src, int64_t ld, int64_t n, int64_t cols, float* dst, int threads) {
+void pack_tile_cols(const Bf16* src, int64_t ld, int64_t n, int64_t t, int64_t j0, int64_t j1, float* P) {
+  static_assert(T % 8 == 0, "panel width must be a multiple of 8");
+  const int64_t b0 = t * T;
+  const int64_t rows = min64(T, n - b0);
+  for (int64_t q0 = 0; q0 < T; q0 += 8) {
+    const Bf16* s = src + (b0 + q0) * ld;
+    if (q0 + 8 <= rows) {
+      int64_t j = j0;
+#if !defined(__aarch64__)
+      for (; j + 8 <= j1; j += 8) transpose_block8_from_bf16(s + j, ld, P + j * T + q0, T);
+#endif
+      for (; j < j1; ++j)
+        for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = bf16_to_float(s[q * ld + j]);
+    } else {
+      for (int64_t j = j0; j < j1; ++j)
+        for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = (q0 + q < rows) ? bf16_to_float(s[q * ld + j]) : 0.0f;
+    }
+  }
+}
+
+// Every tile's panel; src is float or bfloat16 (Bf16).
+template <int T, typename S>
+void pack_panels(const S* src, int64_t ld, int64_t n, int64_t cols, float* dst, int threads) {
   constexpr int64_t kColBlock = 256;
   const int64_t ntiles = ceil_div(n, T);
   const int64_t ncb = ceil_div(cols, kColBlock);

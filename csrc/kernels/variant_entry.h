@@ -40,6 +40,9 @@ struct VariantEntry {
   PreparedFloatsFn prepared_floats;
   PrepareFn<int16_t> prepare16;
   PrepareFn<int32_t> prepare32;
+  // The activations' dtype: "float32", or "bfloat16" for a form that reads and writes them as
+  // bfloat16 (kernel_api.h).
+  const char* dtype;
 };
 
 }  // namespace sparselab

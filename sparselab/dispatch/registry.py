@@ -52,6 +52,8 @@ class VariantInfo:
         prepares: whether it builds W-derived data (a block-major index) a layer keeps per
             topology.
         block: the ``(rows, cols)`` block shape of W it takes; ``(1, 1)`` for the unstructured ops.
+        dtype: the activations' dtype it reads and writes: ``'float32'``, or ``'bfloat16'`` for
+            the lines a bfloat16 layer runs (:func:`bf16_twin`).
     """
 
     op: str
@@ -65,6 +67,7 @@ class VariantInfo:
     dx_layout: str = ""  # spmm_dx: 'transposed' or 'scatter'
     prepares: bool = False  # builds W-derived data (a block-major index) a layer keeps per topology
     block: tuple = (1, 1)
+    dtype: str = "float32"
 
     @property
     def is_dense(self) -> bool:
@@ -146,6 +149,7 @@ def _build() -> dict[str, dict[str, VariantInfo]]:
             dx_layout=row["dx_layout"],
             prepares=row["prepares"],
             block=tuple(row["block"]),
+            dtype=row["dtype"],
         )
         if v.name in table[v.op]:
             raise RuntimeError(f"duplicate variant name {v.op}/{v.name} in the compiled registry")
@@ -166,20 +170,51 @@ def _check_op(op: str) -> None:
         raise ValueError(f"unknown op {op!r}; expected one of {OPS + FUSED_OPS + BLOCK_OPS}")
 
 
-def variants(op: str | None = None, *, available_only: bool = False) -> list[VariantInfo]:
+def variants(
+    op: str | None = None, *, available_only: bool = False, dtype: str | None = "float32"
+) -> list[VariantInfo]:
     """All variants (of one op, or of every op of ``OPS``), in registry order.
 
     Args:
         op: ``'spmm_fwd'``, ``'spmm_dx'``, ``'sddmm_dw'``, ``'backward_fused'`` or one of
             :data:`BLOCK_OPS`; None lists the first three.
         available_only: leave out the variants this CPU cannot run.
+        dtype: the activations' dtype: ``'float32'`` (the default: what the planner, the tuner
+            and ``sparselab.ops`` run), ``'bfloat16'``, or None for every dtype.
     """
     ops = OPS if op is None else (op,)
     out = []
     for o in ops:
         _check_op(o)
-        out.extend(v for v in _TABLE[o].values() if v.available or not available_only)
+        out.extend(
+            v for v in _TABLE[o].values() if (v.available or not available_only) and (dtype is None or v.dtype == dtype)
+        )
     return out
+
+
+#: The bfloat16 form of a float32 form's tiles (a streamed form's twin stores as the plain one).
+_BF16_FORMS = {"block_major": "block_major_bf16", "block_major_stream": "block_major_bf16"}
+
+
+def bf16_twin(v: VariantInfo, *, available_only: bool = True) -> VariantInfo | None:
+    """The bfloat16 line of float32 variant ``v``'s form and tiles (streamed stores aside:
+    ``NT``), which a bfloat16 layer runs where its float32 plan chose ``v``; None where there is
+    none (then the layer runs ``v`` on widened copies).
+
+    Args:
+        v: a float32 variant.
+        available_only: only a line this CPU runs.
+    """
+    form = _BF16_FORMS.get(v.form)
+    if form is None or v.dtype != "float32":
+        return None
+    tiles = {k: x for k, x in v.params.items() if k != "NT"}
+    for u in _TABLE[v.op].values():
+        if u.dtype != "bfloat16" or (available_only and not u.available):
+            continue
+        if u.isa == v.isa and u.form == form and u.params == tiles:
+            return u
+    return None
 
 
 def names(op: str) -> set[str]:
@@ -223,17 +258,18 @@ def require_available(op: str, name: str) -> VariantInfo:
 
 def describe() -> str:
     """A plain-text table of every variant and its availability."""
-    header = ["op", "name", "isa", "form", "params", "available"]
+    header = ["op", "name", "isa", "form", "dtype", "params", "available"]
     rows = [
         [
             v.op,
             v.name,
             v.isa,
             v.form,
+            v.dtype,
             json.dumps(v.params) if v.params else "-",
             "yes" if v.available else f"no: {v.reason}",
         ]
-        for v in variants() + [v for op in FUSED_OPS + BLOCK_OPS for v in variants(op)]
+        for v in variants(dtype=None) + [v for op in FUSED_OPS + BLOCK_OPS for v in variants(op, dtype=None)]
     ]
     # Columns as wide as their widest cell, so long names or params never shift the next column.
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]

@@ -319,15 +319,18 @@ def lookup(key) -> dict | None:
     mine, shipped = get_cache().get(key), system_wisdom.get(key)
     order = (shipped, mine) if mine is not None and mine.get("provisional") else (mine, shipped)
     for found in order:
-        if found is not None and _runs_here(key.op, found["variant"]):
+        if found is not None and _runs_here(key.op, found["variant"], key.dtype):
             return found
     return None
 
 
-def _runs_here(op: str, name: str) -> bool:
+def _runs_here(op: str, name: str, dtype: str) -> bool:
+    """Whether variant ``name`` runs here on the key's activations (an edited table's variant of
+    another dtype would misread them)."""
     if op == registry.BACKWARD and name == registry.SEPARATE:
         return True
     try:
-        return registry.get(op, name).available
+        v = registry.get(op, name)
     except ValueError:  # a name this build does not have
         return False
+    return v.available and (v.is_dense or v.dtype == dtype)

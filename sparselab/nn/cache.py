@@ -10,9 +10,13 @@ memory. The layer swaps in a new record whole.
 The cache is the layer's operand for :mod:`sparselab.nn.function`: ``fwd``, ``dx``, ``dw`` and
 ``backward`` run the planned kernels on raw pointers.
 
-A bfloat16 layer runs the same float32 plans: each call widens the values and its operands to
-float32 temporaries (exact) that the call frees, and rounds its results to bfloat16. Nothing
-float32 is kept between calls, so the layer's memory is its bfloat16 state.
+A bfloat16 layer runs the same plans. Where the float32 plan's kernel has a bfloat16 line
+(:func:`~sparselab.dispatch.registry.bf16_twin`: the block-major forms), that line reads the
+bfloat16 activations and writes bfloat16 outputs itself, with only the values (and bias) widened
+per call; elsewhere each call widens the values and its operands to float32 temporaries (exact)
+that the call frees, and rounds its results to bfloat16. Either way the result is the float32
+kernel's on the widened operands, rounded once, and nothing float32 is kept between calls, so
+the layer's memory is its bfloat16 state.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..dispatch import planner
+from ..dispatch import planner, registry
 from ..dispatch.registry import BACKWARD, SEPARATE_PAIR
 from ..dispatch.runners import kernel_plan, leading_dim, run_sddmm_dw, run_spmm_dx, run_spmm_fwd
 from ..storage import PaddedCSR, TransposedIndex
@@ -156,6 +160,20 @@ class LayerCache:
             self.kernel_ids[key] = kid
         return kid
 
+    def bf16_kernel_id(self, op: str, n: int, threads: int) -> int:
+        """The id of the bfloat16 line of the kernel the plan runs for this call (a bfloat16
+        layer's native call), or -1: none, so the call widens its operands."""
+        key = (op, n, threads, torch.bfloat16)
+        kid = self.kernel_ids.get(key)
+        if kid is None:
+            kid = -1
+            if self.kernel_id(op, n, threads) >= 0:
+                v, _ = self.plan(op, n)
+                twin = registry.bf16_twin(v)
+                kid = -1 if twin is None else twin.id
+            self.kernel_ids[key] = kid
+        return kid
+
     # ---- the operand: planned kernels on raw pointers ----
 
     def _widened(self):
@@ -167,8 +185,23 @@ class LayerCache:
 
     def fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
         if self.low_precision:
+            kid = self.bf16_kernel_id("spmm_fwd", len(x), torch.get_num_threads())
+            if kid >= 0 and x.dtype is torch.bfloat16:
+                return self._fwd_bf16(kid, x, bias)
             return self._fwd(x.float(), None if bias is None else bias.float()).to(x.dtype)
         return self._fwd(x, bias)
+
+    def _fwd_bf16(self, kid: int, x: Tensor, bias: Optional[Tensor]) -> Tensor:
+        n, threads = len(x), torch.get_num_threads()
+        _, _, values, _keep = self._widened()
+        bias32 = None if bias is None else bias.float()
+        out_f, in_f = self.shape
+        y = torch.empty(n, out_f, dtype=torch.bfloat16, device="cpu")
+        ldx = in_f if x.is_contiguous() else leading_dim(x)
+        self.kernels.spmm_fwd(
+            kid, n, x.data_ptr(), ldx, 0 if bias32 is None else bias32.data_ptr(), y.data_ptr(), out_f, threads, values
+        )
+        return y
 
     def _fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
         n, threads = len(x), torch.get_num_threads()
@@ -189,6 +222,15 @@ class LayerCache:
 
     def dx(self, dy: Tensor) -> Tensor:
         if self.low_precision:
+            n, threads = dy.shape[0], torch.get_num_threads()
+            kid = self.bf16_kernel_id("spmm_dx", n, threads)
+            if kid >= 0 and dy.dtype is torch.bfloat16:
+                _, _, values, _keep = self._widened()
+                dx = torch.empty(n, self.shape[1], dtype=torch.bfloat16, device="cpu")
+                self.kernels.spmm_dx(
+                    kid, n, dy.data_ptr(), leading_dim(dy), dx.data_ptr(), self.shape[1], threads, values
+                )
+                return dx
             return self._dx(dy.float()).to(dy.dtype)
         return self._dx(dy)
 
@@ -209,6 +251,14 @@ class LayerCache:
 
     def dw(self, dy: Tensor, x: Tensor) -> Tensor:
         if self.low_precision:
+            n, threads = dy.shape[0], torch.get_num_threads()
+            kid = self.bf16_kernel_id("sddmm_dw", n, threads)
+            if kid >= 0 and dy.dtype is torch.bfloat16 and x.dtype is torch.bfloat16:
+                dw = torch.empty(self.view.capacity, dtype=torch.float32, device="cpu")
+                self.kernels.sddmm_dw(
+                    kid, n, dy.data_ptr(), leading_dim(dy), x.data_ptr(), leading_dim(x), dw.data_ptr(), threads
+                )
+                return dw.to(torch.bfloat16)
             return self._dw(dy.float(), x.float()).to(torch.bfloat16)
         return self._dw(dy, x)
 
@@ -231,22 +281,31 @@ class LayerCache:
         unless ``bias_grad``), else None: the plan's separate pair, an empty W, no kept index."""
         if not self.low_precision:
             return self._backward(dy, x, bias_grad)
-        out = self._backward(dy.float(), x.float(), bias_grad)
+        kid = self.bf16_kernel_id(BACKWARD, dy.shape[0], torch.get_num_threads())
+        if kid >= 0 and dy.dtype is torch.bfloat16 and x.dtype is torch.bfloat16:
+            out = self._backward(dy, x, bias_grad, kid=kid, dx_dtype=torch.bfloat16)
+        else:
+            out = self._backward(dy.float(), x.float(), bias_grad)
         if out is None:
             return None
         dx, dw, db = out
         return dx.to(x.dtype), dw.to(torch.bfloat16), None if db is None else db.to(torch.bfloat16)
 
-    def _backward(self, dy: Tensor, x: Tensor, bias_grad: bool) -> Optional[tuple]:
+    def _backward(
+        self, dy: Tensor, x: Tensor, bias_grad: bool, kid: int | None = None, dx_dtype=torch.float32
+    ) -> Optional[tuple]:
+        """The fused kernel's (dX, dW, dB); ``kid`` and ``dx_dtype``: a bfloat16 line's, which
+        reads bfloat16 dy and x and writes a bfloat16 dX."""
         n, threads = dy.shape[0], torch.get_num_threads()
-        kid = self.kernel_ids.get((BACKWARD, n, threads))
+        if kid is None:
+            kid = self.kernel_ids.get((BACKWARD, n, threads))
         if kid is None:
             kid = self.kernel_id(BACKWARD, n, threads)
         if kid < 0:
             return None
         out_f, in_f = self.shape
         _, _, values, _keep = self._widened()
-        dx = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
+        dx = torch.empty(n, in_f, dtype=dx_dtype, device="cpu")
         dw = torch.empty(self.view.capacity, dtype=torch.float32, device="cpu")
         db = torch.empty(out_f, dtype=torch.float32, device="cpu") if bias_grad else None
         self.kernels.backward_fused(

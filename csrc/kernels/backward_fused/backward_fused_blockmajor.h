@@ -121,8 +121,13 @@ inline void bwd_fused_run(typename V::reg* acc, const typename V::reg* xj, const
   }
 }
 
-template <class V, int T, int CB, int G, int S, bool TC, bool NT, typename Idx>
+// Act: the activations' element, float or Bf16 (a bfloat16 variant reads dy and x and writes dx
+// as bfloat16; dW and the bias gradient stay float).
+template <class V, int T, int CB, int G, int S, bool TC, bool NT, typename Act = float, typename Idx>
 void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
+  static_assert(!NT || std::is_same_v<Act, float>, "streamed dX lines are float32");
+  const Act* ax = reinterpret_cast<const Act*>(a.x);
+  const Act* ady = reinterpret_cast<const Act*>(a.dy);
   using reg = typename V::reg;
   constexpr int R = T / V::W;
   static_assert(T % V::W == 0 && T % 8 == 0, "tile must be a whole number of vectors");
@@ -182,10 +187,10 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
     for (int64_t t = cls; t < ntiles; t += classes) {
       const int64_t b0 = t * T;
       const int nbatch = int(min64(T, a.n - b0));
-      if (a.db) add_column_sums<V>(a.dy + b0 * a.lddy, a.lddy, nbatch, c_lo, c_hi, db_sums[cls]);
+      if (a.db) add_column_sums<V>(ady + b0 * a.lddy, a.lddy, nbatch, c_lo, c_hi, db_sums[cls]);
       if (g_lo == g_hi) continue;
-      pack_tile_cols<T>(a.dy, a.lddy, a.n, t, 0, out, P);
-      pack_tile_cols<T>(a.x, a.ldx, a.n, t, g_lo * G, min64(in, g_hi * G), px);
+      pack_tile_cols<T>(ady, a.lddy, a.n, t, 0, out, P);
+      pack_tile_cols<T>(ax, a.ldx, a.n, t, g_lo * G, min64(in, g_hi * G), px);
       const bool first = (t == cls);
       for (int64_t g = g_lo; g < g_hi; ++g) {
         const int64_t i0 = g * G;
@@ -221,7 +226,7 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
               fwd_lines_piece<T>(V{}, st, buf, i0, gn, b0, nbatch, r0, q0, stream);
         } else {
           for (int r0 = 0; r0 < gn; r0 += 8)
-            fwd_tiled_store<T>(st, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nbatch);
+            fwd_tiled_store_as<T, Act>(st, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nbatch);
         }
       }
     }
@@ -254,6 +259,21 @@ struct block_major : BlockMajorPrepared<CB, G> {
   template <typename Idx>
   static void run(const BwdArgs<Idx>& a) {
     bwd_fused_blockmajor<V, T, CB, G, slots, tile_classes != 0, NT != 0>(a);
+  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+    return bwd_fused_scratch<T, CB, G, tile_classes != 0>(n, in, out, nnz, threads);
+  }
+};
+
+// The same kernel on bfloat16 activations (dy and x read, dx written); dW and db are float.
+template <class V, int T, int CB, int G, int slots, int tile_classes>
+struct block_major_bf16 : BlockMajorPrepared<CB, G> {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T,CB,G,slots,tile_classes";
+  static constexpr const char kDtype[] = "bfloat16";
+  template <typename Idx>
+  static void run(const BwdArgs<Idx>& a) {
+    bwd_fused_blockmajor<V, T, CB, G, slots, tile_classes != 0, false, Bf16>(a);
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return bwd_fused_scratch<T, CB, G, tile_classes != 0>(n, in, out, nnz, threads);

@@ -48,9 +48,12 @@ struct DwSlotRun4 {
   }
 };
 
-// Run: how a row's run of slots in one block is summed against one tile.
-template <class V, int T, int CB, int G, class Run = DwSlotRun4, typename Idx>
+// Run: how a row's run of slots in one block is summed against one tile. Act: the activations'
+// element, float or Bf16 (a bfloat16 variant reads x and dy as bfloat16; dW stays float).
+template <class V, int T, int CB, int G, class Run = DwSlotRun4, typename Act = float, typename Idx>
 void dw_blockmajor(const DwArgs<Idx>& a) {
+  const Act* ax = reinterpret_cast<const Act*>(a.x);
+  const Act* ady = reinterpret_cast<const Act*>(a.dy);
   using reg = typename V::reg;
   constexpr int R = T / V::W;
   if (a.n == 0) return dw_zero_all(a);
@@ -62,9 +65,9 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
   const float* shared = a.scratch;
   float* owned = a.scratch + panel_floats<T>(a.n, split_rows ? in : out);
   if (split_rows)
-    pack_panels<T>(a.x, a.ldx, a.n, in, a.scratch, a.threads);
+    pack_panels<T>(ax, a.ldx, a.n, in, a.scratch, a.threads);
   else
-    pack_panels<T>(a.dy, a.lddy, a.n, out, a.scratch, a.threads);
+    pack_panels<T>(ady, a.lddy, a.n, out, a.scratch, a.threads);
   float* sums = a.scratch + dw_fused_panel_floats<T>(a.n, in, out, a.threads) + 16;
   const BlockMajor<CB, G> bm = block_major_for_call<CB, G>(a.prepared, sums + nnz + 16, a.w, nnz, false, a.threads);
   const int64_t nb = bm.nblocks;
@@ -97,12 +100,12 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
       // The owned slice, indexed by absolute row (or column), so tasks never overlap.
       const float *X, *D;
       if (split_rows) {
-        pack_tile_cols<T>(a.dy, a.lddy, a.n, t, g_lo * G, min64(out, g_hi * G), owned);
+        pack_tile_cols<T>(ady, a.lddy, a.n, t, g_lo * G, min64(out, g_hi * G), owned);
         X = shared + t * in * T;
         D = owned;
       } else {
         float* mine = owned + size_t(rp) * size_t(in) * T;
-        pack_tile_cols<T>(a.x, a.ldx, a.n, t, b_lo * CB, min64(in, b_hi * CB), mine);
+        pack_tile_cols<T>(ax, a.ldx, a.n, t, b_lo * CB, min64(in, b_hi * CB), mine);
         X = mine;
         D = shared + t * out * T;
       }
@@ -149,6 +152,21 @@ struct block_major : BlockMajorPrepared<CB, G> {
   template <typename Idx>
   static void run(const DwArgs<Idx>& a) {
     dw_blockmajor<V, T, CB, G>(a);
+  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+    return dw_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
+  }
+};
+
+// The same kernel on bfloat16 activations (x and dy); dW is float.
+template <class V, int T, int CB, int G>
+struct block_major_bf16 : BlockMajorPrepared<CB, G> {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T,CB,G";
+  static constexpr const char kDtype[] = "bfloat16";
+  template <typename Idx>
+  static void run(const DwArgs<Idx>& a) {
+    dw_blockmajor<V, T, CB, G, DwSlotRun4, Bf16>(a);
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return dw_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);

@@ -25,7 +25,9 @@ size_t fwd_blockmajor_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, i
   return size_t(threads) * (panel + 16 + 2) + 16 + block_major_floats<CB, G>(out, in, nnz, true);
 }
 
-template <class V, int T, int CB, int G, typename Idx>
+// Act: the activations' element, float or Bf16 (a bfloat16 variant reads x and writes y as
+// bfloat16, kernel_api.h); the panels and sums are float either way.
+template <class V, int T, int CB, int G, typename Act = float, typename Idx>
 void fwd_blockmajor(const FwdArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
@@ -52,7 +54,7 @@ void fwd_blockmajor(const FwdArgs<Idx>& a) {
     const int nb = int(min64(T, a.n - b0));
     float* P = panels + size_t(worker) * panel_stride;
     if (packed_tile[worker] != t) {
-      pack_panels<T>(a.x + b0 * a.ldx, a.ldx, nb, in, P, 1);
+      pack_panels<T>(reinterpret_cast<const Act*>(a.x) + b0 * a.ldx, a.ldx, nb, in, P, 1);
       packed_tile[worker] = t;
     }
     alignas(64) float buf[G][T];
@@ -87,7 +89,8 @@ void fwd_blockmajor(const FwdArgs<Idx>& a) {
           col += m;
         }
       }
-      for (int r0 = 0; r0 < gn; r0 += 8) fwd_tiled_store<T>(a, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nb);
+      for (int r0 = 0; r0 < gn; r0 += 8)
+        fwd_tiled_store_as<T, Act>(a, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nb);
     }
   });
 }
@@ -103,6 +106,21 @@ struct block_major : BlockMajorPrepared<CB, G> {
   template <typename Idx>
   static void run(const FwdArgs<Idx>& a) {
     fwd_blockmajor<V, T, CB, G>(a);
+  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+    return fwd_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
+  }
+};
+
+// The same kernel on bfloat16 activations: x (dY for dX) read and y (dX) written as bfloat16.
+template <class V, int T, int CB, int G>
+struct block_major_bf16 : BlockMajorPrepared<CB, G> {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T,CB,G";
+  static constexpr const char kDtype[] = "bfloat16";
+  template <typename Idx>
+  static void run(const FwdArgs<Idx>& a) {
+    fwd_blockmajor<V, T, CB, G, Bf16>(a);
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return fwd_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);

@@ -9,6 +9,9 @@
 // through 8x8 transposes.
 #pragma once
 #include "../isa_namespace.h"
+#include <type_traits>
+
+#include "../../common/bf16.h"
 #include "../../common/parallel.h"
 #include "../kernel_api.h"
 #include "../panels.h"
@@ -53,6 +56,33 @@ void fwd_tiled_store(const FwdArgs<Idx>& a, const float (*buf)[T], int64_t i0, i
         for (int r = 0; r < g; ++r) a.y[(b0 + q) * a.ldy + i0 + r] = buf[r][q] + (a.bias ? a.bias[i0 + r] : 0.0f);
     }
   }
+}
+
+// fwd_tiled_store into a bfloat16 Y (a bfloat16 variant's FwdArgs::y, kernel_api.h): the same
+// sums plus bias, rounded.
+template <int T, typename Idx>
+void fwd_tiled_store_bf16(const FwdArgs<Idx>& a, const float (*buf)[T], int64_t i0, int g, int64_t b0, int nb) {
+  Bf16* y = reinterpret_cast<Bf16*>(a.y);
+  for (int q0 = 0; q0 < nb; q0 += 8) {
+#if !defined(__aarch64__)
+    if (g == 8 && q0 + 8 <= nb) {
+      transpose_block8_bias_to_bf16(buf[0] + q0, T, a.bias ? a.bias + i0 : nullptr, y + (b0 + q0) * a.ldy + i0, a.ldy);
+      continue;
+    }
+#endif
+    for (int q = q0; q < nb && q < q0 + 8; ++q)
+      for (int r = 0; r < g; ++r)
+        y[(b0 + q) * a.ldy + i0 + r] = float_to_bf16(buf[r][q] + (a.bias ? a.bias[i0 + r] : 0.0f));
+  }
+}
+
+// fwd_tiled_store for a variant whose activations are Act: float or Bf16.
+template <int T, typename Act, typename Idx>
+void fwd_tiled_store_as(const FwdArgs<Idx>& a, const float (*buf)[T], int64_t i0, int g, int64_t b0, int nb) {
+  if constexpr (std::is_same_v<Act, Bf16>)
+    fwd_tiled_store_bf16<T>(a, buf, i0, g, b0, nb);
+  else
+    fwd_tiled_store<T>(a, buf, i0, g, b0, nb);
 }
 
 // Runs rows(P, i_lo, i_hi, b0, nb) for rows [i_lo, i_hi) of W on batch rows [b0, b0 + nb),

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "../../common/bf16.h"
 #include "lane_loads_x86.h"
 
 namespace sparselab {
@@ -19,6 +20,11 @@ struct VecAvx512 {
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, reg v) { _mm512_storeu_ps(p, v); }
   static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
+  // 16 bfloat16 widened (exact): each one's bits shifted into a float's high half.
+  static reg load_bf16(const Bf16* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
   static reg fmadd(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
   static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
   static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }

@@ -1,0 +1,29 @@
+// bfloat16 as the kernels read and write it: the high 16 bits of a float32. Widening is exact;
+// narrowing rounds to nearest even and turns every NaN into 0x7FC0, as torch's
+// .to(torch.bfloat16) does, so a kernel's bfloat16 output equals its float32 output rounded by torch.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace sparselab {
+
+struct Bf16 {
+  uint16_t bits;
+};
+static_assert(sizeof(Bf16) == 2, "a bfloat16 is two bytes");
+
+inline float bf16_to_float(Bf16 h) {
+  const uint32_t u = uint32_t(h.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+inline Bf16 float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return Bf16{0x7fc0};
+  return Bf16{uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+
+}  // namespace sparselab

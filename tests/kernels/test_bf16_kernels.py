@@ -1,0 +1,181 @@
+"""The bfloat16 kernel lines (registry dtype ``bfloat16``): they read bfloat16 activations and
+write bfloat16 outputs, with W's values, dW and the bias gradient in float32.
+
+Widening a bfloat16 is exact, and a bfloat16 line sums in the order of its float32 twin
+(``registry.bf16_twin``: the same form and tiles), so its outputs must be the twin's on the
+widened operands, rounded once as torch rounds: bitwise. That, with the float32 lines' own
+float64 reference tests, bounds them; the float64 check here bounds the one rounding directly.
+A bfloat16 layer then runs them in place of widening its operands (test at the end)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from helpers import NAN, build_weight, reference, tolerance
+
+import sparselab
+from sparselab import kernels
+from sparselab.dispatch import registry, rules, runners
+from sparselab.dispatch.runners import leading_dim as _ld
+
+BF16 = [
+    v for op in ("spmm_fwd", "spmm_dx", "sddmm_dw", "backward_fused") for v in kernels.variants(op, dtype="bfloat16")
+]
+TWINS = [
+    pytest.param(
+        v,
+        marks=pytest.mark.skipif(not v.available, reason=f"{v.name} unavailable: {v.reason}"),
+        id=f"{v.op}/{v.name}",
+    )
+    for v in BF16
+]
+
+CASES = [  # (out, in, n, sparsity, weight kwargs, threads)
+    (300, 1100, 131, 0.9, dict(pattern="ragged", empty_rows=True, padding=2, garbage=NAN), 2),
+    (97, 300, 67, 0.95, dict(padding=1, index_dtype=torch.int32, garbage=1e30), 2),
+    (33, 257, 65, 0.8, dict(pattern="ragged", empty_rows=True, full_rows=True, padding=0.25, garbage=math.inf), 1),
+    (40, 70, 1, 0.7, dict(padding=2, garbage=NAN), 1),
+]
+
+
+def _bf16(n: int, cols: int, seed: int, ld_extra: int = 0) -> torch.Tensor:
+    """A bfloat16 (n, cols) operand; with ``ld_extra`` a column slice of a wider, NaN-filled one."""
+    g = torch.Generator().manual_seed(seed)
+    wide = torch.full((n, cols + ld_extra), float("nan"), dtype=torch.bfloat16)
+    wide[:, :cols] = torch.randn(n, cols, generator=g).to(torch.bfloat16)
+    return wide[:, :cols]
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int16 if t.dtype is torch.bfloat16 else torch.int32)
+
+
+def _twin_of(u):
+    """The float32 variant whose bfloat16 line ``u`` is."""
+    found = [v for v in kernels.variants(u.op) if registry.bf16_twin(v, available_only=False) is u]
+    assert found, f"{u.name} mirrors no float32 variant"
+    return found[0]
+
+
+def _run(plan, v, W, X, dY, bias, threads, act):
+    """``v``'s outputs through a kernel plan, activations (and Y / dX) in dtype ``act``."""
+    out_f, in_f = W.shape
+    n = X.shape[0]
+    if v.op == "spmm_fwd":
+        y = torch.empty(n, out_f, dtype=act)
+        plan.spmm_fwd(v.id, n, X.data_ptr(), _ld(X), bias.data_ptr(), y.data_ptr(), out_f, threads)
+        return (y,)
+    if v.op == "spmm_dx":
+        dx = torch.empty(n, in_f, dtype=act)
+        plan.spmm_dx(v.id, n, dY.data_ptr(), _ld(dY), dx.data_ptr(), in_f, threads)
+        return (dx,)
+    dw = torch.full((W.capacity,), float("nan"))
+    if v.op == "sddmm_dw":
+        plan.sddmm_dw(v.id, n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dw.data_ptr(), threads)
+        return (dw,)
+    dx, db = torch.empty(n, in_f, dtype=act), torch.full((out_f,), float("nan"))
+    plan.backward_fused(
+        v.id,
+        n,
+        dY.data_ptr(),
+        _ld(dY),
+        X.data_ptr(),
+        _ld(X),
+        dx.data_ptr(),
+        in_f,
+        dw.data_ptr(),
+        threads,
+        db.data_ptr(),
+    )
+    return dx, dw, db
+
+
+def test_bf16_lines_are_listed_apart_and_each_mirrors_a_float32_line():
+    assert BF16, "no bfloat16 line is registered"
+    assert all(v.dtype == "float32" for v in kernels.variants())  # what the planner and tuner see
+    for u in BF16:
+        v = _twin_of(u)
+        assert v.dtype == "float32" and v.isa == u.isa and u.form == "block_major_bf16"
+
+
+@pytest.mark.parametrize("u", TWINS)
+def test_bf16_line_is_its_float32_twin_rounded_once(u):
+    v = _twin_of(u)
+    for k, (out_f, in_f, n, sp, kw, threads) in enumerate(CASES):
+        W = build_weight(out_f, in_f, sp, seed=40 + k, **kw)
+        if W.nnz == 0:
+            continue
+        X, dY = _bf16(n, in_f, 41 + k, ld_extra=3 * (k % 2)), _bf16(n, out_f, 42 + k, ld_extra=5 * (k % 2))
+        bias = torch.randn(out_f, generator=torch.Generator().manual_seed(43 + k))
+        plan = runners.kernel_plan(W.raw_args(), W.transposed(), keep_prepared=True)
+        want = _run(plan, v, W, X.float(), dY.float(), bias, threads, torch.float32)
+        for call in range(2):  # the second reuses the plan's block-major index
+            got = _run(plan, u, W, X, dY, bias, threads, torch.bfloat16)
+            for g, w in zip(got, want):
+                w = w.to(g.dtype)
+                assert torch.equal(_bits(g), _bits(w)), f"case {k}, call {call}: {u.name} is not {v.name} rounded"
+
+
+@pytest.mark.parametrize("u", [p for p in TWINS if p.values[0].op in ("spmm_fwd", "spmm_dx")])
+def test_bf16_line_against_float64_within_one_rounding(u):
+    out_f, in_f, n = 123, 456, 77
+    W = build_weight(out_f, in_f, 0.9, seed=7, pattern="ragged", padding=1)
+    X, dY = _bf16(n, in_f, 8), _bf16(n, out_f, 9)
+    bias = torch.randn(out_f, generator=torch.Generator().manual_seed(10))
+    plan = runners.kernel_plan(W.raw_args(), W.transposed(), keep_prepared=True)
+    (got,) = _run(plan, u, W, X, dY, bias, 2, torch.bfloat16)
+    if u.op == "spmm_fwd":
+        ref, scale, K = reference("spmm_fwd", W, X.float(), bias=bias)
+    else:
+        ref, scale, K = reference("spmm_dx", W, dY=dY.float())
+    # float32 accumulation, then one rounding to bfloat16 (half its spacing: 2**-8 of the value).
+    err = (got.double() - ref).abs()
+    bound = tolerance(scale, K) + 2.0**-8 * ref.abs()
+    assert bool((err <= bound).all()), f"{u.name}: max excess {float((err - bound).max()):.3g}"
+
+
+def test_bf16_layer_runs_the_lines_natively_and_equals_float32_rounded(monkeypatch):
+    """With tuning off a 256-row batch plans block-major kernels, which have bfloat16 lines: the
+    layer's outputs and gradients are then the float32 layer's on the same (widened) weights and
+    activations, rounded once, and no activation is widened on the way."""
+    fwd = registry.get("spmm_fwd", rules.heuristic("spmm_fwd", 320, 640, 256, 0.1))
+    if registry.bf16_twin(fwd) is None:
+        pytest.skip(f"this CPU's planned forward ({fwd.name}) has no bfloat16 line")
+    torch.manual_seed(0)
+    layer = sparselab.SparseLinear(640, 320, sparsity=0.9, dtype=torch.bfloat16)
+    ref = sparselab.SparseLinear(640, 320, sparsity=0.9)
+    ref.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in layer.state_dict().items()})
+    x = torch.randn(256, 640).to(torch.bfloat16)
+
+    widened = []
+    real_float = torch.Tensor.float
+
+    def spy_float(t, *a, **kw):
+        if t.dim() == 2 and t.shape[0] == 256:  # an activation-sized operand
+            widened.append(tuple(t.shape))
+        return real_float(t, *a, **kw)
+
+    xb, xr = x.clone().requires_grad_(True), x.float().requires_grad_(True)
+    monkeypatch.setattr(torch.Tensor, "float", spy_float)
+    y = layer(xb)
+    (y * y).sum().backward()  # dY = 2Y, in bfloat16
+    monkeypatch.undo()
+    assert widened == [], f"activations widened: {widened}"
+    yr = ref(xr)
+    a = yr.to(torch.bfloat16)
+    (a * a).sum().backward()  # the same dY, widened into the float32 layer
+    assert torch.equal(_bits(y.detach()), _bits(yr.detach().to(torch.bfloat16)))
+    assert torch.equal(_bits(xb.grad), _bits(xr.grad.to(torch.bfloat16)))
+    assert torch.equal(_bits(layer.weight_values.grad), _bits(ref.weight_values.grad.to(torch.bfloat16)))
+    assert torch.equal(_bits(layer.bias.grad), _bits(ref.bias.grad.to(torch.bfloat16)))
+
+
+def test_ops_refuse_a_bf16_line_by_name():
+    u = next((v for v in BF16 if v.op == "spmm_fwd"), None)
+    if u is None:
+        pytest.skip("no bfloat16 forward line")
+    W = build_weight(16, 32, 0.5, seed=1)
+    with pytest.raises(ValueError, match="reads bfloat16 activations"):
+        sparselab.ops.spmm_fwd(W, torch.randn(4, 32), variant=u.name)
