@@ -193,7 +193,11 @@ def variants(
 
 
 #: The bfloat16 form of a float32 form's tiles (a streamed form's twin stores as the plain one).
-_BF16_FORMS = {"block_major": "block_major_bf16", "block_major_stream": "block_major_bf16"}
+_BF16_FORMS = {
+    "block_major": "block_major_bf16",
+    "block_major_stream": "block_major_bf16",
+    "scatter_block_major": "scatter_block_major_bf16",
+}
 
 
 def bf16_twin(v: VariantInfo, *, available_only: bool = True) -> VariantInfo | None:

@@ -281,7 +281,10 @@ class LayerCache:
         unless ``bias_grad``), else None: the plan's separate pair, an empty W, no kept index."""
         if not self.low_precision:
             return self._backward(dy, x, bias_grad)
-        kid = self.bf16_kernel_id(BACKWARD, dy.shape[0], torch.get_num_threads())
+        n, threads = dy.shape[0], torch.get_num_threads()
+        if self.kernel_id(BACKWARD, n, threads) < 0:
+            return None  # the separate pair: nothing to widen here
+        kid = self.bf16_kernel_id(BACKWARD, n, threads)
         if kid >= 0 and dy.dtype is torch.bfloat16 and x.dtype is torch.bfloat16:
             out = self._backward(dy, x, bias_grad, kid=kid, dx_dtype=torch.bfloat16)
         else:

@@ -22,7 +22,9 @@ size_t dx_scatter_blockmajor_scratch(int64_t n, int64_t in, int64_t out, int64_t
   return panel_floats<T>(n, out) + 16 + block_major_floats<CB, G>(out, in, nnz, true);
 }
 
-template <class V, int T, int CB, int G, typename Idx>
+// Act: the activations' element, float or Bf16 (a bfloat16 variant reads dy and writes dx as
+// bfloat16, kernel_api.h); the panels and sums are float either way.
+template <class V, int T, int CB, int G, typename Act = float, typename Idx>
 void dx_scatter_blockmajor(const DxArgs<Idx>& a) {
   using reg = typename V::reg;
   constexpr int R = T / V::W;
@@ -31,7 +33,7 @@ void dx_scatter_blockmajor(const DxArgs<Idx>& a) {
   int64_t nnz = 0;
   for (int64_t i = 0; i < out; ++i) nnz += a.w.row_nnz[i];
   float* pd = a.scratch;
-  pack_panels<T>(a.dy, a.lddy, a.n, out, pd, a.threads);
+  pack_panels<T>(reinterpret_cast<const Act*>(a.dy), a.lddy, a.n, out, pd, a.threads);
   const BlockMajor<CB, G> bm =
       block_major_for_call<CB, G>(a.prepared, pd + panel_floats<T>(a.n, out) + 16, a.w, nnz, true, a.threads);
   const int64_t nb = bm.nblocks;
@@ -69,7 +71,8 @@ void dx_scatter_blockmajor(const DxArgs<Idx>& a) {
         col += m;
       }
     }
-    for (int j = 0; j < width; j += 8) fwd_tiled_store<T>(st, acc + j, j0 + j, int(min64(8, width - j)), b0, nbatch);
+    for (int j = 0; j < width; j += 8)
+      fwd_tiled_store_as<T, Act>(st, acc + j, j0 + j, int(min64(8, width - j)), b0, nbatch);
   });
 }
 
@@ -84,6 +87,21 @@ struct scatter_block_major : BlockMajorPrepared<CB, G> {
   template <typename Idx>
   static void run(const DxArgs<Idx>& a) {
     dx_scatter_blockmajor<V, T, CB, G>(a);
+  }
+  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
+    return dx_scatter_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
+  }
+};
+
+// The same kernel on bfloat16 activations (dy read, dx written).
+template <class V, int T, int CB, int G>
+struct scatter_block_major_bf16 : BlockMajorPrepared<CB, G> {
+  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
+  static constexpr const char kParams[] = "T,CB,G";
+  static constexpr const char kDtype[] = "bfloat16";
+  template <typename Idx>
+  static void run(const DxArgs<Idx>& a) {
+    dx_scatter_blockmajor<V, T, CB, G, Bf16>(a);
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return dx_scatter_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
