@@ -58,9 +58,7 @@ void pack_tile_cols(const Bf16* src, int64_t ld, int64_t n, int64_t t, int64_t j
     const Bf16* s = src + (b0 + q0) * ld;
     if (q0 + 8 <= rows) {
       int64_t j = j0;
-#if !defined(__aarch64__)
       for (; j + 8 <= j1; j += 8) transpose_block8_from_bf16(s + j, ld, P + j * T + q0, T);
-#endif
       for (; j < j1; ++j)
         for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = bf16_to_float(s[q * ld + j]);
     } else {

@@ -64,12 +64,10 @@ template <int T, typename Idx>
 void fwd_tiled_store_bf16(const FwdArgs<Idx>& a, const float (*buf)[T], int64_t i0, int g, int64_t b0, int nb) {
   Bf16* y = reinterpret_cast<Bf16*>(a.y);
   for (int q0 = 0; q0 < nb; q0 += 8) {
-#if !defined(__aarch64__)
     if (g == 8 && q0 + 8 <= nb) {
       transpose_block8_bias_to_bf16(buf[0] + q0, T, a.bias ? a.bias + i0 : nullptr, y + (b0 + q0) * a.ldy + i0, a.ldy);
       continue;
     }
-#endif
     for (int q = q0; q < nb && q < q0 + 8; ++q)
       for (int r = 0; r < g; ++r)
         y[(b0 + q) * a.ldy + i0 + r] = float_to_bf16(buf[r][q] + (a.bias ? a.bias[i0 + r] : 0.0f));

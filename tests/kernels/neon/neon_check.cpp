@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../../csrc/common/bf16.h"
 #include "../../../csrc/common/parallel.h"
 #include "../../../csrc/kernels/kernel_api.h"
 #include "../../../csrc/kernels/scalar_reference.h"
@@ -52,6 +53,8 @@ enum class Kind { Fwd, DxT, DxS, Dw };
 
 struct NcVariant {
   Kind kind;
+  const sparselab::Variant* v;
+  bool bf16;  // reads and writes bfloat16 activations (kernel_api.h)
   const char* op;
   const char* name;
   const char* isa;
@@ -70,12 +73,14 @@ const std::vector<NcVariant>& registry() {
     for (const sparselab::Variant& v : variants()) {
       // Block-sparse variants take a block grid, not a PaddedCSR: check_block_variants runs them.
       if (v.op != Op::SpmmFwd && v.op != Op::SpmmDx && v.op != Op::SddmmDw) continue;
+      // bfloat16 lines read bfloat16 activations: check_bf16_case runs them against their twins.
+      const bool bf16 = v.dtype == "bfloat16";
       const Kind kind = v.op == Op::SpmmFwd                   ? Kind::Fwd
                         : v.op == Op::SddmmDw                 ? Kind::Dw
                         : v.dx_layout == DxLayout::Transposed ? Kind::DxT
                                                               : Kind::DxS;
-      t.push_back(NcVariant{kind, op_name(v.op), v.name.c_str(), v.isa.c_str(), v.fwd16, v.fwd32, v.dx16, v.dx32,
-                            v.dw16, v.dw32, v.scratch});
+      t.push_back(NcVariant{kind, &v, bf16, op_name(v.op), v.name.c_str(), v.isa.c_str(), v.fwd16, v.fwd32, v.dx16,
+                            v.dx32, v.dw16, v.dw32, v.scratch});
     }
     return t;
   }();
@@ -464,8 +469,22 @@ DwFn<int32_t> dw_fn<int32_t>(const NcVariant& v) {
 
 // Runs one variant with `threads` threads; returns its output (copied) and
 // an error string for anything wrong besides the numbers.
+// A bfloat16 output slot no kernel writes (kernels write NaN as 0x7FC0).
+const uint16_t kOutSentinelBf16 = 0x7fa1u;
+
+// A bfloat16 line's activation-shaped output, widened, with untouched slots as kOutSentinel.
+std::vector<float> widened(const Guarded<Bf16>& g) {
+  std::vector<float> out(g.size());
+  for (size_t k = 0; k < g.size(); ++k)
+    out[k] = g[k].bits == kOutSentinelBf16 ? from_bits(kOutSentinel) : bf16_to_float(g[k]);
+  return out;
+}
+
+// `xb`, `dyb`: a bfloat16 line's operands (p.x and p.dy hold the same values widened); its
+// activation-shaped outputs come back widened.
 template <typename Idx>
-std::vector<float> run_variant(const NcVariant& v, const Problem<Idx>& p, int threads, std::string& err) {
+std::vector<float> run_variant(const NcVariant& v, const Problem<Idx>& p, int threads, std::string& err,
+                               const Bf16* xb = nullptr, const Bf16* dyb = nullptr) {
   const int64_t n = p.n;
   std::vector<float> result;
   auto sentinel_buf = [](size_t cnt) {
@@ -473,16 +492,25 @@ std::vector<float> run_variant(const NcVariant& v, const Problem<Idx>& p, int th
     for (size_t k = 0; k < cnt; ++k) g[k] = from_bits(kOutSentinel);
     return g;
   };
+  // The operand and output pointers a bfloat16 line reads as Bf16 (kernel_api.h).
+  const float* x = v.bf16 ? reinterpret_cast<const float*>(xb) : p.x.data();
+  const float* dy = v.bf16 ? reinterpret_cast<const float*>(dyb) : p.dy.data();
+  Guarded<Bf16> out16(v.bf16 && v.kind != Kind::Dw ? size_t(n * (v.kind == Kind::Fwd ? p.ldy : p.lddx)) : 0);
+  for (size_t k = 0; k < out16.size(); ++k) out16[k] = Bf16{kOutSentinelBf16};
+  auto out_ptr = [&](Guarded<float>& g) { return v.bf16 ? reinterpret_cast<float*>(out16.data()) : g.data(); };
+  auto take = [&](const Guarded<float>& g) {
+    result = v.bf16 ? widened(out16) : std::vector<float>(g.data(), g.data() + g.size());
+  };
   switch (v.kind) {
     case Kind::Fwd: {
       Guarded<float> y = sentinel_buf(size_t(n * p.ldy));
       Scratch sc(v.scratch(n, p.in, p.out, p.nnz, threads));
       FwdArgs<Idx> a{p.w_view(),
                      n,
-                     p.x.data(),
+                     x,
                      p.ldx,
                      p.spec.bias ? p.bias.data() : nullptr,
-                     y.data(),
+                     out_ptr(y),
                      p.ldy,
                      p.chunks_w.data(),
                      int64_t(p.chunks_w.size()) - 1,
@@ -490,7 +518,7 @@ std::vector<float> run_variant(const NcVariant& v, const Problem<Idx>& p, int th
                      threads};
       fwd_fn<Idx>(v)(a);
       if (!sc.intact()) err = "wrote past the scratch size it asked for";
-      result.assign(y.data(), y.data() + y.size());
+      take(y);
       break;
     }
     case Kind::DxT: {  // forward kernel on W^T: dX = dY (W^T)^T
@@ -498,10 +526,10 @@ std::vector<float> run_variant(const NcVariant& v, const Problem<Idx>& p, int th
       Scratch sc(v.scratch(n, p.out, p.in, p.nnz, threads));
       FwdArgs<Idx> a{p.t_view(),
                      n,
-                     p.dy.data(),
+                     dy,
                      p.lddy,
                      nullptr,
-                     dx.data(),
+                     out_ptr(dx),
                      p.lddx,
                      p.chunks_t.data(),
                      int64_t(p.chunks_t.size()) - 1,
@@ -509,35 +537,27 @@ std::vector<float> run_variant(const NcVariant& v, const Problem<Idx>& p, int th
                      threads};
       fwd_fn<Idx>(v)(a);
       if (!sc.intact()) err = "wrote past the scratch size it asked for";
-      result.assign(dx.data(), dx.data() + dx.size());
+      take(dx);
       break;
     }
     case Kind::DxS: {
       Guarded<float> dx = sentinel_buf(size_t(n * p.lddx));
       Scratch sc(v.scratch(n, p.in, p.out, p.nnz, threads));
-      DxArgs<Idx> a{p.w_view(), n,      p.dy.data(),       p.lddy,
-                    dx.data(),  p.lddx, p.chunks_w.data(), int64_t(p.chunks_w.size()) - 1,
-                    sc.ptr(),   threads};
+      DxArgs<Idx> a{
+          p.w_view(), n,      dy, p.lddy, out_ptr(dx), p.lddx, p.chunks_w.data(), int64_t(p.chunks_w.size()) - 1,
+          sc.ptr(),   threads};
       dx_fn<Idx>(v)(a);
       if (!sc.intact()) err = "wrote past the scratch size it asked for";
-      result.assign(dx.data(), dx.data() + dx.size());
+      take(dx);
       break;
     }
     case Kind::Dw: {
       Guarded<float> dw(size_t(p.cap));
       for (size_t k = 0; k < dw.size(); ++k) dw[k] = kNaN;  // must all be overwritten
       Scratch sc(v.scratch(n, p.in, p.out, p.nnz, threads));
-      DwArgs<Idx> a{p.w_view(),
-                    n,
-                    p.dy.data(),
-                    p.lddy,
-                    p.x.data(),
-                    p.ldx,
-                    dw.data(),
-                    p.chunks_w.data(),
-                    int64_t(p.chunks_w.size()) - 1,
-                    sc.ptr(),
-                    threads};
+      DwArgs<Idx> a{
+          p.w_view(), n,      dy, p.lddy, x, p.ldx, dw.data(), p.chunks_w.data(), int64_t(p.chunks_w.size()) - 1,
+          sc.ptr(),   threads};
       dw_fn<Idx>(v)(a);
       if (!sc.intact()) err = "wrote past the scratch size it asked for";
       result.assign(dw.data(), dw.data() + dw.size());
@@ -558,6 +578,7 @@ void check_case(const CaseSpec& s) {
            int(sizeof(Idx) * 8), (long long)p.ldx, (long long)p.lddy, (long long)p.ldy, (long long)p.lddx,
            p.chunks_w.size() - 1, s.bias ? " bias" : "");
   for (const NcVariant& v : registry()) {
+    if (v.bf16) continue;  // check_bf16_case
     std::vector<float> first;
     for (int threads : {1, 2}) {
       const std::string what = std::string(v.op) + " " + v.name + " threads=" + std::to_string(threads) + " " + desc;
@@ -587,11 +608,60 @@ void check_case(const CaseSpec& s) {
   }
 }
 
+// ---- bfloat16 lines: bitwise their float32 twin's result on the widened operands, rounded ----
+
+// The float32 line of the same op, ISA, form (without "_bf16") and tiles.
+const NcVariant* twin_of(const NcVariant& u) {
+  const std::string& f = u.v->form;
+  const std::string form = f.size() > 5 ? f.substr(0, f.size() - 5) : f;
+  for (const NcVariant& v : registry())
+    if (!v.bf16 && v.kind == u.kind && v.v->isa == u.v->isa && v.v->form == form && v.v->params == u.v->params)
+      return &v;
+  return nullptr;
+}
+
+template <typename Idx>
+void check_bf16_case(const CaseSpec& s) {
+  Problem<Idx> p = build<Idx>(s);
+  // bfloat16 operands; the float problem then holds exactly their values.
+  Guarded<Bf16> xb(p.x.size()), dyb(p.dy.size());
+  for (size_t k = 0; k < p.x.size(); ++k) p.x[k] = bf16_to_float(xb[k] = float_to_bf16(p.x[k]));
+  for (size_t k = 0; k < p.dy.size(); ++k) p.dy[k] = bf16_to_float(dyb[k] = float_to_bf16(p.dy[k]));
+  for (const NcVariant& u : registry()) {
+    if (!u.bf16) continue;
+    const NcVariant* t = twin_of(u);
+    for (int threads : {1, 2}) {
+      const std::string what = std::string(u.op) + " " + u.name + " threads=" + std::to_string(threads) + " case '" +
+                               s.label + "' idx" + std::to_string(s.idx_bits);
+      snprintf(g_current, sizeof g_current, "%s", what.c_str());
+      if (!t) {
+        record(false, what, "no float32 twin in the registry");
+        break;
+      }
+      std::string err;
+      const std::vector<float> want = run_variant(*t, p, threads, err);
+      const std::vector<float> got = run_variant(u, p, threads, err, xb.data(), dyb.data());
+      for (size_t k = 0; err.empty() && k < got.size(); ++k) {
+        // dW is float32; activation outputs are the twin's rounded once (its untouched slots too).
+        const bool untouched = bits(want[k]) == kOutSentinel;
+        const float w = u.kind == Kind::Dw || untouched ? want[k] : bf16_to_float(float_to_bf16(want[k]));
+        if (bits(got[k]) != bits(w))
+          err = "element " + std::to_string(k) + ": got " + std::to_string(got[k]) + ", the twin rounded " +
+                std::to_string(w);
+      }
+      record(err.empty(), what + " against " + t->name, err);
+    }
+  }
+}
+
 void check(const CaseSpec& s) {
-  if (s.idx_bits == 16)
+  if (s.idx_bits == 16) {
     check_case<int16_t>(s);
-  else
+    check_bf16_case<int16_t>(s);
+  } else {
     check_case<int32_t>(s);
+    check_bf16_case<int32_t>(s);
+  }
 }
 
 std::vector<CaseSpec> cases() {
