@@ -111,7 +111,11 @@ def _layers_and_batches(args):
     if args.batch:
         batches = _parse_ints(args.batch, "--batch")
     if args.block:
-        layers = grids.with_blocks(layers, grids.parse_blocks(args.block))
+        blocks = grids.parse_blocks(args.block)
+        with_blocks = grids.with_blocks(layers, blocks)
+        if len(with_blocks) == len(layers):
+            raise UserError(f"--block {args.block}: no layer's sides are whole blocks of these shapes")
+        layers = with_blocks
     return layers, batches
 
 

@@ -13,6 +13,7 @@ import json
 import os
 from typing import Iterable
 
+from sparselab.dispatch import registry
 from sparselab.dispatch.keys import BLOCK_OPS, OPS, UNSTRUCTURED, make_key
 from sparselab.storage.block_csr import parse_block
 
@@ -57,6 +58,18 @@ def with_blocks(layers: list[tuple], blocks: Iterable[tuple]) -> list[tuple]:
     return out
 
 
+def kernel_blocks() -> list[tuple]:
+    """The block shapes the registry has kernels for (on any ISA)."""
+    return sorted({v.block for v in registry.variants(BLOCK_OPS[0])})
+
+
+def _has_kernels(block: tuple, where: str) -> tuple:
+    if block not in kernel_blocks():
+        shapes = ", ".join(f"{r}x{c}" for r, c in kernel_blocks())
+        raise SpecError(f"{where}: no kernel takes {block[0]}x{block[1]} blocks (shapes with kernels: {shapes})")
+    return block
+
+
 def parse_blocks(text: str) -> list[tuple]:
     """``--block``: comma-separated block shapes, e.g. ``4x1,8x1,2x2``."""
     try:
@@ -69,7 +82,7 @@ def parse_blocks(text: str) -> list[tuple]:
         ) from None
     if not blocks or UNSTRUCTURED in blocks:
         raise SpecError(f"--block must list block shapes other than 1x1, e.g. 4x1,8x1; got {text!r}")
-    return blocks
+    return [_has_kernels(b, "--block") for b in blocks]
 
 
 def keys_for(layers: Iterable[tuple], batches: Iterable[int], threads: int, ops: Iterable[str] = OPS) -> list[tuple]:
@@ -130,6 +143,7 @@ def layers_from_spec(spec: str) -> list[tuple]:
                 raise SpecError(f"{where}: 'block' must be [rows, cols] of positive integers ({e})") from None
             if out_f % block[0] or in_f % block[1]:
                 raise SpecError(f"{where}: block {list(block)} does not tile a {out_f}x{in_f} layer")
+            _has_kernels(block, where)
         layers.append((out_f, in_f, 1.0 - float(sparsity), n, block))
     return layers
 
@@ -172,6 +186,8 @@ def layers_from_module(path: str) -> list[tuple]:
             continue
         o, i, d = getattr(m, "out_features", None), getattr(m, "in_features", None), _density_of(m)
         if isinstance(o, int) and isinstance(i, int) and d is not None:
+            if block != UNSTRUCTURED and tuple(block) not in kernel_blocks():
+                continue  # no kernel to tune: the layer runs torch on its dense copy
             layers.append((o, i, d, None, tuple(block)))
     if not layers:
         raise SpecError(f"{path} has no SparseLinear layers (modules with weight_csr, in_features, out_features)")

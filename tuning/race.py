@@ -18,7 +18,10 @@ Pure logic over callables (no registry, no torch), so it is tested with fakes an
    ``clear_lead`` above the leader's median: more runs can only add time to theirs, so none of
    them can catch up), or the next round would overrun ``budget_s`` (counted from the end of the
    warm-ups) or the caller's ``deadline`` (a ``clock()`` time: the tuner's bound on one key,
-   warm-ups included).
+   warm-ups included). The first round always runs, but where its estimate (the warm-ups' times)
+   overruns the deadline it runs only the fastest FIRST_ROUND_MIN by their warm-ups and any
+   more the time left affords; the rest are cut (a large layer at one batch row, where no check
+   part screens the field: 25 candidates of 4-50 ms each took 1.2 s against a 0.5 s deadline).
 4. Close finish: if the budget ended the race and the two best survivors' medians are within
    ``close_band``, they run a duel of up to ``duel_reps`` more interleaved runs each (at most
    ``budget_s`` more time, and not past ``deadline``), so a choice between near-equal kernels
@@ -38,6 +41,9 @@ from typing import Any, Callable
 # The warm-up cut is generous: one run can be cold (first-touch scratch, transposed index) or,
 # on a busy 2-core machine, lose a whole scheduler slice.
 CUT_RATIOS = (8.0, 1.6, 1.3, 1.15)
+# A first round the deadline cannot afford still runs this many candidates (the fastest by their
+# warm-up), and any more the time left affords.
+FIRST_ROUND_MIN = 3
 TIE_BAND = 0.03
 # Close finishes: the best two within CLOSE_BAND duel for up to DUEL_REPS more runs each.
 CLOSE_BAND = 0.10
@@ -144,11 +150,23 @@ def race(
                 survivors.remove(n)
                 cut.append(n)
 
+    def cut_unaffordable(left: float) -> None:
+        if sum(warm[n] for n in survivors) <= left:
+            return
+        keep, spent = set(), 0.0
+        for n in sorted(survivors, key=lambda n: (warm[n], by_name[n].rank)):
+            if len(keep) < FIRST_ROUND_MIN or spent + warm[n] <= left:
+                keep.add(n)
+                spent += warm[n]
+        cut.extend(n for n in survivors if n not in keep)
+        survivors[:] = [n for n in survivors if n in keep]
+
     def leader_is_clear() -> bool:
         leader = min(survivors, key=median)
         return all(fastest(n) > median(leader) * (1.0 + clear_lead) for n in survivors if n != leader)
 
     cut_losers(cut_ratios[0])
+    cut_unaffordable(deadline - clock())
 
     # 2-3. timed rounds. The budget is for these rounds: the warm-ups cost what they cost (every
     # candidate must run once), and the first round always runs, so no choice rests on a single

@@ -294,12 +294,13 @@ def _with_plain(names: list[str], medians: dict, prepares, n1: int, n2: int, lef
     return sorted(names + [fastest], key=medians.get)
 
 
-def _op_prior_of(key, shape) -> str:
+def _op_prior_of(key, shape) -> str | None:
     """The planner's default sparse variant of a single op for this key (or the call that
     missed), under the speed preference: entries do not depend on the preference."""
     n = (shape or (None, None, key.n))[2]
     if key.op in BLOCK_OPS:
-        return rules.block_variant(key.op, key.block, n).name
+        v = rules.block_variant(key.op, key.block, n)
+        return None if v is None else v.name
     return rules.default_variant(key.op, n)
 
 

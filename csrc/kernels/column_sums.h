@@ -23,8 +23,6 @@ template <class V>
 typename V::reg load_as_float(const Bf16* p) {
   return V::load_bf16(p);
 }
-inline float as_float(float x) { return x; }
-inline float as_float(Bf16 x) { return bf16_to_float(x); }
 
 // dst[j] += sum over q < rows of src[q * ld + j], for j in [c0, c1); src is float or Bf16,
 // summed in the same order either way.

@@ -28,42 +28,22 @@ size_t panel_floats(int64_t n, int64_t cols) {
 // Packs columns [j0, j1) of batch tile t into the tile's panel P (P[j * T + q]
 // for absolute column j), on the calling thread. Kernels that pack inside
 // their own tasks use it to keep the packed tile in L2 instead of packing the
-// whole batch first.
-template <int T>
-void pack_tile_cols(const float* src, int64_t ld, int64_t n, int64_t t, int64_t j0, int64_t j1, float* P) {
+// whole batch first. src is float or bfloat16 (Bf16, widened exactly).
+template <int T, typename S>
+void pack_tile_cols(const S* src, int64_t ld, int64_t n, int64_t t, int64_t j0, int64_t j1, float* P) {
   static_assert(T % 8 == 0, "panel width must be a multiple of 8");
   const int64_t b0 = t * T;
   const int64_t rows = min64(T, n - b0);
   for (int64_t q0 = 0; q0 < T; q0 += 8) {
-    const float* s = src + (b0 + q0) * ld;
+    const S* s = src + (b0 + q0) * ld;
     if (q0 + 8 <= rows) {
       int64_t j = j0;
       for (; j + 8 <= j1; j += 8) transpose_block8(s + j, ld, P + j * T + q0, T);
       for (; j < j1; ++j)
-        for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = s[q * ld + j];
+        for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = as_float(s[q * ld + j]);
     } else {
       for (int64_t j = j0; j < j1; ++j)
-        for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = (q0 + q < rows) ? s[q * ld + j] : 0.0f;
-    }
-  }
-}
-
-// pack_tile_cols from bfloat16 activations, widened (exact) into the same float panel.
-template <int T>
-void pack_tile_cols(const Bf16* src, int64_t ld, int64_t n, int64_t t, int64_t j0, int64_t j1, float* P) {
-  static_assert(T % 8 == 0, "panel width must be a multiple of 8");
-  const int64_t b0 = t * T;
-  const int64_t rows = min64(T, n - b0);
-  for (int64_t q0 = 0; q0 < T; q0 += 8) {
-    const Bf16* s = src + (b0 + q0) * ld;
-    if (q0 + 8 <= rows) {
-      int64_t j = j0;
-      for (; j + 8 <= j1; j += 8) transpose_block8_from_bf16(s + j, ld, P + j * T + q0, T);
-      for (; j < j1; ++j)
-        for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = bf16_to_float(s[q * ld + j]);
-    } else {
-      for (int64_t j = j0; j < j1; ++j)
-        for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = (q0 + q < rows) ? bf16_to_float(s[q * ld + j]) : 0.0f;
+        for (int q = 0; q < 8; ++q) P[j * T + q0 + q] = (q0 + q < rows) ? as_float(s[q * ld + j]) : 0.0f;
     }
   }
 }

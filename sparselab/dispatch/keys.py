@@ -24,6 +24,7 @@ crosses a bucket edge.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from typing import NamedTuple
 
@@ -102,7 +103,7 @@ def make_key(
     block: tuple = UNSTRUCTURED,
 ) -> TuningKey:
     """The key of a call. ``block``: W's block shape, required (and only allowed) for ``BLOCK_OPS``."""
-    block = _block_of(op, block)
+    block = check_block(op, block)
     return TuningKey(
         op,
         size_bucket(out_features),
@@ -115,12 +116,17 @@ def make_key(
     )
 
 
-def _block_of(op: str, block) -> tuple:
+def check_block(op: str, block) -> tuple:
+    """``block`` as a ``(rows, cols)`` tuple of ints if it fits ``op`` (a block op takes a shape
+    other than (1, 1), an unstructured op takes none); ``ValueError`` otherwise."""
     if op not in OPS + BLOCK_OPS:
         raise ValueError(f"unknown op {op!r}; expected one of {OPS + BLOCK_OPS}")
-    block = tuple(int(b) for b in block)
+    try:
+        block = tuple(operator.index(b) for b in block)
+    except TypeError:
+        raise ValueError(f"block must be two positive ints (rows, cols), got {block!r}") from None
     if len(block) != 2 or min(block) < 1:
-        raise ValueError(f"block must be two positive sizes, got {block}")
+        raise ValueError(f"block must be two positive ints (rows, cols), got {block!r}")
     if (op in BLOCK_OPS) != (block != UNSTRUCTURED):
         want = "a block shape other than (1, 1)" if op in BLOCK_OPS else "no block shape"
         raise ValueError(f"{op} takes {want}, got block={block}")
@@ -136,8 +142,10 @@ def parse_key(text: str) -> TuningKey:
     if not m:
         raise ValueError(f"not a tuning key: {text!r}")
     op, out, inn, n, db, dtype, threads, br, bc = m.groups()
+    if br is not None and (int(br), int(bc)) == UNSTRUCTURED:
+        raise ValueError(f"not a tuning key (an unstructured key has no block part): {text!r}")
     try:
-        block = _block_of(op, UNSTRUCTURED if br is None else (int(br), int(bc)))
+        block = check_block(op, UNSTRUCTURED if br is None else (int(br), int(bc)))
     except ValueError as exc:
         raise ValueError(f"not a tuning key ({exc}): {text!r}") from None
     return TuningKey(

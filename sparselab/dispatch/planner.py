@@ -32,7 +32,7 @@ import torch
 
 from .. import settings
 from . import registry, rules, wisdom
-from .keys import UNSTRUCTURED, make_key
+from .keys import UNSTRUCTURED, check_block, make_key
 from .registry import BACKWARD, SEPARATE, SEPARATE_PAIR, VariantInfo
 
 __all__ = ["Plan", "plan", "choose", "consult", "invalidate", "reset", "set_on_miss", "epoch", "OnMiss"]
@@ -130,6 +130,7 @@ def plan(
     sig = (op, out_features, in_features, n, density, threads or torch.get_num_threads(), bool(one_off), tuple(block))
     p = _memo.get(sig)
     if p is None:
+        check_block(op, block)  # a block op without its shape (or the reverse) is a caller's bug
         name = consult(*sig)
         if name is None:
             v = None

@@ -182,6 +182,8 @@ def variants(
         dtype: the activations' dtype: ``'float32'`` (the default: what the planner, the tuner
             and ``sparselab.ops`` run), ``'bfloat16'``, or None for every dtype.
     """
+    if dtype not in (None, "float32", "bfloat16"):
+        raise ValueError(f"dtype must be 'float32', 'bfloat16' or None, got {dtype!r}")
     ops = OPS if op is None else (op,)
     out = []
     for o in ops:

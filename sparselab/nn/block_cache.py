@@ -114,10 +114,16 @@ class BlockLayerCache:
             self.variants[key] = v
         return v
 
+    def _name(self, op: str, n: int) -> str | None:
+        """The kept plan's variant name for a call through :mod:`sparselab.ops` (bfloat16, widened
+        there; float64 runs torch whatever the name), so that call plans nothing itself."""
+        v = self._variant(op, n, torch.get_num_threads())
+        return None if v is None else v.name
+
     def fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
         """``x W^T + bias`` for a checked 2-D row-major ``x`` of W's dtype."""
         if not self.direct:
-            return ops.spmm_fwd(self.W, x, bias)
+            return ops.spmm_fwd(self.W, x, bias, variant=self._name("block_spmm_fwd", x.shape[0]))
         threads = torch.get_num_threads()
         v = self._variant("block_spmm_fwd", x.shape[0], threads)
         return run_block_spmm_fwd(v, self.W, self.w_args, x, bias, threads)
@@ -125,7 +131,7 @@ class BlockLayerCache:
     def dx(self, dy: Tensor) -> Tensor:
         """``dY W`` for a row-major ``dy``."""
         if not self.direct:
-            return ops.spmm_dx(self.W, dy)
+            return ops.spmm_dx(self.W, dy, variant=self._name("block_spmm_dx", dy.shape[0]))
         threads = torch.get_num_threads()
         v = self._variant("block_spmm_dx", dy.shape[0], threads)
         return run_block_spmm_dx(v, self.W, self.w_args, dy, threads)
@@ -133,7 +139,7 @@ class BlockLayerCache:
     def dw(self, dy: Tensor, x: Tensor) -> Tensor:
         """dW at the live blocks, shaped like the values."""
         if not self.direct:
-            return ops.sddmm_dw(self.W, dy, x)
+            return ops.sddmm_dw(self.W, dy, x, variant=self._name("block_sddmm_dw", dy.shape[0]))
         threads = torch.get_num_threads()
         v = self._variant("block_sddmm_dw", dy.shape[0], threads)
         return run_block_sddmm_dw(v, self.W, self.w_args, dy, x, threads)

@@ -37,7 +37,7 @@ from .function import TensorOperand
 __all__ = ["LayerCache", "storage_state"]
 
 _PLANS_MAX = 64  # batch sizes vary (the last batch of an epoch, eval): keep the maps bounded
-_PLANNED_DTYPES = (torch.float32, torch.bfloat16)  # bfloat16 runs the float32 plans on widened values
+_PLANNED_DTYPES = (torch.float32, torch.bfloat16)  # bfloat16 runs the float32 plans (or their bfloat16 twins)
 
 
 def storage_state(module) -> tuple:

@@ -28,8 +28,15 @@ def test_block_keys_name_their_shape_and_unstructured_keys_read_as_before():
         lambda: make_key("block_spmm_fwd", 512, 384, 256, 0.1, 2),
         lambda: make_key("spmm_fwd", 512, 384, 256, 0.1, 2, block=(4, 1)),
         lambda: make_key("block_spmm_fwd", 512, 384, 256, 0.1, 2, block=(0, 1)),
+        lambda: make_key("block_spmm_fwd", 512, 384, 256, 0.1, 2, block=(4.7, 1)),
+        lambda: make_key("block_spmm_fwd", 512, 384, 256, 0.1, 2, block=None),
         lambda: parse_key("spmm_fwd|512x384|n256|d13|float32|t2|b4x1"),
+        lambda: parse_key("spmm_fwd|512x384|n256|d13|float32|t2|b1x1"),
         lambda: parse_key("block_spmm_fwd|512x384|n256|d13|float32|t2"),
+        # The planner refuses the same mismatch rather than run torch's dense copy unasked.
+        lambda: planner.plan("block_spmm_fwd", 512, 384, 256, 0.1, 2),
+        lambda: planner.plan("spmm_fwd", 512, 384, 256, 0.1, 2, block=(4, 1)),
+        lambda: kernels.variants("spmm_fwd", dtype="bf16"),
     ):
         with pytest.raises(ValueError):
             bad()

@@ -64,18 +64,18 @@ def _run(plan, v, W, X, dY, bias, threads, act):
     out_f, in_f = W.shape
     n = X.shape[0]
     if v.op == "spmm_fwd":
-        y = torch.empty(n, out_f, dtype=act)
+        y = torch.full((n, out_f), float("nan"), dtype=act)  # every element must be written
         plan.spmm_fwd(v.id, n, X.data_ptr(), _ld(X), bias.data_ptr(), y.data_ptr(), out_f, threads)
         return (y,)
     if v.op == "spmm_dx":
-        dx = torch.empty(n, in_f, dtype=act)
+        dx = torch.full((n, in_f), float("nan"), dtype=act)
         plan.spmm_dx(v.id, n, dY.data_ptr(), _ld(dY), dx.data_ptr(), in_f, threads)
         return (dx,)
     dw = torch.full((W.capacity,), float("nan"))
     if v.op == "sddmm_dw":
         plan.sddmm_dw(v.id, n, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dw.data_ptr(), threads)
         return (dw,)
-    dx, db = torch.empty(n, in_f, dtype=act), torch.full((out_f,), float("nan"))
+    dx, db = torch.full((n, in_f), float("nan"), dtype=act), torch.full((out_f,), float("nan"))
     plan.backward_fused(
         v.id,
         n,
@@ -90,6 +90,28 @@ def _run(plan, v, W, X, dY, bias, threads, act):
         db.data_ptr(),
     )
     return dx, dw, db
+
+
+@pytest.mark.parametrize("u", [p for p in TWINS if p.values[0].op == "spmm_fwd"])
+def test_bf16_forward_rounds_as_torch_at_ties_nan_inf_and_overflow(u):
+    """X = 0, so Y is the bias rounded: the bias holds exact ties (to even, up and down), a
+    subnormal, NaN, both infinities, the largest floats (which round up to infinity) and values
+    that are not ties."""
+    one = 1.0
+    ties = [one + 2.0**-8, one + 3 * 2.0**-8, -(one + 2.0**-8), 2.0**-130 * 3]
+    specials = [float("nan"), float("inf"), -float("inf"), 3.4028234663852886e38, -3.4028234663852886e38]
+    plain = torch.randn(40, generator=torch.Generator().manual_seed(5)).tolist()
+    bias = torch.tensor((ties + specials + plain) * 2, dtype=torch.float32)
+    out_f, in_f, n = bias.numel(), 24, 19
+    W = build_weight(out_f, in_f, 0.5, seed=6)
+    plan = runners.kernel_plan(W.raw_args(), W.transposed(), keep_prepared=True)
+    X = torch.zeros(n, in_f, dtype=torch.bfloat16)
+    (y,) = _run(plan, u, W, X, X, bias, 2, torch.bfloat16)
+    want = bias.to(torch.bfloat16).expand(n, out_f)
+    # A NaN stays a NaN (torch itself writes 0x7FC0 or, vectorised, 0xFFFF); the rest bit for bit.
+    nan = want.isnan()
+    assert torch.equal(y.isnan(), nan)
+    assert torch.equal(_bits(y)[~nan], _bits(want)[~nan])
 
 
 def test_bf16_lines_are_listed_apart_and_each_mirrors_a_float32_line():

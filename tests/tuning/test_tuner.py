@@ -217,11 +217,13 @@ def test_budget_bounds_the_race():
 
 def test_deadline_stops_rounds_and_duel_but_not_round_one():
     clock = FakeClock()
-    cands = [fake(clock, f"c{i}", (i,), 0.1) for i in range(4)]  # equal, never cut
+    cands = [fake(clock, f"c{i}", (i,), 0.1) for i in range(4)]  # equal, never cut by time
     res = race.race(cands, check_equals_one, clock=clock, budget_s=10.0, deadline=0.5)
-    # warm-ups and round 1 (0.8 s) run although the deadline is at 0.5; then nothing more
-    assert all(res.samples[f"c{i}"] == 1 for i in range(4))
-    assert clock.t == pytest.approx(0.8)
+    # The warm-ups (0.4 s) leave 0.1 s: round 1 runs anyway, for FIRST_ROUND_MIN of the four
+    # only (the fastest warm-ups; these are equal); then nothing more.
+    assert race.FIRST_ROUND_MIN == 3
+    assert sorted(res.samples.values()) == [0, 1, 1, 1] and len(res.cut) == 1 and res.samples[res.cut[0]] == 0
+    assert clock.t == pytest.approx(0.7)
     # A deadline between rounds: round 2 (4 x 2 x 0.1) would overrun it, so the race stops there,
     # and the close finish's duel fits only what is left (two runs per duel step).
     clock = FakeClock()
@@ -230,6 +232,25 @@ def test_deadline_stops_rounds_and_duel_but_not_round_one():
     assert res.samples["c2"] == res.samples["c3"] == 1
     assert res.samples["c0"] == res.samples["c1"] == 3  # round 1 + a duel of two steps (0.8 + 0.4)
     assert clock.t <= 1.25 + 1e-9
+
+
+def test_a_first_round_the_deadline_cannot_afford_runs_the_fastest_warm_ups():
+    """25 candidates of 4-50 ms against a 0.5 s deadline (a large layer at one batch row): after
+    the warm-ups, the first round runs the fastest by their warm-up while the time left affords
+    them (at least FIRST_ROUND_MIN); the best one is among them and the race ends near the
+    deadline instead of at twice the warm-ups' time."""
+    clock, calls = FakeClock(), {}
+    costs = [0.004 + 0.002 * i for i in range(25)]  # 4 .. 52 ms
+    order = list(range(25))
+    random.Random(3).shuffle(order)
+    cands = [fake(clock, f"k{i}", (1, i), costs[i], calls=calls) for i in order]
+    res = race.race(cands, check_equals_one, clock=clock, budget_s=0.25, deadline=0.8)
+    warm_ups = sum(costs)  # 0.7 s: 0.1 s left, which affords the eight fastest (88 ms)
+    timed = sorted((n for n, k in res.samples.items() if k > 0), key=lambda n: int(n[1:]))
+    assert timed == [f"k{i}" for i in range(8)]
+    assert res.winner == "k0"
+    assert clock.t <= warm_ups + 0.1 + 1e-9  # round 1 fit; nothing more ran past the deadline
+    assert all(calls[f"k{i}"] == 1 for i in range(8, 25))  # the rest ran their warm-up only
 
 
 def test_all_rejected_raises():
@@ -1110,9 +1131,12 @@ def _tune_many_tiles(monkeypatch, first_race_max, first_round_share=math.inf):
 
 def test_a_screened_key_races_few_enough_first_to_reach_its_second_point(monkeypatch):
     """Every candidate of a large key passing the screen made the first race use the whole
-    deadline: the second point was skipped and the choice was made at the timed N."""
+    deadline: the second point was skipped and the choice was made at the timed N. The tuner's
+    cap (FIRST_RACE_MAX, each form's fastest first) and the race's first-round cut both prevent it."""
+    # Without the cap the race's own first-round cut (race.FIRST_ROUND_MIN) now keeps the first
+    # race within what the deadline leaves: the second point is reached all the same.
     e = _tune_many_tiles(monkeypatch, first_race_max=10**6)
-    assert "second_point_skipped" in e and e["variant"].startswith("avx2_tile")
+    assert "second_point_skipped" not in e and e["variant"] == "avx2_bm"
     e = _tune_many_tiles(monkeypatch, first_race_max=10)
     assert len(e["medians"]) <= 10 and "avx2_bm" in e["medians"]  # each form's fastest races
     assert "second_point_skipped" not in e and e["n_second"] > 128

@@ -28,6 +28,8 @@
 // per class: that saves the separate pass over dY that dY.sum(0) is.
 #pragma once
 #include "../isa_namespace.h"
+#include <type_traits>
+
 #include "../block_major.h"
 #include "../column_sums.h"
 #include "../kernel_api.h"
@@ -226,7 +228,7 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
               fwd_lines_piece<T>(V{}, st, buf, i0, gn, b0, nbatch, r0, q0, stream);
         } else {
           for (int r0 = 0; r0 < gn; r0 += 8)
-            fwd_tiled_store_as<T, Act>(st, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nbatch);
+            fwd_tiled_store<T, Act>(st, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nbatch);
         }
       }
     }

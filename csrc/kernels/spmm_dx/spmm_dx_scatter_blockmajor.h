@@ -72,7 +72,7 @@ void dx_scatter_blockmajor(const DxArgs<Idx>& a) {
       }
     }
     for (int j = 0; j < width; j += 8)
-      fwd_tiled_store_as<T, Act>(st, acc + j, j0 + j, int(min64(8, width - j)), b0, nbatch);
+      fwd_tiled_store<T, Act>(st, acc + j, j0 + j, int(min64(8, width - j)), b0, nbatch);
   });
 }
 

@@ -89,8 +89,7 @@ void fwd_blockmajor(const FwdArgs<Idx>& a) {
           col += m;
         }
       }
-      for (int r0 = 0; r0 < gn; r0 += 8)
-        fwd_tiled_store_as<T, Act>(a, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nb);
+      for (int r0 = 0; r0 < gn; r0 += 8) fwd_tiled_store<T, Act>(a, buf + r0, i0 + r0, int(min64(8, gn - r0)), b0, nb);
     }
   });
 }

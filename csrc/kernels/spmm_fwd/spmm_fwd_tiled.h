@@ -9,8 +9,6 @@
 // through 8x8 transposes.
 #pragma once
 #include "../isa_namespace.h"
-#include <type_traits>
-
 #include "../../common/bf16.h"
 #include "../../common/parallel.h"
 #include "../kernel_api.h"
@@ -45,42 +43,20 @@ size_t fwd_tiled_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int th
 }
 
 // Writes buf[r][q] (r < g rows of W starting at i0, q < nb batch rows) to
-// y[(b0 + q) * ldy + i0 + r], plus bias.
-template <int T, typename Idx>
+// y[(b0 + q) * ldy + i0 + r], plus bias. Act: Y's element, float or Bf16 (a bfloat16 variant's
+// FwdArgs::y, kernel_api.h: the same sums plus bias, rounded).
+template <int T, typename Act = float, typename Idx>
 void fwd_tiled_store(const FwdArgs<Idx>& a, const float (*buf)[T], int64_t i0, int g, int64_t b0, int nb) {
+  Act* y = reinterpret_cast<Act*>(a.y);
   for (int q0 = 0; q0 < nb; q0 += 8) {
     if (g == 8 && q0 + 8 <= nb) {
-      transpose_block8_bias(buf[0] + q0, T, a.bias ? a.bias + i0 : nullptr, a.y + (b0 + q0) * a.ldy + i0, a.ldy);
+      transpose_block8_bias(buf[0] + q0, T, a.bias ? a.bias + i0 : nullptr, y + (b0 + q0) * a.ldy + i0, a.ldy);
     } else {
       for (int q = q0; q < nb && q < q0 + 8; ++q)
-        for (int r = 0; r < g; ++r) a.y[(b0 + q) * a.ldy + i0 + r] = buf[r][q] + (a.bias ? a.bias[i0 + r] : 0.0f);
+        for (int r = 0; r < g; ++r)
+          y[(b0 + q) * a.ldy + i0 + r] = from_float<Act>(buf[r][q] + (a.bias ? a.bias[i0 + r] : 0.0f));
     }
   }
-}
-
-// fwd_tiled_store into a bfloat16 Y (a bfloat16 variant's FwdArgs::y, kernel_api.h): the same
-// sums plus bias, rounded.
-template <int T, typename Idx>
-void fwd_tiled_store_bf16(const FwdArgs<Idx>& a, const float (*buf)[T], int64_t i0, int g, int64_t b0, int nb) {
-  Bf16* y = reinterpret_cast<Bf16*>(a.y);
-  for (int q0 = 0; q0 < nb; q0 += 8) {
-    if (g == 8 && q0 + 8 <= nb) {
-      transpose_block8_bias_to_bf16(buf[0] + q0, T, a.bias ? a.bias + i0 : nullptr, y + (b0 + q0) * a.ldy + i0, a.ldy);
-      continue;
-    }
-    for (int q = q0; q < nb && q < q0 + 8; ++q)
-      for (int r = 0; r < g; ++r)
-        y[(b0 + q) * a.ldy + i0 + r] = float_to_bf16(buf[r][q] + (a.bias ? a.bias[i0 + r] : 0.0f));
-  }
-}
-
-// fwd_tiled_store for a variant whose activations are Act: float or Bf16.
-template <int T, typename Act, typename Idx>
-void fwd_tiled_store_as(const FwdArgs<Idx>& a, const float (*buf)[T], int64_t i0, int g, int64_t b0, int nb) {
-  if constexpr (std::is_same_v<Act, Bf16>)
-    fwd_tiled_store_bf16<T>(a, buf, i0, g, b0, nb);
-  else
-    fwd_tiled_store<T>(a, buf, i0, g, b0, nb);
 }
 
 // Runs rows(P, i_lo, i_hi, b0, nb) for rows [i_lo, i_hi) of W on batch rows [b0, b0 + nb),

@@ -53,7 +53,7 @@ inline void transpose_block8(const float* src, int64_t lds, float* dst, int64_t 
 }
 
 // transpose_block8 from bfloat16 rows: dst[j * ldd + b] = src[b * lds + j] widened.
-inline void transpose_block8_from_bf16(const Bf16* src, int64_t lds, float* dst, int64_t ldd) {
+inline void transpose_block8(const Bf16* src, int64_t lds, float* dst, int64_t ldd) {
   __m256 r0 = bf16x8_load(src + 0 * lds), r1 = bf16x8_load(src + 1 * lds);
   __m256 r2 = bf16x8_load(src + 2 * lds), r3 = bf16x8_load(src + 3 * lds);
   __m256 r4 = bf16x8_load(src + 4 * lds), r5 = bf16x8_load(src + 5 * lds);
@@ -70,7 +70,7 @@ inline void transpose_block8_from_bf16(const Bf16* src, int64_t lds, float* dst,
 }
 
 // transpose_block8_bias below, rounded to bfloat16 rows.
-inline void transpose_block8_bias_to_bf16(const float* src, int64_t lds, const float* bias, Bf16* dst, int64_t ldd) {
+inline void transpose_block8_bias(const float* src, int64_t lds, const float* bias, Bf16* dst, int64_t ldd) {
   __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
   __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
   __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);

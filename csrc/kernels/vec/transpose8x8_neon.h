@@ -60,7 +60,7 @@ inline void bf16x4_store(Bf16* p, float32x4_t v) {
 }
 
 // transpose_block8 from bfloat16 rows: dst[j * ldd + b] = src[b * lds + j] widened.
-inline void transpose_block8_from_bf16(const Bf16* src, int64_t lds, float* dst, int64_t ldd) {
+inline void transpose_block8(const Bf16* src, int64_t lds, float* dst, int64_t ldd) {
   alignas(16) float rows[8][8];
   for (int b = 0; b < 8; ++b) {
     vst1q_f32(rows[b], bf16x4_load(src + b * lds));
@@ -70,7 +70,7 @@ inline void transpose_block8_from_bf16(const Bf16* src, int64_t lds, float* dst,
 }
 
 // transpose_block8_bias, rounded to bfloat16 rows.
-inline void transpose_block8_bias_to_bf16(const float* src, int64_t lds, const float* bias, Bf16* dst, int64_t ldd) {
+inline void transpose_block8_bias(const float* src, int64_t lds, const float* bias, Bf16* dst, int64_t ldd) {
   alignas(16) float rows[8][8];
   transpose_block8_bias(src, lds, bias, rows[0], 8);
   for (int q = 0; q < 8; ++q) {

@@ -22,7 +22,6 @@ struct VecAvx2 {
   static void store(float* p, reg v) { _mm256_storeu_ps(p, v); }
   static reg bcast(const float* p) { return _mm256_broadcast_ss(p); }
   static reg load_bf16(const Bf16* p) { return bf16x8_load(p); }  // bf16_x86.h
-  static void store_bf16(Bf16* p, reg v) { bf16x8_store(p, v); }
   static reg fmadd(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
   static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
   static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }

@@ -610,7 +610,8 @@ void check_case(const CaseSpec& s) {
 
 // ---- bfloat16 lines: bitwise their float32 twin's result on the widened operands, rounded ----
 
-// The float32 line of the same op, ISA, form (without "_bf16") and tiles.
+// The float32 line of the same op, ISA, form (without "_bf16") and tiles: registry.bf16_twin's
+// rule on a CPU without streamed forms (NEON has none).
 const NcVariant* twin_of(const NcVariant& u) {
   const std::string& f = u.v->form;
   const std::string form = f.size() > 5 ? f.substr(0, f.size() - 5) : f;
