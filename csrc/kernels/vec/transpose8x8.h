@@ -35,75 +35,30 @@ inline void transpose8x8(__m256& r0, __m256& r1, __m256& r2, __m256& r3, __m256&
   r7 = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-// dst[j * ldd + b] = src[b * lds + j] for an 8 x 8 block.
-inline void transpose_block8(const float* src, int64_t lds, float* dst, int64_t ldd) {
-  __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
-  __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
-  __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
-  __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
-  transpose8x8(r0, r1, r2, r3, r4, r5, r6, r7);
-  _mm256_storeu_ps(dst + 0 * ldd, r0);
-  _mm256_storeu_ps(dst + 1 * ldd, r1);
-  _mm256_storeu_ps(dst + 2 * ldd, r2);
-  _mm256_storeu_ps(dst + 3 * ldd, r3);
-  _mm256_storeu_ps(dst + 4 * ldd, r4);
-  _mm256_storeu_ps(dst + 5 * ldd, r5);
-  _mm256_storeu_ps(dst + 6 * ldd, r6);
-  _mm256_storeu_ps(dst + 7 * ldd, r7);
-}
+// 8 floats of a row, float or bfloat16 (widened, bf16_x86.h), and stored as either.
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const Bf16* p) { return bf16x8_load(p); }
+inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+inline void store8(Bf16* p, __m256 v) { bf16x8_store(p, v); }
 
-// transpose_block8 from bfloat16 rows: dst[j * ldd + b] = src[b * lds + j] widened.
-inline void transpose_block8(const Bf16* src, int64_t lds, float* dst, int64_t ldd) {
-  __m256 r0 = bf16x8_load(src + 0 * lds), r1 = bf16x8_load(src + 1 * lds);
-  __m256 r2 = bf16x8_load(src + 2 * lds), r3 = bf16x8_load(src + 3 * lds);
-  __m256 r4 = bf16x8_load(src + 4 * lds), r5 = bf16x8_load(src + 5 * lds);
-  __m256 r6 = bf16x8_load(src + 6 * lds), r7 = bf16x8_load(src + 7 * lds);
-  transpose8x8(r0, r1, r2, r3, r4, r5, r6, r7);
-  _mm256_storeu_ps(dst + 0 * ldd, r0);
-  _mm256_storeu_ps(dst + 1 * ldd, r1);
-  _mm256_storeu_ps(dst + 2 * ldd, r2);
-  _mm256_storeu_ps(dst + 3 * ldd, r3);
-  _mm256_storeu_ps(dst + 4 * ldd, r4);
-  _mm256_storeu_ps(dst + 5 * ldd, r5);
-  _mm256_storeu_ps(dst + 6 * ldd, r6);
-  _mm256_storeu_ps(dst + 7 * ldd, r7);
-}
-
-// transpose_block8_bias below, rounded to bfloat16 rows.
-inline void transpose_block8_bias(const float* src, int64_t lds, const float* bias, Bf16* dst, int64_t ldd) {
-  __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
-  __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
-  __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
-  __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
-  transpose8x8(r0, r1, r2, r3, r4, r5, r6, r7);
-  const __m256 bv = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
-  bf16x8_store(dst + 0 * ldd, _mm256_add_ps(r0, bv));
-  bf16x8_store(dst + 1 * ldd, _mm256_add_ps(r1, bv));
-  bf16x8_store(dst + 2 * ldd, _mm256_add_ps(r2, bv));
-  bf16x8_store(dst + 3 * ldd, _mm256_add_ps(r3, bv));
-  bf16x8_store(dst + 4 * ldd, _mm256_add_ps(r4, bv));
-  bf16x8_store(dst + 5 * ldd, _mm256_add_ps(r5, bv));
-  bf16x8_store(dst + 6 * ldd, _mm256_add_ps(r6, bv));
-  bf16x8_store(dst + 7 * ldd, _mm256_add_ps(r7, bv));
+// dst[j * ldd + b] = src[b * lds + j] for an 8 x 8 block; src is float or Bf16.
+template <typename S>
+inline void transpose_block8(const S* src, int64_t lds, float* dst, int64_t ldd) {
+  __m256 r[8];
+  for (int b = 0; b < 8; ++b) r[b] = load8(src + b * lds);
+  transpose8x8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+  for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + j * ldd, r[j]);
 }
 
 // dst[q * ldd + r] = src[r * lds + q] + bias[r] (bias may be null) for an 8 x 8 block:
-// 8 rows of a tile buffer written back row-major.
-inline void transpose_block8_bias(const float* src, int64_t lds, const float* bias, float* dst, int64_t ldd) {
-  __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
-  __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
-  __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
-  __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
-  transpose8x8(r0, r1, r2, r3, r4, r5, r6, r7);
+// 8 rows of a tile buffer written back row-major, as float or rounded to Bf16.
+template <typename D>
+inline void transpose_block8_bias(const float* src, int64_t lds, const float* bias, D* dst, int64_t ldd) {
+  __m256 r[8];
+  for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(src + k * lds);
+  transpose8x8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
   const __m256 bv = bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps();
-  _mm256_storeu_ps(dst + 0 * ldd, _mm256_add_ps(r0, bv));
-  _mm256_storeu_ps(dst + 1 * ldd, _mm256_add_ps(r1, bv));
-  _mm256_storeu_ps(dst + 2 * ldd, _mm256_add_ps(r2, bv));
-  _mm256_storeu_ps(dst + 3 * ldd, _mm256_add_ps(r3, bv));
-  _mm256_storeu_ps(dst + 4 * ldd, _mm256_add_ps(r4, bv));
-  _mm256_storeu_ps(dst + 5 * ldd, _mm256_add_ps(r5, bv));
-  _mm256_storeu_ps(dst + 6 * ldd, _mm256_add_ps(r6, bv));
-  _mm256_storeu_ps(dst + 7 * ldd, _mm256_add_ps(r7, bv));
+  for (int q = 0; q < 8; ++q) store8(dst + q * ldd, _mm256_add_ps(r[q], bv));
 }
 
 }  // namespace
