@@ -158,18 +158,14 @@ struct block_major : BlockMajorPrepared<CB, G> {
   }
 };
 
-// The same kernel on bfloat16 activations (x and dy); dW is float.
+// The same kernel on bfloat16 activations (x and dy); dW is float (tiles, scratch and prepared
+// data are block_major's).
 template <class V, int T, int CB, int G>
-struct block_major_bf16 : BlockMajorPrepared<CB, G> {
-  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
-  static constexpr const char kParams[] = "T,CB,G";
+struct block_major_bf16 : block_major<V, T, CB, G> {
   static constexpr const char kDtype[] = "bfloat16";
   template <typename Idx>
   static void run(const DwArgs<Idx>& a) {
     dw_blockmajor<V, T, CB, G, DwSlotRun4, Bf16>(a);
-  }
-  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
-    return dw_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
   }
 };
 

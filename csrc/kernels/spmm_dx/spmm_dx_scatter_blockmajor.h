@@ -93,18 +93,14 @@ struct scatter_block_major : BlockMajorPrepared<CB, G> {
   }
 };
 
-// The same kernel on bfloat16 activations (dy read, dx written).
+// The same kernel on bfloat16 activations (dy read, dx written; tiles, scratch and prepared data
+// are scatter_block_major's).
 template <class V, int T, int CB, int G>
-struct scatter_block_major_bf16 : BlockMajorPrepared<CB, G> {
-  static_assert(T % V::W == 0, "a batch tile is a whole number of vectors");
-  static constexpr const char kParams[] = "T,CB,G";
+struct scatter_block_major_bf16 : scatter_block_major<V, T, CB, G> {
   static constexpr const char kDtype[] = "bfloat16";
   template <typename Idx>
   static void run(const DxArgs<Idx>& a) {
     dx_scatter_blockmajor<V, T, CB, G, Bf16>(a);
-  }
-  static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
-    return dx_scatter_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
   }
 };
 
