@@ -21,7 +21,7 @@ Pure logic over callables (no registry, no torch), so it is tested with fakes an
    warm-ups included). The first round always runs, but where its estimate (the warm-ups' times)
    overruns the deadline it runs only the fastest FIRST_ROUND_MIN by their warm-ups and any
    more the time left affords; the rest are cut (a large layer at one batch row, where no check
-   part screens the field: 25 candidates of 4-50 ms each took 1.2 s against a 0.5 s deadline).
+   part screens a field of many candidates that each cost a noticeable share of the deadline).
 4. Close finish: if the budget ended the race and the two best survivors' medians are within
    ``close_band``, they run a duel of up to ``duel_reps`` more interleaved runs each (at most
    ``budget_s`` more time, and not past ``deadline``), so a choice between near-equal kernels
