@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -305,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     except BenchDataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader closed stdout (`| head`): stop quietly, as Unix tools do. Point stdout at
+        # /dev/null so the interpreter's own flush at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

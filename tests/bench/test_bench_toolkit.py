@@ -454,3 +454,32 @@ def test_compare_calls_a_head_within_the_baselines_own_runs_the_same(tmp_path):
     # The same head against one run alone (no band) is called slower.
     head = write_results(tmp_path / "head.json", [bench("test_k[a]", 1.4e-3, seed=7)])
     assert compare_files(runs[2], head).rows.iloc[0]["verdict"] == "slower"
+
+
+def test_a_reader_closing_the_pipe_ends_the_cli_quietly(tmp_path):
+    """`sparselab-bench compare ... | head -n 1` (the CI smoke does this): the rest of a long
+    output meets a closed pipe, which must end the command without a traceback."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from sparselab_bench import cli
+        def long_output(args):
+            for k in range(200000):
+                print(f"row {k} of a long comparison table")
+            return 0
+        cli.COMMANDS["compare"] = long_output
+        sys.exit(cli.main(["compare"]))
+        """
+    )
+    src = tmp_path / "long_output.py"
+    src.write_text(script)
+    bench_dir = Path(__file__).resolve().parents[2] / "bench"
+    done = subprocess.run(
+        f"PYTHONPATH={bench_dir} {sys.executable} {src} | head -n 1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout == "row 0 of a long comparison table\n"
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
