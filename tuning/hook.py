@@ -69,10 +69,11 @@ def _worth_retuning(key, entry: dict) -> bool:
 
 
 def store(cache, key, entry: dict) -> dict:
-    """Put ``entry`` unless it is provisional and the table holds a trusted one for ``key``;
-    the entry the table then holds."""
+    """Put ``entry`` unless it is provisional and the table holds a trusted one for ``key`` that
+    runs here; the entry the table then holds."""
     old = cache.get(key)
-    if entry.get("provisional") and old is not None and not old.get("provisional"):
+    usable = old is not None and wisdom.runs_here(key, old["variant"])  # an edited entry may not fit the key
+    if entry.get("provisional") and usable and not old.get("provisional"):
         return old
     cache.put(key, entry)
     return entry

@@ -203,7 +203,7 @@ def _consult_block(op: str, out_features: int, in_features: int, n: int, density
     key = make_key(op, out_features, in_features, n, density, threads, block=block)
     entry = _entry_for(key, (out_features, in_features, n, density), mode)
     if entry is None or registry.get(op, entry["variant"]).block != block:
-        return prior.name  # an edited table's variant of another block shape would misread W
+        return prior.name  # a variant of another block shape would misread W
     return entry["variant"]
 
 

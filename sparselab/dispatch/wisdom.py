@@ -319,18 +319,19 @@ def lookup(key) -> dict | None:
     mine, shipped = get_cache().get(key), system_wisdom.get(key)
     order = (shipped, mine) if mine is not None and mine.get("provisional") else (mine, shipped)
     for found in order:
-        if found is not None and _runs_here(key.op, found["variant"], key.dtype):
+        if found is not None and runs_here(key, found["variant"]):
             return found
     return None
 
 
-def _runs_here(op: str, name: str, dtype: str) -> bool:
-    """Whether variant ``name`` runs here on the key's activations (an edited table's variant of
-    another dtype would misread them)."""
-    if op == registry.BACKWARD and name == registry.SEPARATE:
+def runs_here(key, name: str) -> bool:
+    """Whether variant ``name`` runs here on the key's operands: an edited table's variant of
+    another dtype or block shape would misread them, so such an entry counts as missing (and is
+    measured again where tuning is on)."""
+    if key.op == registry.BACKWARD and name == registry.SEPARATE:
         return True
     try:
-        v = registry.get(op, name)
+        v = registry.get(key.op, name)
     except ValueError:  # a name this build does not have
         return False
-    return v.available and (v.is_dense or v.dtype == dtype)
+    return v.available and (v.is_dense or (v.dtype == key.dtype and v.block == tuple(key.block)))

@@ -139,14 +139,24 @@ def test_one_off_call_with_a_shape_no_kernel_takes_runs_on_torch(wisdom):
 
 
 def test_a_table_entry_for_another_block_shape_is_not_run(wisdom, monkeypatch):
-    """A hand-edited table naming a variant of another block shape would misread W: the rule runs."""
+    """A hand-edited table naming a variant of another block shape would misread W: the entry
+    counts as missing, so the key is measured again and the new entry replaces it."""
     wrong = next(v.name for v in kernels.variants("block_spmm_fwd", available_only=True) if v.block == (8, 1))
-    wisdom.put(make_key("block_spmm_fwd", OUT_F, IN_F, N, 0.25, 1, block=BLOCK), {"variant": wrong, "median_s": 1e-4})
+    key = make_key("block_spmm_fwd", OUT_F, IN_F, N, 0.25, 1, block=BLOCK)
+    wisdom.put(key, {"variant": wrong, "median_s": 1e-4})
     planner.invalidate()
     ran = _spy(monkeypatch)
     layer = BlockSparseLinear(IN_F, OUT_F, sparsity=SPARSITY, block=BLOCK)
     x = torch.randn(N, IN_F)
     with torch.no_grad():
         y = layer(x)
-    assert ran["block_spmm_fwd"] == rules.block_variant("block_spmm_fwd", BLOCK, N).name
+    assert kernels.get("block_spmm_fwd", ran["block_spmm_fwd"]).block == BLOCK
+    assert wisdom.get(key)["variant"] == ran["block_spmm_fwd"] != wrong
     torch.testing.assert_close(y, x @ layer.weight.to_dense().T + layer.bias, rtol=1e-5, atol=1e-5)
+    # With tuning off the rule runs, not the wrong entry.
+    wisdom.put(key, {"variant": wrong, "median_s": 1e-4})
+    with settings.mode("off"):
+        assert (
+            planner.plan("block_spmm_fwd", OUT_F, IN_F, N, 0.25, 1, block=BLOCK).name
+            == rules.block_variant("block_spmm_fwd", BLOCK, N).name
+        )
