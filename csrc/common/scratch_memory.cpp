@@ -20,7 +20,7 @@ ScratchBlock scratch_allocate(size_t bytes) {
     void* base = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) throw std::bad_alloc();
     auto* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHuge - 1) & ~uintptr_t(kHuge - 1));
-    madvise(aligned, bytes, MADV_HUGEPAGE);  // a hint; ignored where THP is off
+    advise_huge_pages(aligned, bytes);
     b.data = reinterpret_cast<float*>(aligned);
     b.map_base = base;
     b.map_bytes = map_bytes;
@@ -42,6 +42,18 @@ void scratch_release(ScratchBlock& b) {
   std::free(b.data);
 #endif
   b = ScratchBlock{};
+}
+
+void advise_huge_pages(void* p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)p;
+  (void)bytes;
+#endif
 }
 
 }  // namespace sparselab

@@ -21,4 +21,9 @@ struct ScratchBlock {
 ScratchBlock scratch_allocate(size_t bytes);
 void scratch_release(ScratchBlock& block);
 
+// Asks for transparent huge pages over the whole 2 MB pages inside [p, p + bytes): for memory
+// not yet touched, such as a block glibc has just mapped. A hint: nothing happens where THP is
+// off or the range holds no whole 2 MB page.
+void advise_huge_pages(void* p, size_t bytes);
+
 }  // namespace sparselab
