@@ -8,6 +8,7 @@
 | ``SPARSELAB_CACHE_DIR`` | folder of the tuning table (the wisdom) | a path | see below |
 | ``SPARSELAB_SCRATCH_KEEP_MB`` | kernel scratch kept between calls, per calling thread (read by the extension) | a whole number in ``[0, 1048576]`` | ``4`` |
 | ``SPARSELAB_SYSTEM_WISDOM`` | whether the tuning tables shipped for known CPU classes are consulted (:mod:`sparselab.dispatch.system_wisdom`) | ``on``, ``off`` | ``on`` |
+| ``SPARSELAB_HUGE_PAGES`` | whether outputs of 32 MiB or more are advised for transparent huge pages (:mod:`sparselab.dispatch.outputs`) | ``on``, ``off`` | ``on`` |
 | ``SPARSELAB_MAX_ISA`` | the widest instruction set whose kernels may run, as oneDNN's ``ONEDNN_MAX_CPU_ISA`` (part of the tuning table's key) | ``scalar``, ``avx2``, ``avx512``, ``neon`` | the CPU's widest |
 
 The tuning table lives in ``$SPARSELAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/sparselab``, else
@@ -44,6 +45,7 @@ __all__ = [
     "cache_dir",
     "max_isa",
     "system_wisdom",
+    "huge_pages",
     "scratch_keep_mb",
     "check_scratch_keep_mb",
 ]
@@ -57,6 +59,7 @@ ENV_CACHE_DIR = "SPARSELAB_CACHE_DIR"
 SCRATCH_KEEP_MB = "SPARSELAB_SCRATCH_KEEP_MB"
 ENV_MAX_ISA = "SPARSELAB_MAX_ISA"
 ENV_SYSTEM_WISDOM = "SPARSELAB_SYSTEM_WISDOM"
+ENV_HUGE_PAGES = "SPARSELAB_HUGE_PAGES"
 ISAS = ("scalar", "avx2", "avx512", "neon")
 
 MODES = ("on", "off", "force")
@@ -199,6 +202,15 @@ def system_wisdom() -> bool:
     """Whether shipped tuning tables are consulted: ``$SPARSELAB_SYSTEM_WISDOM`` (read once, at
     import), ``on`` unless ``off``."""
     return _system_wisdom
+
+
+_huge_pages = env_choice(ENV_HUGE_PAGES, ("on", "off"), "on") == "on"
+
+
+def huge_pages() -> bool:
+    """Whether large kernel outputs are advised for transparent huge pages:
+    ``$SPARSELAB_HUGE_PAGES`` (read once, at import), ``on`` unless ``off``."""
+    return _huge_pages
 
 
 def tuning_deadline_s() -> float:

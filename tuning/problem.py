@@ -34,6 +34,7 @@ import torch
 
 from sparselab import ops
 from sparselab.dispatch import registry, rules, wisdom
+from sparselab.dispatch.outputs import new_output
 from sparselab.dispatch.registry import SEPARATE
 from sparselab.dispatch.runners import kernel_plan
 from sparselab.storage import PaddedCSR, index_dtype_for
@@ -223,7 +224,7 @@ class Problem:
         if self.key.op == "spmm_fwd":
 
             def fwd():
-                Y = torch.empty(n, out_f, dtype=torch.float32, device="cpu")
+                Y = new_output(n, out_f, torch.float32)
                 plan.spmm_fwd(v.id, n, X.data_ptr(), in_f, bias.data_ptr(), Y.data_ptr(), out_f, t)
                 return Y
 
@@ -231,7 +232,7 @@ class Problem:
         if self.key.op == "spmm_dx":
 
             def dx():
-                dX = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
+                dX = new_output(n, in_f, torch.float32)
                 plan.spmm_dx(v.id, n, dY.data_ptr(), out_f, dX.data_ptr(), in_f, t)
                 return dX
 
@@ -268,7 +269,7 @@ class Problem:
             def dx():
                 if plan is None or vx.is_dense:
                     return ops.spmm_dx(W, dY, variant=vx.name, threads=t)
-                out = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
+                out = new_output(n, in_f, torch.float32)
                 plan.spmm_dx(vx.id, n, dY.data_ptr(), out_f, out.data_ptr(), in_f, t)
                 return out
 
@@ -285,7 +286,7 @@ class Problem:
             return self.one_off_runner(variant)
 
         def fused():
-            dX = torch.empty(n, in_f, dtype=torch.float32, device="cpu")
+            dX = new_output(n, in_f, torch.float32)
             dW = torch.empty(W.capacity, dtype=torch.float32, device="cpu")
             db = torch.empty(out_f, dtype=torch.float32, device="cpu")
             plan.backward_fused(

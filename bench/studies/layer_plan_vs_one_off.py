@@ -21,6 +21,7 @@ import torch
 
 from sparselab import _C, PaddedCSR, kernels
 from sparselab.dispatch import runners
+from sparselab.dispatch.outputs import new_output
 from sparselab.dispatch.runners import leading_dim as _ld
 from sparselab.storage import index_bits as _bits
 
@@ -43,7 +44,7 @@ def calls(op: str, v, W: PaddedCSR, n: int, threads: int):
         W.values.mul_(-1.0)
 
     if op == "spmm_fwd":
-        Y = torch.empty(n, out_f)
+        Y = new_output(n, out_f, torch.float32)
         keep.append(Y)
         args = (n, X.data_ptr(), _ld(X), bias.data_ptr(), Y.data_ptr(), out_f, threads)
         return (
@@ -51,7 +52,7 @@ def calls(op: str, v, W: PaddedCSR, n: int, threads: int):
             lambda: (step(), plan.spmm_fwd(v.id, *args)),
         )
     if op == "spmm_dx":
-        dX = torch.empty(n, in_f)
+        dX = new_output(n, in_f, torch.float32)
         keep.append(dX)
         args = (n, dY.data_ptr(), _ld(dY), dX.data_ptr(), in_f, threads)
         return (

@@ -15,12 +15,12 @@ ScratchBlock scratch_allocate(size_t bytes) {
   bytes = (bytes + 63) / 64 * 64;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (bytes >= kLargeScratchBytes) {
-    constexpr size_t kHuge = size_t(2) << 20;
-    const size_t map_bytes = bytes + kHuge;
+    const size_t map_bytes = bytes + kHugePageBytes;
     void* base = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) throw std::bad_alloc();
-    auto* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHuge - 1) & ~uintptr_t(kHuge - 1));
-    advise_huge_pages(aligned, bytes);
+    auto* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHugePageBytes - 1) &
+                                            ~uintptr_t(kHugePageBytes - 1));
+    madvise(aligned, bytes, MADV_HUGEPAGE);  // the mapping is ours, its last partial huge page too
     b.data = reinterpret_cast<float*>(aligned);
     b.map_base = base;
     b.map_bytes = map_bytes;
@@ -46,7 +46,7 @@ void scratch_release(ScratchBlock& b) {
 
 void advise_huge_pages(void* p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  constexpr uintptr_t kHuge = kHugePageBytes;
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
   const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);

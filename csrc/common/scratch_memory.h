@@ -10,6 +10,7 @@
 namespace sparselab {
 
 constexpr size_t kLargeScratchBytes = size_t(32) << 20;
+constexpr size_t kHugePageBytes = size_t(2) << 20;  // a transparent huge page over 4 KiB base pages
 
 struct ScratchBlock {
   float* data = nullptr;     // 64-byte aligned
@@ -21,9 +22,10 @@ struct ScratchBlock {
 ScratchBlock scratch_allocate(size_t bytes);
 void scratch_release(ScratchBlock& block);
 
-// Asks for transparent huge pages over the whole 2 MB pages inside [p, p + bytes): for memory
-// not yet touched, such as a block glibc has just mapped. A hint: nothing happens where THP is
-// off or the range holds no whole 2 MB page.
+// Asks for transparent huge pages over the whole 2 MB pages inside [p, p + bytes) (madvise
+// MADV_HUGEPAGE, which splits the mapping at those bounds): for memory not yet touched, such as
+// a block glibc has just mapped. No system call where the range holds no whole 2 MB page; where
+// THP is off the flag is set but no huge page is used.
 void advise_huge_pages(void* p, size_t bytes);
 
 }  // namespace sparselab

@@ -1,23 +1,46 @@
 """Fresh memory for a kernel's activation-sized outputs (Y, dX).
 
-glibc maps a block of 32 MiB or more afresh on every allocation (its mmap threshold stops
-growing there), so every call's output is faulted in page by page as the kernel first writes it:
-about 15 ms per 32 MiB in 4 KiB pages against a few in 2 MiB ones. Such an output is therefore
-allocated and then advised for transparent huge pages before the kernel writes it, as the
-extension's own large scratch is. Smaller blocks come from glibc's heap, already faulted in, and
-are left alone.
+Under glibc's defaults a block of 32 MiB or more is mapped afresh on every allocation (the
+dynamic mmap threshold stops growing there), so every call's output is faulted in page by page
+as the kernel first writes it, in 4 KiB pages. Such an output is therefore advised for
+transparent huge pages before the kernel writes it, as the extension's own large scratch is
+(``csrc/common/scratch_memory.cpp``): 2 MiB pages fault in far fewer, cheaper steps.
+
+The hint is skipped where it would not find fresh memory: below 32 MiB (glibc serves those from
+its heap once it has freed one), and when glibc's mmap threshold is raised above the output by
+``MALLOC_MMAP_THRESHOLD_`` or ``GLIBC_TUNABLES`` (the heap then reuses freed blocks, which fault
+nothing, and advising heap memory would only split its mappings). ``SPARSELAB_HUGE_PAGES=off``
+turns it off.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
-from .. import _C
+from .. import _C, settings
 
 __all__ = ["HUGE_OUTPUT_BYTES", "new_output"]
 
 #: Outputs at least this large get the huge-page hint (glibc's largest dynamic mmap threshold).
 HUGE_OUTPUT_BYTES = 32 << 20
+
+
+def _glibc_mmap_threshold(environ=os.environ) -> int | None:
+    """glibc's mmap threshold as this process's environment set it at start-up, or None."""
+    raw = environ.get("MALLOC_MMAP_THRESHOLD_")
+    for item in environ.get("GLIBC_TUNABLES", "").replace(":", " ").split():
+        name, _, value = item.partition("=")
+        if name == "glibc.malloc.mmap_threshold":
+            raw = value
+    try:
+        return int(raw, 0) if raw else None
+    except ValueError:
+        return None
+
+
+_HEAP_BELOW = _glibc_mmap_threshold()
 
 
 def new_output(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
@@ -29,6 +52,7 @@ def new_output(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
         dtype: the element type.
     """
     out = torch.empty(rows, cols, dtype=dtype, device="cpu")
-    if out.nbytes >= HUGE_OUTPUT_BYTES:
-        _C.advise_huge_pages(out.data_ptr(), out.nbytes)
+    nbytes = out.nbytes
+    if nbytes >= HUGE_OUTPUT_BYTES and settings.huge_pages() and (_HEAP_BELOW is None or nbytes >= _HEAP_BELOW):
+        _C.advise_huge_pages(out.data_ptr(), nbytes)
     return out
