@@ -18,7 +18,7 @@ import torch
 from hypothesis import strategies as st
 
 from sparselab import PaddedCSR, kernels, ops
-from sparselab.dispatch import runners
+from sparselab.dispatch import outputs, runners
 
 EPS32 = torch.finfo(torch.float32).eps
 NAN = float("nan")
@@ -172,7 +172,8 @@ def assert_matches(got: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor, K:
 
 
 class _PoisonTorch:
-    """Stands in for ``torch`` inside ``sparselab.dispatch.runners``: ``empty`` returns
+    """Stands in for ``torch`` inside ``sparselab.dispatch.runners`` and ``.outputs`` (where Y
+    and dX are allocated): ``empty`` returns
     NaN-filled tensors, so an output element a kernel forgets to write shows
     up as NaN instead of whatever the allocator happened to return."""
 
@@ -192,7 +193,7 @@ class _PoisonTorch:
 @contextlib.contextmanager
 def poisoned_outputs():
     proxy = _PoisonTorch()
-    with mock.patch.object(runners, "torch", proxy):
+    with mock.patch.object(runners, "torch", proxy), mock.patch.object(outputs, "torch", proxy):
         yield proxy
 
 

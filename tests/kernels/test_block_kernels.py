@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sparselab import ops
-from sparselab.dispatch import block_runners, registry, rules
+from sparselab.dispatch import block_runners, outputs, registry, rules
 from sparselab.storage import BlockPaddedCSR
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -117,7 +117,8 @@ class _PoisonTorch:
 
 
 def _run(v, W, X, dY, bias, threads):
-    with mock.patch.object(block_runners, "torch", _PoisonTorch()):
+    poison = _PoisonTorch()  # Y and dX come from dispatch.outputs, dW from block_runners
+    with mock.patch.object(block_runners, "torch", poison), mock.patch.object(outputs, "torch", poison):
         if v.op == "block_spmm_fwd":
             return ops.spmm_fwd(W, X, bias, variant=v.name, threads=threads)
         if v.op == "block_spmm_dx":
