@@ -106,3 +106,17 @@ def test_max_isa_caps_the_registry_and_keys_the_table():
     widest = "avx512" if "avx512" in free.stdout.split("\n")[0] else "avx2"
     above = _python(code, SPARSELAB_MAX_ISA="neon" if widest == "avx512" else "avx512", SPARSELAB_TUNING="off")
     assert above.stdout.startswith("None") and "SPARSELAB_MAX_ISA" in above.stderr
+
+
+@pytest.mark.parametrize(
+    "raw, on, warns", [(None, True, False), ("off", False, False), ("on", True, False), ("0", True, True)]
+)
+def test_huge_pages_setting_from_the_environment(raw, on, warns):
+    """SPARSELAB_HUGE_PAGES: 'off' turns the output hint off; a bad value warns and keeps it on."""
+    environ = {"SPARSELAB_HUGE_PAGES": raw} if raw is not None else {}
+    if raw is None and "SPARSELAB_HUGE_PAGES" in os.environ:
+        pytest.skip("SPARSELAB_HUGE_PAGES is set in this environment")
+    done = _python("from sparselab import settings; print(settings.huge_pages())", **environ)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == str(on)
+    assert ("SPARSELAB_HUGE_PAGES" in done.stderr) == warns
