@@ -172,8 +172,8 @@ def assert_matches(got: torch.Tensor, ref: torch.Tensor, scale: torch.Tensor, K:
 
 
 class _PoisonTorch:
-    """Stands in for ``torch`` inside ``sparselab.dispatch.runners`` and ``.outputs`` (where Y
-    and dX are allocated): ``empty`` returns
+    """Stands in for ``torch`` inside ``sparselab.dispatch.runners`` (and its ``new_output``
+    for Y and dX): ``empty`` returns
     NaN-filled tensors, so an output element a kernel forgets to write shows
     up as NaN instead of whatever the allocator happened to return."""
 
@@ -189,11 +189,16 @@ class _PoisonTorch:
             size = tuple(size[0])
         return torch.full(size, NAN, dtype=dtype or torch.float32, **kw)
 
+    def new_output(self, *args, **kw):
+        """``sparselab.dispatch.outputs.new_output`` (Y and dX), NaN-filled."""
+        self.poisoned += 1
+        return outputs.new_output(*args, **kw).fill_(NAN)
+
 
 @contextlib.contextmanager
 def poisoned_outputs():
     proxy = _PoisonTorch()
-    with mock.patch.object(runners, "torch", proxy), mock.patch.object(outputs, "torch", proxy):
+    with mock.patch.object(runners, "torch", proxy), mock.patch.object(runners, "new_output", proxy.new_output):
         yield proxy
 
 

@@ -224,7 +224,7 @@ class Problem:
         if self.key.op == "spmm_fwd":
 
             def fwd():
-                Y = new_output(n, out_f, torch.float32)
+                Y = new_output(X, n, out_f)
                 plan.spmm_fwd(v.id, n, X.data_ptr(), in_f, bias.data_ptr(), Y.data_ptr(), out_f, t)
                 return Y
 
@@ -232,7 +232,7 @@ class Problem:
         if self.key.op == "spmm_dx":
 
             def dx():
-                dX = new_output(n, in_f, torch.float32)
+                dX = new_output(dY, n, in_f)
                 plan.spmm_dx(v.id, n, dY.data_ptr(), out_f, dX.data_ptr(), in_f, t)
                 return dX
 
@@ -269,7 +269,7 @@ class Problem:
             def dx():
                 if plan is None or vx.is_dense:
                     return ops.spmm_dx(W, dY, variant=vx.name, threads=t)
-                out = new_output(n, in_f, torch.float32)
+                out = new_output(dY, n, in_f)
                 plan.spmm_dx(vx.id, n, dY.data_ptr(), out_f, out.data_ptr(), in_f, t)
                 return out
 
@@ -286,7 +286,7 @@ class Problem:
             return self.one_off_runner(variant)
 
         def fused():
-            dX = new_output(n, in_f, torch.float32)
+            dX = new_output(dY, n, in_f)
             dW = torch.empty(W.capacity, dtype=torch.float32, device="cpu")
             db = torch.empty(out_f, dtype=torch.float32, device="cpu")
             plan.backward_fused(

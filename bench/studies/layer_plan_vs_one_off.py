@@ -44,7 +44,7 @@ def calls(op: str, v, W: PaddedCSR, n: int, threads: int):
         W.values.mul_(-1.0)
 
     if op == "spmm_fwd":
-        Y = new_output(n, out_f, torch.float32)
+        Y = new_output(X, n, out_f)
         keep.append(Y)
         args = (n, X.data_ptr(), _ld(X), bias.data_ptr(), Y.data_ptr(), out_f, threads)
         return (
@@ -52,7 +52,7 @@ def calls(op: str, v, W: PaddedCSR, n: int, threads: int):
             lambda: (step(), plan.spmm_fwd(v.id, *args)),
         )
     if op == "spmm_dx":
-        dX = new_output(n, in_f, torch.float32)
+        dX = new_output(dY, n, in_f)
         keep.append(dX)
         args = (n, dY.data_ptr(), _ld(dY), dX.data_ptr(), in_f, threads)
         return (

@@ -26,7 +26,7 @@ def run_block_spmm_fwd(
     if v is None:
         return torch.nn.functional.linear(X, W.to_dense(), bias)
     n, out_f = X.shape[0], W.shape[0]
-    Y = new_output(n, out_f, X.dtype)
+    Y = new_output(X, n, out_f)
     if n == 0:
         return Y
     bias_ptr = bias.data_ptr() if bias is not None else 0
@@ -50,7 +50,7 @@ def run_block_spmm_dx(v, W: BlockPaddedCSR, w_args: tuple, dY: torch.Tensor, nth
     if v is None:
         return dY @ W.to_dense()
     n, in_f = dY.shape[0], W.shape[1]
-    dX = new_output(n, in_f, dY.dtype)
+    dX = new_output(dY, n, in_f)
     if n == 0:
         return dX
     _C.block_spmm_dx(v.id, *w_args, *W.block, n, dY.data_ptr(), leading_dim(dY), dX.data_ptr(), in_f, nthreads)

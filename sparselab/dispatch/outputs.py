@@ -21,7 +21,7 @@ import torch
 
 from .. import _C, settings
 
-__all__ = ["HUGE_OUTPUT_BYTES", "new_output"]
+__all__ = ["HUGE_OUTPUT_BYTES", "HUGE_ELEMENTS_MIN", "new_output", "advise"]
 
 #: Outputs at least this large get the huge-page hint (glibc's largest dynamic mmap threshold).
 HUGE_OUTPUT_BYTES = 32 << 20
@@ -43,16 +43,37 @@ def _glibc_mmap_threshold(environ=os.environ) -> int | None:
 _HEAP_BELOW = _glibc_mmap_threshold()
 
 
-def new_output(rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised ``rows x cols`` CPU tensor for a kernel to write in full.
+def new_output(like: torch.Tensor, rows: int, cols: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """An uninitialised ``rows x cols`` tensor on ``like``'s device for a kernel to write in full.
 
     Args:
+        like: a tensor of the call (its device, and its dtype unless ``dtype`` is given).
         rows: the batch size.
         cols: the features.
-        dtype: the element type.
+        dtype: the element type, where it is not ``like``'s.
     """
-    out = torch.empty(rows, cols, dtype=dtype, device="cpu")
+    out = (
+        like.new_empty(rows, cols)
+        if dtype is None or dtype is like.dtype
+        else like.new_empty((rows, cols), dtype=dtype)
+    )
+    if rows * cols >= HUGE_ELEMENTS_MIN:
+        advise(out)
+    return out
+
+
+#: No element is wider than 8 bytes: below this many elements no output reaches
+#: HUGE_OUTPUT_BYTES, so a caller on a hot path may skip :func:`advise` on this cheap test.
+HUGE_ELEMENTS_MIN = HUGE_OUTPUT_BYTES // 8
+
+
+def advise(out: torch.Tensor) -> None:
+    """Give a freshly allocated output the huge-page hint if it qualifies (see the module
+    docstring).
+
+    Args:
+        out: a contiguous tensor no kernel has written yet.
+    """
     nbytes = out.nbytes
     if nbytes >= HUGE_OUTPUT_BYTES and settings.huge_pages() and (_HEAP_BELOW is None or nbytes >= _HEAP_BELOW):
         _C.advise_huge_pages(out.data_ptr(), nbytes)
-    return out

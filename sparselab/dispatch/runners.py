@@ -58,7 +58,7 @@ def run_spmm_fwd(
     n, out_f = X.shape[0], w_args[5]
     if v is not None and v.is_dense:
         return _dense_fwd(v.name, W, X, bias)
-    Y = new_output(n, out_f, X.dtype)  # X has W's dtype (checked by the caller)
+    Y = new_output(X, n, out_f)  # X has W's dtype (checked by the caller)
     if n == 0:
         return Y
     bias_ptr = bias.data_ptr() if bias is not None else 0
@@ -74,7 +74,7 @@ def run_spmm_dx(v, W: PaddedCSR, w_args: tuple, t, dY: torch.Tensor, nthreads: i
     n, in_f = dY.shape[0], W.shape[1]
     if v is not None and v.is_dense:
         return dY @ W.to_dense()
-    dX = new_output(n, in_f, W.values.dtype)
+    dX = new_output(dY, n, in_f, W.values.dtype)
     if n == 0:
         return dX
     if v is None:
@@ -115,7 +115,7 @@ def run_backward_fused(
     """``v`` a backward_fused variant, ``t`` W's transposed index, N > 0: ``(dX, dW)``, and
     ``dY.sum(0)`` third with ``bias_grad``."""
     n, in_f = dY.shape[0], W.shape[1]
-    dX = new_output(n, in_f, W.values.dtype)
+    dX = new_output(dY, n, in_f, W.values.dtype)
     dW = torch.empty(W.capacity, dtype=W.values.dtype, device="cpu")
     db = torch.empty(W.shape[0], dtype=W.values.dtype, device="cpu") if bias_grad else None
     if t.cols.numel() == 0:

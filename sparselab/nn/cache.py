@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..dispatch import planner, registry
+from ..dispatch import outputs, planner, registry
 from ..dispatch.outputs import new_output
 from ..dispatch.registry import BACKWARD, SEPARATE_PAIR
 from ..dispatch.runners import kernel_plan, leading_dim, run_sddmm_dw, run_spmm_dx, run_spmm_fwd
@@ -197,7 +197,7 @@ class LayerCache:
         _, _, values, _keep = self._widened()
         bias32 = None if bias is None else bias.float()
         out_f, in_f = self.shape
-        y = new_output(n, out_f, torch.bfloat16)
+        y = new_output(x, n, out_f)  # x is bfloat16 here
         ldx = in_f if x.is_contiguous() else leading_dim(x)
         self.kernels.spmm_fwd(
             kid, n, x.data_ptr(), ldx, 0 if bias32 is None else bias32.data_ptr(), y.data_ptr(), out_f, threads, values
@@ -214,7 +214,10 @@ class LayerCache:
             v, threads = self.plan("spmm_fwd", n)
             return run_spmm_fwd(v, view, w_args, x, bias, threads)
         out_f, in_f = self.shape
-        y = new_output(n, out_f, torch.float32)  # x is a float32 CPU tensor (checked)
+        # The batch-1 forward's path: new_empty directly, the hint only past the cheap size test.
+        y = x.new_empty(n, out_f)  # x is a float32 CPU tensor (checked)
+        if n * out_f >= outputs.HUGE_ELEMENTS_MIN:
+            outputs.advise(y)
         ldx = in_f if x.is_contiguous() else leading_dim(x)
         self.kernels.spmm_fwd(
             kid, n, x.data_ptr(), ldx, 0 if bias is None else bias.data_ptr(), y.data_ptr(), out_f, threads, values
@@ -227,7 +230,7 @@ class LayerCache:
             kid = self.bf16_kernel_id("spmm_dx", n, threads)
             if kid >= 0 and dy.dtype is torch.bfloat16:
                 _, _, values, _keep = self._widened()
-                dx = new_output(n, self.shape[1], torch.bfloat16)
+                dx = new_output(dy, n, self.shape[1])  # dy is bfloat16 here
                 self.kernels.spmm_dx(
                     kid, n, dy.data_ptr(), leading_dim(dy), dx.data_ptr(), self.shape[1], threads, values
                 )
@@ -246,7 +249,7 @@ class LayerCache:
                 t = view.transposed()
             return run_spmm_dx(v, view, w_args, t, dy, threads)
         in_f = self.shape[1]
-        dx = new_output(n, in_f, torch.float32)
+        dx = new_output(dy, n, in_f, torch.float32)
         self.kernels.spmm_dx(kid, n, dy.data_ptr(), leading_dim(dy), dx.data_ptr(), in_f, threads, values)
         return dx
 
@@ -309,7 +312,7 @@ class LayerCache:
             return None
         out_f, in_f = self.shape
         _, _, values, _keep = self._widened()
-        dx = new_output(n, in_f, dx_dtype)
+        dx = new_output(dy, n, in_f, dx_dtype)
         dw = torch.empty(self.view.capacity, dtype=torch.float32, device="cpu")
         db = torch.empty(out_f, dtype=torch.float32, device="cpu") if bias_grad else None
         self.kernels.backward_fused(

@@ -57,10 +57,13 @@ def fresh_map():
     m.close()
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_shape_dtype_and_contiguity(dtype):
-    out = new_output(3, 5, dtype)
-    assert out.shape == (3, 5) and out.dtype is dtype and out.is_contiguous() and out.device.type == "cpu"
+@pytest.mark.parametrize("like_dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("dtype", [None, torch.float32, torch.bfloat16])
+def test_shape_dtype_and_contiguity(like_dtype, dtype):
+    like = torch.zeros(2, 2, dtype=like_dtype)[:, :1]  # a non-contiguous operand, as a caller may hold
+    out = new_output(like, 3, 5, dtype)
+    assert out.shape == (3, 5) and out.dtype is (dtype or like_dtype)
+    assert out.is_contiguous() and out.device.type == "cpu"
 
 
 @needs_thp
@@ -86,7 +89,7 @@ def test_a_range_without_a_whole_huge_page_is_left_alone(fresh_map, offset, nbyt
 @needs_thp
 @needs_hint_on
 def test_a_large_output_is_advised_and_a_small_one_is_not():
-    big = new_output(HUGE_OUTPUT_BYTES // (4 * 1024) + 1, 1024, torch.float32)
+    big = new_output(torch.zeros(1), HUGE_OUTPUT_BYTES // (4 * 1024) + 1, 1024)
     assert _advised(_inner_page(big))
     big.fill_(1.0)
     assert float(big.sum()) == big.numel()
@@ -95,7 +98,7 @@ def test_a_large_output_is_advised_and_a_small_one_is_not():
 @needs_thp
 def test_the_setting_turns_the_hint_off(monkeypatch):
     monkeypatch.setattr(settings, "_huge_pages", False)
-    big = new_output(HUGE_OUTPUT_BYTES // (4 * 1024) + 1, 1024, torch.float32)
+    big = new_output(torch.zeros(1), HUGE_OUTPUT_BYTES // (4 * 1024) + 1, 1024)
     assert not _advised(_inner_page(big))
 
 
@@ -103,7 +106,7 @@ def test_the_setting_turns_the_hint_off(monkeypatch):
 def test_a_raised_glibc_threshold_turns_the_hint_off(monkeypatch):
     """Above glibc's raised mmap threshold the output comes from the heap: no hint."""
     monkeypatch.setattr(outputs, "_HEAP_BELOW", 1 << 40)
-    big = new_output(HUGE_OUTPUT_BYTES // (4 * 1024) + 1, 1024, torch.float32)
+    big = new_output(torch.zeros(1), HUGE_OUTPUT_BYTES // (4 * 1024) + 1, 1024)
     assert not _advised(_inner_page(big))
 
 

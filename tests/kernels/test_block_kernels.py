@@ -104,7 +104,8 @@ def block_cases(draw, block) -> BlockCase:
 
 
 class _PoisonTorch:
-    """``torch`` inside block_runners, whose ``empty`` and ``empty_like`` return NaN-filled tensors."""
+    """``torch`` inside block_runners, whose ``empty`` and ``empty_like`` return NaN-filled tensors,
+    and its ``new_output``."""
 
     def __getattr__(self, name):
         return getattr(torch, name)
@@ -115,10 +116,18 @@ class _PoisonTorch:
     def empty_like(self, t, **kw):
         return torch.full_like(t, NAN, **kw)
 
+    @staticmethod
+    def new_output(*args, **kw):
+        """block_runners' ``new_output`` (Y and dX), NaN-filled."""
+        return outputs.new_output(*args, **kw).fill_(NAN)
+
 
 def _run(v, W, X, dY, bias, threads):
-    poison = _PoisonTorch()  # Y and dX come from dispatch.outputs, dW from block_runners
-    with mock.patch.object(block_runners, "torch", poison), mock.patch.object(outputs, "torch", poison):
+    poison = _PoisonTorch()  # dW from block_runners' torch, Y and dX from its new_output
+    with (
+        mock.patch.object(block_runners, "torch", poison),
+        mock.patch.object(block_runners, "new_output", poison.new_output),
+    ):
         if v.op == "block_spmm_fwd":
             return ops.spmm_fwd(W, X, bias, variant=v.name, threads=threads)
         if v.op == "block_spmm_dx":
