@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from sparselab import SparseLinear
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sparselab_bench import layer_step  # noqa: E402
 
 
 def median_ms(f, rounds: int) -> float:
@@ -35,26 +40,18 @@ def median_ms(f, rounds: int) -> float:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="4096x4096", help="out x in")
-    ap.add_argument("--n", type=int, default=2048)
-    ap.add_argument("--sparsities", default="0.9,0.99,0.999")
-    ap.add_argument("--rounds", type=int, default=7)
+    layer_step.add_arguments(ap, sparsities="0.9,0.99,0.999", rounds=7)
     args = ap.parse_args(argv)
-    out_f, in_f = (int(v) for v in args.shape.split("x"))
-    torch.manual_seed(0)
-    x = torch.randn(args.n, in_f, requires_grad=True)
-    g = torch.randn(args.n, out_f)
+    out_f, in_f, x, g = layer_step.inputs(args)
     xd = x.detach()
     print(f"{args.shape}, N={args.n}, {torch.get_num_threads()} threads, medians of {args.rounds}, ms")
     print("| sparsity | step | forward | fused backward | dX | dW | kernels |")
     print("|---|---|---|---|---|---|---|")
-    for s in (float(v) for v in args.sparsities.split(",")):
+    for s in layer_step.sparsities(args):
         layer = SparseLinear(in_f, out_f, sparsity=s)
 
         def step():
-            layer.zero_grad(set_to_none=True)
-            x.grad = None
-            layer(x).backward(g)
+            layer_step.training_step(layer, x, g)
 
         step()  # plans (and tunes) every key first
         cache = layer.layer_cache()

@@ -13,34 +13,31 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from sparselab import SparseLinear
 from sparselab.dispatch import outputs
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sparselab_bench import layer_step  # noqa: E402
+
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="4096x4096", help="out x in")
-    ap.add_argument("--n", type=int, default=2048)
-    ap.add_argument("--sparsities", default="0.9,0.99")
-    ap.add_argument("--rounds", type=int, default=9)
+    layer_step.add_arguments(ap, sparsities="0.9,0.99", rounds=9)
     args = ap.parse_args(argv)
-    out_f, in_f = (int(v) for v in args.shape.split("x"))
+    out_f, in_f, x, g = layer_step.inputs(args)
     on = outputs.HUGE_OUTPUT_BYTES
-    torch.manual_seed(0)
-    x = torch.randn(args.n, in_f, requires_grad=True)
-    g = torch.randn(args.n, out_f)
     print(f"{args.shape}, N={args.n}, {torch.get_num_threads()} threads; step ms: median (min)")
-    for s in (float(v) for v in args.sparsities.split(",")):
+    for s in layer_step.sparsities(args):
         layer = SparseLinear(in_f, out_f, sparsity=s)
 
         def step():
-            layer.zero_grad(set_to_none=True)
-            x.grad = None
-            layer(x).backward(g)
+            layer_step.training_step(layer, x, g)
 
         step()  # plans (and tunes) before timing
         times = {"hint": [], "off": []}
