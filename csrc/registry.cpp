@@ -14,6 +14,9 @@ extern const VariantEntry kVariants[];
 namespace isa_avx512 {
 extern const VariantEntry kVariants[];
 }
+namespace isa_avx512bf16 {
+extern const VariantEntry kVariants[];
+}
 #elif defined(SPARSELAB_AARCH64)
 namespace isa_neon {
 extern const VariantEntry kVariants[];
@@ -60,6 +63,7 @@ std::vector<Variant> build() {
 #if defined(SPARSELAB_X86)
       isa_avx2::kVariants,
       isa_avx512::kVariants,
+      isa_avx512bf16::kVariants,
 #elif defined(SPARSELAB_AARCH64)
       isa_neon::kVariants,
 #endif

@@ -9,7 +9,7 @@
 | ``SPARSELAB_SCRATCH_KEEP_MB`` | kernel scratch kept between calls, per calling thread (read by the extension) | a whole number in ``[0, 1048576]`` | ``4`` |
 | ``SPARSELAB_SYSTEM_WISDOM`` | whether the tuning tables shipped for known CPU classes are consulted (:mod:`sparselab.dispatch.system_wisdom`) | ``on``, ``off`` | ``on`` |
 | ``SPARSELAB_HUGE_PAGES`` | whether outputs of 32 MiB or more are advised for transparent huge pages (:mod:`sparselab.dispatch.outputs`) | ``on``, ``off`` | ``on`` |
-| ``SPARSELAB_MAX_ISA`` | the widest instruction set whose kernels may run, as oneDNN's ``ONEDNN_MAX_CPU_ISA`` (part of the tuning table's key) | ``scalar``, ``avx2``, ``avx512``, ``neon`` | the CPU's widest |
+| ``SPARSELAB_MAX_ISA`` | the widest instruction set whose kernels may run, as oneDNN's ``ONEDNN_MAX_CPU_ISA`` (part of the tuning table's key) | ``scalar``, ``avx2``, ``avx512``, ``avx512bf16``, ``neon`` | the CPU's widest |
 
 The tuning table lives in ``$SPARSELAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/sparselab``, else
 ``~/.cache/sparselab``. A value that is not one of those allowed warns once and keeps the default:
@@ -60,7 +60,7 @@ SCRATCH_KEEP_MB = "SPARSELAB_SCRATCH_KEEP_MB"
 ENV_MAX_ISA = "SPARSELAB_MAX_ISA"
 ENV_SYSTEM_WISDOM = "SPARSELAB_SYSTEM_WISDOM"
 ENV_HUGE_PAGES = "SPARSELAB_HUGE_PAGES"
-ISAS = ("scalar", "avx2", "avx512", "neon")
+ISAS = ("scalar", "avx2", "avx512", "avx512bf16", "neon")
 
 MODES = ("on", "off", "force")
 PREFERENCES = ("speed", "memory")

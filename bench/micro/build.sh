@@ -18,7 +18,7 @@ else
   out="$(mktemp -d)"
   trap 'rm -rf "$out"' EXIT
 fi
-flags=(-O3 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -std=c++17 -Icsrc)
+flags=(-O3 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mavx512bf16 -std=c++17 -Icsrc)
 for src in bench/micro/*.cpp; do
   name="$(basename "$src" .cpp)"
   if [ "$name" = fma_peak ]; then

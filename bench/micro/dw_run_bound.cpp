@@ -1,9 +1,10 @@
 // The rowreg dW inner loop (DwRowRegRun::run: a row's dY tile in registers, slots 16 at a
 // time, one transpose-add tree per 16) alone, on an X panel block of C columns x T batch
-// rows with random columns, to see how the block's size (L1 or L2) bounds it. One thread,
+// rows with random columns, to see how the block's size (L1 or L2) bounds it; with it the
+// AVX512_BF16 dot-product run (DwDpbf16Run, bfloat16 panels) where the CPU has it. One thread,
 // CPU time, best of ROUNDS:
 //
-//   g++ -O3 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -std=c++17 -Icsrc \
+//   g++ -O3 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mavx512bf16 -std=c++17 -Icsrc \
 //       bench/micro/dw_run_bound.cpp -o /tmp/dw_run_bound
 //   /tmp/dw_run_bound RUN_LENGTH ROUNDS
 #define SPARSELAB_ISA_NS isa_avx512
@@ -16,18 +17,23 @@
 
 #include "kernels/vec/vec_avx512.h"
 #include "kernels/sddmm_dw/sddmm_dw_rowreg.h"
+#include "kernels/sddmm_dw/sddmm_dw_dpbf16.h"
 
 using namespace sparselab::isa_avx512;
 using V = VecAvx512;
 
+inline float panel_value(float v, float*) { return v; }
+inline sparselab::Bf16 panel_value(float v, sparselab::Bf16*) { return sparselab::float_to_bf16(v); }
+
 template <int T, class Run>
 double bench(int C, int m, int rounds, const char* name) {
-  constexpr int R = T / 16;
+  using P = typename Run::Panel;  // float, or Bf16 for the dot product
   std::mt19937 rng(1);
-  std::vector<float> Xv(size_t(C) * T + 64), dst(1 << 16), D(size_t(64) * T);
-  float* X = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(Xv.data()) + 63) & ~uintptr_t(63));
-  for (auto& v : Xv) v = float(rng() % 100) / 100.0f;
-  for (auto& v : D) v = float(rng() % 100) / 100.0f;
+  std::vector<P> Xv(size_t(C) * T + 64), D(size_t(64) * T);
+  std::vector<float> dst(1 << 16);
+  P* X = reinterpret_cast<P*>((reinterpret_cast<uintptr_t>(Xv.data()) + 63) & ~uintptr_t(63));
+  for (auto& v : Xv) v = panel_value(float(rng() % 100) / 100.0f, &v);
+  for (auto& v : D) v = panel_value(float(rng() % 100) / 100.0f, &v);
   const int nruns = (1 << 16) / m;
   std::vector<uint16_t> col(size_t(nruns) * m);
   for (auto& c : col) c = uint16_t(rng() % C);
@@ -36,29 +42,23 @@ double bench(int C, int m, int rounds, const char* name) {
   for (int r = 0; r < rounds; ++r) {
     const std::clock_t c0 = std::clock();
     for (int rep = 0; rep < 8; ++rep)
-      for (int run = 0; run < nruns; ++run) {
-        __m512 d[R];
-        for (int q = 0; q < R; ++q) d[q] = V::load(D.data() + (run % 64) * T + q * 16);
-        Run::template run<V, T>(d, X, col.data() + size_t(run) * m, m, dst.data() + size_t(run) * m, rep == 0);
-      }
+      for (int run = 0; run < nruns; ++run)
+        Run::template run<V, T>(D.data() + (run % 64) * T, X, col.data() + size_t(run) * m, m,
+                                dst.data() + size_t(run) * m, rep == 0);
     best = std::min(best, double(std::clock() - c0) / CLOCKS_PER_SEC);
   }
   const double flops = 2.0 * 8 * nruns * m * T;
-  std::printf("%-8s T=%3d C=%5d (%4d KiB) run=%3d: %6.1f GFLOP/s\n", name, T, C, int(size_t(C) * T * 4 / 1024), m,
-              flops / best / 1e9);
+  std::printf("%-8s T=%3d C=%5d (%4d KiB) run=%3d: %6.1f GFLOP/s\n", name, T, C, int(size_t(C) * T * sizeof(P) / 1024),
+              m, flops / best / 1e9);
   return best;
 }
 
-struct Slot4 {
-  template <class Vv, int T, typename Cc>
-  static void run(const typename Vv::reg* d, const float* X, const Cc* col, int64_t m, float* dst, bool first) {
-    dw_slot_run<Vv, T>(d, X, col, 0, m, dst, first);
-  }
-};
+struct Slot4 : DwSlotRun4 {};
 
 // Slots P at a time, their chains interleaved q by q, reduced 16 at a time by the tree.
 template <int P, bool SKIP = false>
 struct Interleaved {
+  using Panel = float;
   template <class Vv, int T, typename Cc>
   static typename Vv::reg group(const typename Vv::reg* d, const float* X, const Cc* col, int n) {
     using reg = typename Vv::reg;
@@ -84,8 +84,10 @@ struct Interleaved {
     return Vv::lane_sums(acc);
   }
   template <class Vv, int T, typename Cc>
-  static void run(const typename Vv::reg* d, const float* X, const Cc* col, int64_t m, float* dst, bool first) {
+  static void run(const float* drow, const float* X, const Cc* col, int64_t m, float* dst, bool first) {
     constexpr int L = Vv::W;
+    typename Vv::reg d[T / Vv::W];
+    for (int q = 0; q < T / Vv::W; ++q) d[q] = Vv::load(drow + q * Vv::W);
     int64_t k = 0;
     for (; k + L <= m; k += L) {
       const typename Vv::reg sums = group<Vv, T>(d, X, col + k, L);
@@ -110,5 +112,9 @@ int main(int argc, char** argv) {
     bench<64, Interleaved<4, true>>(C, m, rounds, "skip4");
     bench<128, Interleaved<2, true>>(C, m, rounds, "skip2");
     bench<64, Interleaved<2, true>>(C, m, rounds, "skip2");
+    if (__builtin_cpu_supports("avx512bf16")) {
+      bench<128, DwDpbf16Run>(C, m, rounds, "dpbf16");
+      bench<64, DwDpbf16Run>(C, m, rounds, "dpbf16");
+    }
   }
 }

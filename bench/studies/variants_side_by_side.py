@@ -9,6 +9,11 @@ weights (2 * nnz * N per call, the dense baseline counted the same way) and each
 the first variant named (and the best round's GFLOP/s, for a machine shared with others). ``--variants all-x86`` times every registered variant of the op that
 this CPU can run; ``planned`` is the call without ``variant=`` (the planner's choice: the tuning cache,
 tuning on a miss, or the heuristic). Shapes are OUTxIN (W is out x in).
+
+A bfloat16 line (``kernels.variants(op, dtype="bfloat16")``, e.g. ``avx512bf16_dp128_cb1024``),
+which ``sparselab.ops`` refuses by name, runs on bfloat16 copies of the activations through a
+kernel plan that keeps W's prepared index, as a layer runs it; ``--plan`` runs the float32 lines
+that way too, so both sides skip the one-off call's checks and index builds alike.
 """
 
 from __future__ import annotations
@@ -20,19 +25,39 @@ import time
 import torch
 
 from sparselab import PaddedCSR, kernels, ops
-from sparselab.dispatch import planner
+from sparselab.dispatch import planner, runners
 
 
-def _calls(op: str, W: PaddedCSR, n: int, names: list[str], threads: int):
+def _plan_call(op: str, W: PaddedCSR, plan, v, X: torch.Tensor, dY: torch.Tensor, threads: int):
+    """Variant ``v`` through kernel plan ``plan`` on X and dY (float32, or bfloat16 for a bfloat16
+    line), writing into outputs allocated once."""
+    (n, in_f), out_f = X.shape, dY.shape[1]
+    if op == "spmm_fwd":
+        y = torch.empty(n, out_f, dtype=X.dtype)
+        return lambda: plan.spmm_fwd(v.id, n, X.data_ptr(), in_f, 0, y.data_ptr(), out_f, threads)
+    if op == "spmm_dx":
+        dx = torch.empty(n, in_f, dtype=X.dtype)
+        return lambda: plan.spmm_dx(v.id, n, dY.data_ptr(), out_f, dx.data_ptr(), in_f, threads)
+    dw = torch.empty(W.capacity)
+    return lambda: plan.sddmm_dw(v.id, n, dY.data_ptr(), out_f, X.data_ptr(), in_f, dw.data_ptr(), threads)
+
+
+def _calls(op: str, W: PaddedCSR, n: int, names: list[str], threads: int, through_plan: bool):
     out_f, in_f = W.shape
     g = torch.Generator().manual_seed(n + 1)
     X = torch.randn(n, in_f, generator=g)
     dY = torch.randn(n, out_f, generator=g)
     Wd = W.to_dense()
+    bf16 = {v.name: v for v in kernels.variants(op, dtype="bfloat16")}
+    plan = runners.kernel_plan(W.raw_args(), W.transposed(), keep_prepared=True)
     calls = {}
     for name in names:
         v = None if name == "planned" else name  # planned: the planner's choice (tuned or heuristic)
-        if op == "spmm_fwd":
+        if name in bf16:
+            calls[name] = _plan_call(op, W, plan, bf16[name], X.bfloat16(), dY.bfloat16(), threads)
+        elif through_plan and v is not None:
+            calls[name] = _plan_call(op, W, plan, kernels.get(op, name), X, dY, threads)
+        elif op == "spmm_fwd":
             calls[name] = lambda v=v: ops.spmm_fwd(W, X, variant=v, threads=threads)
         elif op == "spmm_dx":
             calls[name] = lambda v=v: ops.spmm_dx(W, dY, variant=v, threads=threads)
@@ -56,6 +81,7 @@ def main() -> None:
     p.add_argument("--variants", required=True)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--plan", action="store_true", help="float32 lines through a kernel plan too (as a layer runs them)")
     p.add_argument(
         "--clock",
         choices=["wall", "cpu"],
@@ -78,7 +104,7 @@ def main() -> None:
         W = PaddedCSR.random(out_f, in_f, a.sparsity, seed=20240601)
         nnz = int(W.row_nnz.sum())
         gflop = 2 * nnz * a.n / 1e9
-        calls = _calls(a.op, W, a.n, names, a.threads)
+        calls = _calls(a.op, W, a.n, names, a.threads, a.plan)
         times = {k: [] for k in calls}
         for f in calls.values():
             f()

@@ -56,6 +56,7 @@ void bind_registry(py::module_& m) {
         f.avx512bw = flag("avx512bw");
         f.avx512vl = flag("avx512vl");
         f.avx512dq = flag("avx512dq");
+        f.avx512bf16 = flag("avx512bf16");
         f.os_avx = flag("os_avx");
         f.os_avx512 = flag("os_avx512");
         f.neon = flag("neon");
@@ -71,6 +72,7 @@ void bind_registry(py::module_& m) {
     d["avx512bw"] = f.avx512bw;
     d["avx512vl"] = f.avx512vl;
     d["avx512dq"] = f.avx512dq;
+    d["avx512bf16"] = f.avx512bf16;
     d["os_avx"] = f.os_avx;
     d["os_avx512"] = f.os_avx512;
     d["neon"] = f.neon;

@@ -38,6 +38,11 @@ CpuFeatures detect() {
     f.avx512dq = b & (1u << 17);
     f.avx512bw = b & (1u << 30);
     f.avx512vl = b & (1u << 31);
+    const unsigned subleaves = a;  // leaf 7's highest subleaf
+    if (subleaves >= 1) {
+      __cpuid_count(7, 1, a, b, c, d);
+      f.avx512bf16 = a & (1u << 5);
+    }
   }
   return f;
 }
@@ -83,6 +88,17 @@ std::string isa_unavailable_reason(const std::string& isa, const CpuFeatures& f)
     // The avx512 files are built with -mfma and use AVX2 forms too.
     if (!f.avx2 || !f.fma) return "CPU lacks AVX2/FMA (CPUID), which the avx512 variants also use";
     if (!f.os_avx || !f.os_avx512) return "OS does not save YMM/ZMM/opmask state (XGETBV)";
+    return "";
+#endif
+  }
+  if (isa == "avx512bf16") {
+#if !(defined(__x86_64__) || defined(_M_X64))
+    return "not compiled: avx512bf16 variants exist only in x86-64 builds";
+#else
+    // Its files are built with every avx512 flag plus -mavx512bf16, and run beside the avx512 forms.
+    const std::string base = isa_unavailable_reason("avx512", f);
+    if (!base.empty()) return base;
+    if (!f.avx512bf16) return "CPU lacks AVX512_BF16 (CPUID leaf 7, subleaf 1)";
     return "";
 #endif
   }

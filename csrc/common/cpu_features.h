@@ -12,9 +12,10 @@ struct CpuFeatures {
   bool avx512bw = false;
   bool avx512vl = false;
   bool avx512dq = false;
-  bool os_avx = false;     // XCR0 has XMM|YMM state enabled
-  bool os_avx512 = false;  // XCR0 has opmask|ZMM state enabled
-  bool neon = false;       // aarch64 Advanced SIMD
+  bool avx512bf16 = false;  // AVX512_BF16: vdpbf16ps and the bfloat16 conversions
+  bool os_avx = false;      // XCR0 has XMM|YMM state enabled
+  bool os_avx512 = false;   // XCR0 has opmask|ZMM state enabled
+  bool neon = false;        // aarch64 Advanced SIMD
 };
 
 const CpuFeatures& cpu_features();

@@ -53,6 +53,9 @@
 #ifndef SL_ON_avx512
 #define SL_ON_avx512(...)
 #endif
+#ifndef SL_ON_avx512bf16
+#define SL_ON_avx512bf16(...)
+#endif
 #ifndef SL_ON_neon
 #define SL_ON_neon(...)
 #endif

@@ -40,7 +40,7 @@ class VariantInfo:
     Args:
         op: ``'spmm_fwd'``, ``'spmm_dx'``, ``'sddmm_dw'`` or ``'backward_fused'``.
         name: the stable public name (``'avx2_tile32'``, ``'dense_torch'``, ...).
-        isa: ``'scalar'``, ``'avx2'``, ``'avx512'``, ``'neon'``, or ``'torch'`` for the dense
+        isa: ``'scalar'``, ``'avx2'``, ``'avx512'``, ``'avx512bf16'``, ``'neon'``, or ``'torch'`` for the dense
             pseudo-variants.
         form: the kernel form (``'plain'``, ``'tiled'``, ``'block_major'``, ...).
         params: the form's tile parameters, as in ``csrc/variants.def``.
@@ -80,7 +80,7 @@ SEPARATE_PAIR = VariantInfo(op=BACKWARD, name=SEPARATE, isa="planned", form="sep
 
 
 # Each architecture's ISAs, narrowest first: SPARSELAB_MAX_ISA caps within this order.
-_ISA_ORDER = {"x86": ("scalar", "avx2", "avx512"), "arm": ("scalar", "neon")}
+_ISA_ORDER = {"x86": ("scalar", "avx2", "avx512", "avx512bf16"), "arm": ("scalar", "neon")}
 
 
 def _effective_cap() -> str | None:
@@ -194,33 +194,55 @@ def variants(
     return out
 
 
-#: The bfloat16 form of a float32 form's tiles (a streamed form's twin stores as the plain one).
+#: The bfloat16 forms of a float32 form's tiles, best first (a streamed form's twin stores as the
+#: plain one). A dW form's first choice is the AVX512_BF16 dot product (sddmm_dw_dpbf16.h),
+#: which exists for sddmm_dw only: other ops fall through to the widening line.
 _BF16_FORMS = {
-    "block_major": "block_major_bf16",
-    "block_major_stream": "block_major_bf16",
-    "scatter_block_major": "scatter_block_major_bf16",
+    "block_major": ("rowreg_dpbf16", "block_major_bf16"),
+    "rowreg": ("rowreg_dpbf16", "rowreg_bf16"),
+    "block_major_stream": ("block_major_bf16",),
+    "scatter_block_major": ("scatter_block_major_bf16",),
 }
 
+#: The ISAs whose bfloat16 lines may stand in for an ISA's float32 line: AVX512_BF16's
+#: lines run beside the AVX-512 forms.
+_BF16_ISAS = {"avx512": ("avx512bf16", "avx512")}
 
-def bf16_twin(v: VariantInfo, *, available_only: bool = True) -> VariantInfo | None:
-    """The bfloat16 line of float32 variant ``v``'s form and tiles (streamed stores aside:
-    ``NT``), which a bfloat16 layer runs where its float32 plan chose ``v``; None where there is
-    none (then the layer runs ``v`` on widened copies).
+
+def bf16_lines(v: VariantInfo, *, available_only: bool = True) -> list[VariantInfo]:
+    """Every bfloat16 line of float32 variant ``v``'s tiles (streamed stores aside: ``NT``),
+    best first: :func:`bf16_twin` is the first.
 
     Args:
         v: a float32 variant.
-        available_only: only a line this CPU runs.
+        available_only: only lines this CPU runs (and ``SPARSELAB_MAX_ISA`` allows).
     """
-    form = _BF16_FORMS.get(v.form)
-    if form is None or v.dtype != "float32":
-        return None
+    if v.dtype != "float32":
+        return []
     tiles = {k: x for k, x in v.params.items() if k != "NT"}
-    for u in _TABLE[v.op].values():
-        if u.dtype != "bfloat16" or (available_only and not u.available):
-            continue
-        if u.isa == v.isa and u.form == form and u.params == tiles:
-            return u
-    return None
+    return [
+        u
+        for form in _BF16_FORMS.get(v.form, ())
+        for isa in _BF16_ISAS.get(v.isa, (v.isa,))
+        for u in _TABLE[v.op].values()
+        if u.dtype == "bfloat16"
+        and (u.available or not available_only)
+        and (u.isa, u.form, u.params) == (isa, form, tiles)
+    ]
+
+
+def bf16_twin(v: VariantInfo, *, available_only: bool = True) -> VariantInfo | None:
+    """The bfloat16 line a bfloat16 layer runs where its float32 plan chose ``v``: the best of
+    :func:`bf16_lines`, or None where there is none (then the layer runs ``v`` on widened
+    copies). Where the CPU has AVX512_BF16 an AVX-512 dW's twin is its dot-product line
+    (``avx512bf16_dp*``), which sums in another order than ``v``.
+
+    Args:
+        v: a float32 variant.
+        available_only: only a line this CPU runs (and ``SPARSELAB_MAX_ISA`` allows).
+    """
+    lines = bf16_lines(v, available_only=available_only)
+    return lines[0] if lines else None
 
 
 def names(op: str) -> set[str]:

@@ -15,8 +15,9 @@ A bfloat16 layer runs the same plans. Where the float32 plan's kernel has a bflo
 bfloat16 activations and writes bfloat16 outputs itself, with only the values (and bias) widened
 per call; elsewhere each call widens the values and its operands to float32 temporaries (exact)
 that the call frees, and rounds its results to bfloat16. Either way the result is the float32
-kernel's on the widened operands, rounded once, and nothing float32 is kept between calls, so
-the layer's memory is its bfloat16 state.
+kernel's on the widened operands, rounded once, except a dW on AVX512_BF16's dot product, which
+sums the same exact products in float32 in another order. Nothing float32 is kept between
+calls, so the layer's memory is its bfloat16 state.
 """
 
 from __future__ import annotations

@@ -54,9 +54,14 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 def _twin_of(u):
     """The float32 variant whose bfloat16 line ``u`` is."""
-    found = [v for v in kernels.variants(u.op) if registry.bf16_twin(v, available_only=False) is u]
+    found = [v for v in kernels.variants(u.op) if u in registry.bf16_lines(v, available_only=False)]
     assert found, f"{u.name} mirrors no float32 variant"
     return found[0]
+
+
+def _dot_product(u) -> bool:
+    """``u`` sums on AVX512_BF16's dot product: pairs of products first, not its twin's order."""
+    return u.form == "rowreg_dpbf16"
 
 
 def _run(plan, v, W, X, dY, bias, threads, act):
@@ -119,10 +124,28 @@ def test_bf16_lines_are_listed_apart_and_each_mirrors_a_float32_line():
     assert all(v.dtype == "float32" for v in kernels.variants())  # what the planner and tuner see
     for u in BF16:
         v = _twin_of(u)
-        assert v.dtype == "float32" and v.isa == u.isa and u.form.endswith("block_major_bf16")
+        assert v.dtype == "float32"
+        if _dot_product(u):
+            assert (v.op, v.isa, u.isa) == ("sddmm_dw", "avx512", "avx512bf16"), u.name
+        else:  # the float32 form's own line (a streamed form's twin stores as the plain one)
+            assert v.isa == u.isa and u.form == v.form.replace("_stream", "") + "_bf16", u.name
 
 
-@pytest.mark.parametrize("u", TWINS)
+def test_an_avx512_dw_twin_is_the_dot_product_where_the_cpu_has_it():
+    dp = [u for u in BF16 if _dot_product(u)]
+    if not dp:
+        pytest.skip("this build has no AVX512_BF16 lines")
+    for u in dp:
+        v = _twin_of(u)
+        lines = registry.bf16_lines(v, available_only=False)
+        # Next the AVX-512 line of v's own form, which widens the activations while packing.
+        assert lines[0] is u and [(w.isa, w.form) for w in lines[1:]] == [("avx512", v.form + "_bf16")]
+        # Where AVX512_BF16 is missing (or capped away) the widening line, if any, is the twin.
+        want = u if u.available else next((w for w in lines[1:] if w.available), None)
+        assert registry.bf16_twin(v) is want
+
+
+@pytest.mark.parametrize("u", [p for p in TWINS if not _dot_product(p.values[0])])
 def test_bf16_line_is_its_float32_twin_rounded_once(u):
     v = _twin_of(u)
     for k, (out_f, in_f, n, sp, kw, threads) in enumerate(CASES):
@@ -138,6 +161,29 @@ def test_bf16_line_is_its_float32_twin_rounded_once(u):
             for g, w in zip(got, want):
                 w = w.to(g.dtype)
                 assert torch.equal(_bits(g), _bits(w)), f"case {k}, call {call}: {u.name} is not {v.name} rounded"
+
+
+@pytest.mark.parametrize("u", [p for p in TWINS if _dot_product(p.values[0])])
+def test_dot_product_dw_against_float64(u):
+    """The dot-product lines sum bfloat16 products (exact in float32) in float32 in their own
+    order: within the float32 accumulation bound of the float64 result, padding slots 0, the
+    same bits on 1 and 2 threads and on a second call (the plan's prepared index)."""
+    for k, (out_f, in_f, n, sp, kw, threads) in enumerate(CASES + [(640, 1500, 300, 0.9, dict(padding=3), 2)]):
+        W = build_weight(out_f, in_f, sp, seed=40 + k, **kw)
+        if W.nnz == 0:
+            continue
+        X, dY = _bf16(n, in_f, 41 + k, ld_extra=3 * (k % 2)), _bf16(n, out_f, 42 + k, ld_extra=5 * (k % 2))
+        plan = runners.kernel_plan(W.raw_args(), W.transposed(), keep_prepared=True)
+        ref, scale, K = reference("sddmm_dw", W, X.float(), dY.float())
+        (first,) = _run(plan, u, W, X, dY, None, 1, torch.bfloat16)
+        err = (first.double() - ref).abs()  # padding slots: NaN unless written 0
+        bound = tolerance(scale, K)
+        assert bool((err <= bound).all()), (
+            f"case {k}: {u.name} max excess {float((err - bound).nan_to_num(1e30).max()):.3g}"
+        )
+        for call in range(2):
+            (again,) = _run(plan, u, W, X, dY, None, 2, torch.bfloat16)
+            assert torch.equal(_bits(again), _bits(first)), f"case {k}, call {call}: depends on the threads"
 
 
 @pytest.mark.parametrize("u", [p for p in TWINS if p.values[0].op in ("spmm_fwd", "spmm_dx")])
@@ -197,7 +243,13 @@ def _layer_equals_float32_rounded(monkeypatch):
     (a * a).sum().backward()  # the same dY, widened into the float32 layer
     assert torch.equal(_bits(y.detach()), _bits(yr.detach().to(torch.bfloat16)))
     assert torch.equal(_bits(xb.grad), _bits(xr.grad.to(torch.bfloat16)))
-    assert torch.equal(_bits(layer.weight_values.grad), _bits(ref.weight_values.grad.to(torch.bfloat16)))
+    got, want = layer.weight_values.grad, ref.weight_values.grad
+    if not any(_dot_product(u) and u.available for u in BF16):
+        assert torch.equal(_bits(got), _bits(want.to(torch.bfloat16)))
+    else:  # dW may sum on the dot product: float32 in another order, then rounded once
+        d = (a.detach().double() * 2).abs()  # |dY|
+        bound = tolerance((d.T @ x.double().abs()).max(), 256) + 2.0**-8 * want.double().abs()
+        assert bool(((got.double() - want.double()).abs() <= bound).all())
     assert torch.equal(_bits(layer.bias.grad), _bits(ref.bias.grad.to(torch.bfloat16)))
 
 

@@ -121,10 +121,11 @@ def test_disassembly_sees_the_kernels(disassembly: str) -> None:
 def test_isa_instructions_only_in_that_isas_variants(disassembly: str) -> None:
     stray = []
     for function, isas in sorted(_isa_use(disassembly).items()):
+        wide = "isa_avx512::" in function or "isa_avx512bf16::" in function
         if "avx512" in isas:
-            ok = "isa_avx512::" in function and "isa_avx2::" not in function
+            ok = wide and "isa_avx2::" not in function
         else:
-            ok = ("isa_avx2::" in function) != ("isa_avx512::" in function)
+            ok = ("isa_avx2::" in function) != wide
         if not ok:
             stray.append(f"{'/'.join(sorted(isas))}: {function}")
     assert not stray, (
@@ -145,3 +146,18 @@ def test_avx512_gate_requires_avx2_and_fma() -> None:
     # This CPU: the gate agrees with its own features.
     f = _C.cpu_features()
     assert (_C.isa_unavailable_reason("avx512") == "") == all(f[k] for k in full)
+
+
+@pytest.mark.skipif(_C.build_info()["arch"] != "x86_64", reason="x86-64 ISA gates")
+def test_avx512bf16_gate_requires_avx512_and_the_bf16_extension() -> None:
+    """The avx512bf16 files are the avx512 files' flags plus -mavx512bf16: the gate asks for all."""
+    full = {
+        k: True
+        for k in ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512bf16", "os_avx", "os_avx512")
+    }
+    assert _C._isa_unavailable_reason_for("avx512bf16", full) == ""
+    assert "AVX512_BF16" in _C._isa_unavailable_reason_for("avx512bf16", {**full, "avx512bf16": False})
+    for missing in ("avx512f", "os_avx512", "fma"):
+        assert _C._isa_unavailable_reason_for("avx512bf16", {**full, missing: False})
+    f = _C.cpu_features()
+    assert (_C.isa_unavailable_reason("avx512bf16") == "") == all(f[k] for k in full)

@@ -25,50 +25,61 @@ namespace {
 // the shared operand each task re-reads, and dY the one each task owns a slice of.
 inline bool dw_split_rows(int64_t out, int64_t in) { return out >= in; }
 
-// Floats of the packed operands: all tiles of the shared one, one tile of the owned one
+// Elements of the packed operands: all tiles of the shared one, one tile of the owned one
 // (per thread when tasks split columns: then row parts may each pack the same columns).
 template <int T>
-size_t dw_fused_panel_floats(int64_t n, int64_t in, int64_t out, int threads) {
+size_t dw_fused_panel_elements(int64_t n, int64_t in, int64_t out, int threads) {
   const bool split_rows = dw_split_rows(out, in);
   const int64_t shared = split_rows ? in : out, owned = split_rows ? out : in;
   return panel_floats<T>(n, shared) + size_t(owned) * T * size_t(split_rows ? 1 : threads);
 }
 
-template <int T, int CB, int G>
+// The same in floats of scratch, for panels of element Panel (float, or Bf16 at half the size).
+template <int T, typename Panel = float>
+size_t dw_fused_panel_floats(int64_t n, int64_t in, int64_t out, int threads) {
+  return (dw_fused_panel_elements<T>(n, in, out, threads) * sizeof(Panel) + sizeof(float) - 1) / sizeof(float);
+}
+
+template <int T, int CB, int G, typename Panel = float>
 size_t dw_blockmajor_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
-  return dw_fused_panel_floats<T>(n, in, out, threads) + 16 + size_t(nnz) + 16 +
+  return dw_fused_panel_floats<T, Panel>(n, in, out, threads) + 16 + size_t(nnz) + 16 +
          block_major_floats<CB, G>(out, in, nnz, false);
 }
 
-// The default way to sum one row's run of slots against one tile (dw_slot_run).
+// The default way to sum one row's run of slots against one tile (dw_slot_run): the row's dY
+// tile `drow` goes into registers, then four slots at a time.
 struct DwSlotRun4 {
+  using Panel = float;
   template <class V, int T, typename C>
-  static void run(const typename V::reg* d, const float* X, const C* col, int64_t m, float* dst, bool first) {
+  static void run(const float* drow, const float* X, const C* col, int64_t m, float* dst, bool first) {
+    typename V::reg d[T / V::W];
+    for (int q = 0; q < T / V::W; ++q) d[q] = V::load(drow + q * V::W);
     dw_slot_run<V, T>(d, X, col, 0, m, dst, first);
   }
 };
 
-// Run: how a row's run of slots in one block is summed against one tile. Act: the activations'
-// element, float or Bf16 (a bfloat16 variant reads x and dy as bfloat16; dW stays float).
+// Run: how a row's run of slots in one block is summed against one tile; Run::Panel is the
+// element of the panels it reads (float, or Bf16 for a bfloat16 dot product). Act: the
+// activations' element, float or Bf16 (a bfloat16 variant reads x and dy as bfloat16; dW stays
+// float).
 template <class V, int T, int CB, int G, class Run = DwSlotRun4, typename Act = float, typename Idx>
 void dw_blockmajor(const DwArgs<Idx>& a) {
+  using Panel = typename Run::Panel;
   const Act* ax = reinterpret_cast<const Act*>(a.x);
   const Act* ady = reinterpret_cast<const Act*>(a.dy);
-  using reg = typename V::reg;
-  constexpr int R = T / V::W;
   if (a.n == 0) return dw_zero_all(a);
   const int64_t in = a.w.ncols, out = a.w.rows;
   int64_t nnz = 0;
   for (int64_t i = 0; i < out; ++i) nnz += a.w.row_nnz[i];
   const bool split_rows = dw_split_rows(out, in);
   // shared: every tile, packed now. owned: one tile; a task packs its slice.
-  const float* shared = a.scratch;
-  float* owned = a.scratch + panel_floats<T>(a.n, split_rows ? in : out);
+  Panel* const shared = reinterpret_cast<Panel*>(a.scratch);
+  Panel* const owned = shared + panel_floats<T>(a.n, split_rows ? in : out);
   if (split_rows)
-    pack_panels<T>(ax, a.ldx, a.n, in, a.scratch, a.threads);
+    pack_panels<T>(ax, a.ldx, a.n, in, shared, a.threads);
   else
-    pack_panels<T>(ady, a.lddy, a.n, out, a.scratch, a.threads);
-  float* sums = a.scratch + dw_fused_panel_floats<T>(a.n, in, out, a.threads) + 16;
+    pack_panels<T>(ady, a.lddy, a.n, out, shared, a.threads);
+  float* sums = a.scratch + dw_fused_panel_floats<T, Panel>(a.n, in, out, a.threads) + 16;
   const BlockMajor<CB, G> bm = block_major_for_call<CB, G>(a.prepared, sums + nnz + 16, a.w, nnz, false, a.threads);
   const int64_t nb = bm.nblocks;
 
@@ -98,20 +109,20 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
     if (g_lo == g_hi || b_lo == b_hi) return;
     for (int64_t t = 0; t < ntiles; ++t) {
       // The owned slice, indexed by absolute row (or column), so tasks never overlap.
-      const float *X, *D;
+      const Panel *X, *D;
       if (split_rows) {
         pack_tile_cols<T>(ady, a.lddy, a.n, t, g_lo * G, min64(out, g_hi * G), owned);
         X = shared + t * in * T;
         D = owned;
       } else {
-        float* mine = owned + size_t(rp) * size_t(in) * T;
+        Panel* mine = owned + size_t(rp) * size_t(in) * T;
         pack_tile_cols<T>(ax, a.ldx, a.n, t, b_lo * CB, min64(in, b_hi * CB), mine);
         X = mine;
         D = shared + t * out * T;
       }
       const bool first = (t == 0);
       for (int64_t b = b_lo; b < b_hi; ++b) {
-        const float* Xb = X + b * CB * T;
+        const Panel* Xb = X + b * CB * T;
         for (int64_t g = g_lo; g < g_hi; ++g) {
           const uint16_t* cnt = bm.counts_of(g) + b * G;
           const int64_t i0 = g * G;
@@ -122,9 +133,7 @@ void dw_blockmajor(const DwArgs<Idx>& a) {
           for (int r = 0; r < gn; ++r) {
             const int m = cnt[r];
             if (!m) continue;
-            reg d[R];
-            for (int q = 0; q < R; ++q) d[q] = V::load(D + (i0 + r) * T + q * V::W);
-            Run::template run<V, T>(d, Xb, col, m, dst, first);
+            Run::template run<V, T>(D + (i0 + r) * T, Xb, col, m, dst, first);
             col += m;
             dst += m;
           }

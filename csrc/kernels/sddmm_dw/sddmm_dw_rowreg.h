@@ -16,6 +16,7 @@ namespace SPARSELAB_ISA_NS {
 namespace {
 
 struct DwRowRegRun {
+  using Panel = float;
   // Sums of the L = V::W slots col[0..L) against the tile, lane p for slot p; lanes
   // p >= n (a ragged tail) are 0.
   template <class V, int T, typename C>
@@ -40,8 +41,10 @@ struct DwRowRegRun {
   }
 
   template <class V, int T, typename C>
-  static void run(const typename V::reg* d, const float* X, const C* col, int64_t m, float* dst, bool first) {
+  static void run(const float* drow, const float* X, const C* col, int64_t m, float* dst, bool first) {
     constexpr int L = V::W;
+    typename V::reg d[T / V::W];
+    for (int q = 0; q < T / V::W; ++q) d[q] = V::load(drow + q * V::W);
     int64_t k = 0;
     for (; k + L <= m; k += L) {
       const typename V::reg sums = group<V, T>(d, X, col + k, L);
@@ -70,6 +73,16 @@ struct rowreg : BlockMajorPrepared<CB, G> {
   }
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return dw_blockmajor_scratch<T, CB, G>(n, in, out, nnz, threads);
+  }
+};
+
+// The same kernel on bfloat16 activations (x and dy), widened while packing; dW is float.
+template <class V, int T, int CB, int G>
+struct rowreg_bf16 : rowreg<V, T, CB, G> {
+  static constexpr const char kDtype[] = "bfloat16";
+  template <typename Idx>
+  static void run(const DwArgs<Idx>& a) {
+    dw_blockmajor<V, T, CB, G, DwRowRegRun, Bf16>(a);
   }
 };
 

@@ -50,6 +50,27 @@ inline void transpose_block8(const S* src, int64_t lds, float* dst, int64_t ldd)
   for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + j * ldd, r[j]);
 }
 
+// The same block kept as bfloat16 (src and dst Bf16, no widening), for panels that a bfloat16
+// dot product (vdpbf16ps) reads as pairs of batch rows: 16-, 32- then 64-bit interleaves.
+inline void transpose_block8(const Bf16* src, int64_t lds, Bf16* dst, int64_t ldd) {
+  __m128i r[8], a[8], b[8];
+  for (int k = 0; k < 8; ++k) r[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k * lds));
+  for (int k = 0; k < 4; ++k) {  // rows 2k, 2k+1: columns 0-3, then 4-7
+    a[2 * k] = _mm_unpacklo_epi16(r[2 * k], r[2 * k + 1]);
+    a[2 * k + 1] = _mm_unpackhi_epi16(r[2 * k], r[2 * k + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {  // rows 4h..4h+3: columns (0,1), (2,3), (4,5), (6,7)
+    b[4 * h] = _mm_unpacklo_epi32(a[4 * h], a[4 * h + 2]);
+    b[4 * h + 1] = _mm_unpackhi_epi32(a[4 * h], a[4 * h + 2]);
+    b[4 * h + 2] = _mm_unpacklo_epi32(a[4 * h + 1], a[4 * h + 3]);
+    b[4 * h + 3] = _mm_unpackhi_epi32(a[4 * h + 1], a[4 * h + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {  // columns 2m and 2m+1, all eight rows
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * m * ldd), _mm_unpacklo_epi64(b[m], b[m + 4]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * m + 1) * ldd), _mm_unpackhi_epi64(b[m], b[m + 4]));
+  }
+}
+
 // dst[q * ldd + r] = src[r * lds + q] + bias[r] (bias may be null) for an 8 x 8 block:
 // 8 rows of a tile buffer written back row-major, as float or rounded to Bf16.
 template <typename D>
