@@ -108,6 +108,28 @@ def test_max_isa_caps_the_registry_and_keys_the_table():
     assert above.stdout.startswith("None") and "SPARSELAB_MAX_ISA" in above.stderr
 
 
+def test_max_isa_avx512_takes_the_bf16_dot_product_away():
+    """On an AVX512_BF16 CPU, SPARSELAB_MAX_ISA=avx512 leaves the AVX-512 lines and takes the
+    dot-product dW lines away: a bfloat16 layer's AVX-512 dW then runs the widening line."""
+    from sparselab import _C
+
+    if _C.isa_unavailable_reason("avx512bf16"):
+        pytest.skip(f"avx512bf16: {_C.isa_unavailable_reason('avx512bf16')}")
+    code = (
+        "from sparselab.dispatch import registry; v = registry.get('sddmm_dw', 'avx512_rowreg128_cb1024'); "
+        "dp = registry.get('sddmm_dw', 'avx512bf16_dp128_cb1024'); "
+        "print(registry.max_isa(), registry.widest_isa(), dp.available, dp.reason, registry.bf16_twin(v).name, sep='|')"
+    )
+    free = _python(code, SPARSELAB_TUNING="off")
+    assert free.returncode == 0, free.stderr
+    assert free.stdout.strip().split("|") == ["None", "avx512bf16", "True", "", "avx512bf16_dp128_cb1024"]
+    capped = _python(code, SPARSELAB_MAX_ISA="avx512", SPARSELAB_TUNING="off")
+    assert capped.returncode == 0, capped.stderr
+    cap, widest, available, reason, twin = capped.stdout.strip().split("|")
+    assert (cap, widest, available, twin) == ("avx512", "avx512", "False", "avx512_rowreg128_cb1024_bf16")
+    assert "SPARSELAB_MAX_ISA=avx512" in reason
+
+
 @pytest.mark.parametrize(
     "raw, on, warns", [(None, True, False), ("off", False, False), ("on", True, False), ("0", True, True)]
 )
