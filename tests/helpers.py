@@ -365,3 +365,16 @@ class FakeScalingProblem(FakeProblem):
         p.reference_output = self.reference_output
         self.made.append(n)
         return p
+
+
+def bf16_operand(n: int, cols: int, seed: int, ld_extra: int = 0) -> torch.Tensor:
+    """A bfloat16 (n, cols) operand; with ``ld_extra`` a column slice of a wider, NaN-filled one."""
+    g = torch.Generator().manual_seed(seed)
+    wide = torch.full((n, cols + ld_extra), float("nan"), dtype=torch.bfloat16)
+    wide[:, :cols] = torch.randn(n, cols, generator=g).to(torch.bfloat16)
+    return wide[:, :cols]
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s bit patterns (bfloat16 as int16, float32 as int32), for bitwise comparisons."""
+    return t.contiguous().view(torch.int16 if t.dtype is torch.bfloat16 else torch.int32)

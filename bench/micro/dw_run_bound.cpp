@@ -87,7 +87,7 @@ struct Interleaved {
   static void run(const float* drow, const float* X, const Cc* col, int64_t m, float* dst, bool first) {
     constexpr int L = Vv::W;
     typename Vv::reg d[T / Vv::W];
-    for (int q = 0; q < T / Vv::W; ++q) d[q] = Vv::load(drow + q * Vv::W);
+    dw_load_tile<Vv, T>(drow, d);
     int64_t k = 0;
     for (; k + L <= m; k += L) {
       const typename Vv::reg sums = group<Vv, T>(d, X, col + k, L);

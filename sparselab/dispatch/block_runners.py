@@ -4,7 +4,9 @@ operands in, raw pointers to the extension out.
 ``v`` is the variant to run (a ``BLOCK_OPS`` variant for W's block shape), or None: then torch
 runs the op on W's dense copy, the path of float64 weights (gradcheck) and of block shapes no
 kernel takes. ``w_args`` is ``W.raw_args()`` (a layer keeps it between calls). Operands have W's
-dtype (float32 or float64) and were checked by the caller.
+dtype (float32 or float64) and were checked by the caller, except for a bfloat16 line (``v.dtype``
+``'bfloat16'``): then the activations are bfloat16, ``w_args`` point at float32 values, and Y and
+dX are bfloat16, dW float32.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def run_block_sddmm_dw(
     """dW at W's live blocks, shaped like ``W.values`` (0 at spare slots)."""
     if v is None:
         return _dense_block_dw(W, dY, X)
-    dW = torch.empty_like(W.values)
+    dW = torch.empty_like(W.values, dtype=torch.float32)  # the kernels write float32
     if dY.shape[0] == 0:
         return dW.zero_()
     _C.block_sddmm_dw(

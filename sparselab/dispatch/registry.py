@@ -109,6 +109,16 @@ _C_ISAS = {row["isa"] for row in _C.variant_table()} | {"scalar"}
 _CAP = _effective_cap()
 
 
+def isa_rank(isa: str) -> int:
+    """``isa``'s place in its architecture's order, narrowest 0 (``scalar``); -1 for the dense
+    pseudo-variants (``torch``, ``planned``).
+
+    Args:
+        isa: an ISA name, as ``VariantInfo.isa``.
+    """
+    return next((o.index(isa) for o in _ISA_ORDER.values() if isa in o), -1)
+
+
 def max_isa() -> str | None:
     """The ISA cap in force (``SPARSELAB_MAX_ISA`` clamped to this CPU), or None: no cap."""
     return _CAP
@@ -195,14 +205,19 @@ def variants(
 
 
 #: The bfloat16 forms of a float32 form's tiles, best first (a streamed form's twin stores as the
-#: plain one). A dW form's first choice is the AVX512_BF16 dot product (sddmm_dw_dpbf16.h),
-#: which exists for sddmm_dw only: other ops fall through to the widening line.
+#: plain one). The rowreg dW's first choice is the AVX512_BF16 dot product
+#: (sddmm_dw_dpbf16.h), which has the rowreg schedule: on the 4-slot form's narrow blocks it
+#: measured slower than widening.
 _BF16_FORMS = {
-    "block_major": ("rowreg_dpbf16", "block_major_bf16"),
+    "block_major": ("block_major_bf16",),
     "rowreg": ("rowreg_dpbf16", "rowreg_bf16"),
     "block_major_stream": ("block_major_bf16",),
     "scatter_block_major": ("scatter_block_major_bf16",),
 }
+
+#: The same for the block ops' x86 forms (block_sparse/), whose names unstructured forms share.
+#: The lines forward sums as the tiled one does (it differs in its stores and prefetches).
+_BLOCK_BF16_FORMS = {"tiled": ("tiled_bf16",), "lines": ("tiled_bf16",), "scatter": ("scatter_bf16",)}
 
 #: The ISAs whose bfloat16 lines may stand in for an ISA's float32 line: AVX512_BF16's
 #: lines run beside the AVX-512 forms.
@@ -210,8 +225,8 @@ _BF16_ISAS = {"avx512": ("avx512bf16", "avx512")}
 
 
 def bf16_lines(v: VariantInfo, *, available_only: bool = True) -> list[VariantInfo]:
-    """Every bfloat16 line of float32 variant ``v``'s tiles (streamed stores aside: ``NT``),
-    best first: :func:`bf16_twin` is the first.
+    """Every bfloat16 line of float32 variant ``v``'s tiles (streamed stores and prefetch
+    distance aside: ``NT``, ``PF``), best first: :func:`bf16_twin` is the first.
 
     Args:
         v: a float32 variant.
@@ -219,15 +234,19 @@ def bf16_lines(v: VariantInfo, *, available_only: bool = True) -> list[VariantIn
     """
     if v.dtype != "float32":
         return []
-    tiles = {k: x for k, x in v.params.items() if k != "NT"}
+
+    def tiles(u: VariantInfo) -> dict:
+        return {k: x for k, x in u.params.items() if k not in ("NT", "PF")}
+
+    forms = (_BLOCK_BF16_FORMS if v.op in BLOCK_OPS else _BF16_FORMS).get(v.form, ())
     return [
         u
-        for form in _BF16_FORMS.get(v.form, ())
+        for form in forms
         for isa in _BF16_ISAS.get(v.isa, (v.isa,))
         for u in _TABLE[v.op].values()
         if u.dtype == "bfloat16"
         and (u.available or not available_only)
-        and (u.isa, u.form, u.params) == (isa, form, tiles)
+        and (u.isa, u.form, tiles(u)) == (isa, form, tiles(v))
     ]
 
 

@@ -186,10 +186,9 @@ def block_variant(op: str, block: tuple[int, int], n: int | None = None) -> Vari
     found = [v for v in registry.variants(op, available_only=True) if v.block == tuple(block)]
     choice = None
     if found:
-        widest = registry.widest_isa()
-        isa = next((v.isa for v in found if v.isa == widest), None) or next(
-            (v.isa for v in found if v.isa != "scalar"), found[0].isa
-        )
+        # The widest ISA with a kernel of this shape: not always the CPU's widest
+        # (AVX512_BF16 has no block lines).
+        isa = max((v.isa for v in found), key=registry.isa_rank)
         mine = [v for v in found if v.isa == isa]
         small = [v for f in SMALL_BATCH_FORMS for v in mine if v.form == f]
         choice = (small or mine)[0] if sig[2] else mine[0]

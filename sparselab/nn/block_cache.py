@@ -4,8 +4,12 @@ A :class:`BlockLayerCache` is made whenever the layer's weight changes (an index
 or replaced, new value storage, another dtype, a planner setting) and everything it holds belongs
 to that version: W's view, checked once (:meth:`BlockPaddedCSR.check`), W's raw pointers, the
 planner's variant per op, batch and thread count, and the storages behind those pointers. The
-layer swaps in a new record whole. Its ``fwd``, ``dx`` and ``dw`` hand float32 operands straight to the extension;
-other dtypes (bfloat16 widened per call, float64 on torch) go through :mod:`sparselab.ops`.
+layer swaps in a new record whole. Its ``fwd``, ``dx`` and ``dw`` hand float32 operands straight to the extension.
+A bfloat16 layer's call on bfloat16 activations runs the bfloat16 line of its float32 plan
+(:func:`~sparselab.dispatch.registry.bf16_twin`: the x86 tiled and scatter forms), with only the
+values (and bias) widened per call; other calls (no such line, float64 on torch) go through
+:mod:`sparselab.ops`, which widens the operands too. Either way the result is the float32
+kernel's on the widened operands, rounded once.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import torch
 from torch import Tensor
 
 from .. import ops
-from ..dispatch import planner
+from ..dispatch import planner, registry
 from ..dispatch.block_runners import run_block_sddmm_dw, run_block_spmm_dx, run_block_spmm_fwd
 from ..storage.checks import tensor_state, version_of
 
@@ -81,6 +85,7 @@ class BlockLayerCache:
         self.w_args = self.W.raw_args(check=False)
         self.density = self.W.density  # the tuning key's; a DST update keeps it
         self.variants: dict = {}  # (op, n, threads) -> VariantInfo, or None: torch on W's dense copy
+        self.bf16_lines: dict = {}  # (op, n, threads) -> the plan's bfloat16 line, or None
 
     def _own_state(self) -> tuple:
         W = self.W
@@ -111,6 +116,7 @@ class BlockLayerCache:
             v = planner.plan(op, out_f, in_f, n, self.density, threads, block=self.W.block).variant
             if len(self.variants) >= _PLANS_MAX:
                 self.variants.clear()
+                self.bf16_lines.clear()
             self.variants[key] = v
         return v
 
@@ -120,26 +126,56 @@ class BlockLayerCache:
         v = self._variant(op, n, torch.get_num_threads())
         return None if v is None else v.name
 
+    def _bf16_line(self, op: str, n: int, threads: int, *acts: Tensor):
+        """The bfloat16 line of the planned kernel for a bfloat16 layer's call on bfloat16
+        activations, or None (then the call goes through :mod:`sparselab.ops`, widened)."""
+        if self.W.values.dtype is not torch.bfloat16 or any(t.dtype is not torch.bfloat16 for t in acts):
+            return None
+        key = (op, n, threads)
+        line = self.bf16_lines.get(key, _MISSING)
+        if line is _MISSING:
+            v = self._variant(op, n, threads)
+            line = self.bf16_lines[key] = None if v is None else registry.bf16_twin(v)
+        return line
+
+    def _widened_args(self) -> tuple:
+        """(W's raw args with the float32 copy of its values, that copy): the copy lives as long
+        as the caller holds it."""
+        values = self.W.values.float()
+        return (values.data_ptr(),) + self.w_args[1:], values
+
     def fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
         """``x W^T + bias`` for a checked 2-D row-major ``x`` of W's dtype."""
-        if not self.direct:
-            return ops.spmm_fwd(self.W, x, bias, variant=self._name("block_spmm_fwd", x.shape[0]))
         threads = torch.get_num_threads()
+        if not self.direct:
+            line = self._bf16_line("block_spmm_fwd", x.shape[0], threads, x)
+            if line is None:
+                return ops.spmm_fwd(self.W, x, bias, variant=self._name("block_spmm_fwd", x.shape[0]))
+            w_args, _values = self._widened_args()
+            return run_block_spmm_fwd(line, self.W, w_args, x, None if bias is None else bias.float(), threads)
         v = self._variant("block_spmm_fwd", x.shape[0], threads)
         return run_block_spmm_fwd(v, self.W, self.w_args, x, bias, threads)
 
     def dx(self, dy: Tensor) -> Tensor:
         """``dY W`` for a row-major ``dy``."""
-        if not self.direct:
-            return ops.spmm_dx(self.W, dy, variant=self._name("block_spmm_dx", dy.shape[0]))
         threads = torch.get_num_threads()
+        if not self.direct:
+            line = self._bf16_line("block_spmm_dx", dy.shape[0], threads, dy)
+            if line is None:
+                return ops.spmm_dx(self.W, dy, variant=self._name("block_spmm_dx", dy.shape[0]))
+            w_args, _values = self._widened_args()
+            return run_block_spmm_dx(line, self.W, w_args, dy, threads)
         v = self._variant("block_spmm_dx", dy.shape[0], threads)
         return run_block_spmm_dx(v, self.W, self.w_args, dy, threads)
 
     def dw(self, dy: Tensor, x: Tensor) -> Tensor:
-        """dW at the live blocks, shaped like the values."""
-        if not self.direct:
-            return ops.sddmm_dw(self.W, dy, x, variant=self._name("block_sddmm_dw", dy.shape[0]))
+        """dW at the live blocks, shaped like the values (in their dtype)."""
         threads = torch.get_num_threads()
+        if not self.direct:
+            line = self._bf16_line("block_sddmm_dw", dy.shape[0], threads, dy, x)
+            if line is None:
+                return ops.sddmm_dw(self.W, dy, x, variant=self._name("block_sddmm_dw", dy.shape[0]))
+            # dW sums in float32 and is rounded once; the kernel reads no values.
+            return run_block_sddmm_dw(line, self.W, self.w_args, dy, x, threads).to(self.W.values.dtype)
         v = self._variant("block_sddmm_dw", dy.shape[0], threads)
         return run_block_sddmm_dw(v, self.W, self.w_args, dy, x, threads)

@@ -9,15 +9,16 @@ A bfloat16 layer then runs them in place of widening its operands (test at the e
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
-from helpers import NAN, build_weight, reference, tolerance
+from helpers import NAN, bf16_operand, bits, build_weight, reference, tolerance
 
 import sparselab
 from sparselab import kernels, settings
-from sparselab.dispatch import registry, rules, runners
+from sparselab.dispatch import planner, registry, rules, runners
 from sparselab.dispatch.runners import leading_dim as _ld
 
 BF16 = [
@@ -38,18 +39,6 @@ CASES = [  # (out, in, n, sparsity, weight kwargs, threads)
     (33, 257, 65, 0.8, dict(pattern="ragged", empty_rows=True, full_rows=True, padding=0.25, garbage=math.inf), 1),
     (40, 70, 1, 0.7, dict(padding=2, garbage=NAN), 1),
 ]
-
-
-def _bf16(n: int, cols: int, seed: int, ld_extra: int = 0) -> torch.Tensor:
-    """A bfloat16 (n, cols) operand; with ``ld_extra`` a column slice of a wider, NaN-filled one."""
-    g = torch.Generator().manual_seed(seed)
-    wide = torch.full((n, cols + ld_extra), float("nan"), dtype=torch.bfloat16)
-    wide[:, :cols] = torch.randn(n, cols, generator=g).to(torch.bfloat16)
-    return wide[:, :cols]
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.int16 if t.dtype is torch.bfloat16 else torch.int32)
 
 
 def _twin_of(u):
@@ -116,7 +105,7 @@ def test_bf16_forward_rounds_as_torch_at_ties_nan_inf_and_overflow(u):
     # A NaN stays a NaN (torch itself writes 0x7FC0 or, vectorised, 0xFFFF); the rest bit for bit.
     nan = want.isnan()
     assert torch.equal(y.isnan(), nan)
-    assert torch.equal(_bits(y)[~nan], _bits(want)[~nan])
+    assert torch.equal(bits(y)[~nan], bits(want)[~nan])
 
 
 def test_bf16_lines_are_listed_apart_and_each_mirrors_a_float32_line():
@@ -152,7 +141,10 @@ def test_bf16_line_is_its_float32_twin_rounded_once(u):
         W = build_weight(out_f, in_f, sp, seed=40 + k, **kw)
         if W.nnz == 0:
             continue
-        X, dY = _bf16(n, in_f, 41 + k, ld_extra=3 * (k % 2)), _bf16(n, out_f, 42 + k, ld_extra=5 * (k % 2))
+        X, dY = (
+            bf16_operand(n, in_f, 41 + k, ld_extra=3 * (k % 2)),
+            bf16_operand(n, out_f, 42 + k, ld_extra=5 * (k % 2)),
+        )
         bias = torch.randn(out_f, generator=torch.Generator().manual_seed(43 + k))
         plan = runners.kernel_plan(W.raw_args(), W.transposed(), keep_prepared=True)
         want = _run(plan, v, W, X.float(), dY.float(), bias, threads, torch.float32)
@@ -160,7 +152,7 @@ def test_bf16_line_is_its_float32_twin_rounded_once(u):
             got = _run(plan, u, W, X, dY, bias, threads, torch.bfloat16)
             for g, w in zip(got, want):
                 w = w.to(g.dtype)
-                assert torch.equal(_bits(g), _bits(w)), f"case {k}, call {call}: {u.name} is not {v.name} rounded"
+                assert torch.equal(bits(g), bits(w)), f"case {k}, call {call}: {u.name} is not {v.name} rounded"
 
 
 @pytest.mark.parametrize("u", [p for p in TWINS if _dot_product(p.values[0])])
@@ -168,11 +160,19 @@ def test_dot_product_dw_against_float64(u):
     """The dot-product lines sum bfloat16 products (exact in float32) in float32 in their own
     order: within the float32 accumulation bound of the float64 result, padding slots 0, the
     same bits on 1 and 2 threads and on a second call (the plan's prepared index)."""
-    for k, (out_f, in_f, n, sp, kw, threads) in enumerate(CASES + [(640, 1500, 300, 0.9, dict(padding=3), 2)]):
+    extra = [  # in > out and out > in (tasks split W's rows: X packed up front, dY per task)
+        (640, 1500, 300, 0.9, dict(padding=3), 2),
+        (1500, 300, 200, 0.9, dict(pattern="ragged", empty_rows=True, padding=1, garbage=NAN), 2),
+        (2560, 640, 129, 0.95, dict(index_dtype=torch.int32), 2),
+    ]
+    for k, (out_f, in_f, n, sp, kw, threads) in enumerate(CASES + extra):
         W = build_weight(out_f, in_f, sp, seed=40 + k, **kw)
         if W.nnz == 0:
             continue
-        X, dY = _bf16(n, in_f, 41 + k, ld_extra=3 * (k % 2)), _bf16(n, out_f, 42 + k, ld_extra=5 * (k % 2))
+        X, dY = (
+            bf16_operand(n, in_f, 41 + k, ld_extra=3 * (k % 2)),
+            bf16_operand(n, out_f, 42 + k, ld_extra=5 * (k % 2)),
+        )
         plan = runners.kernel_plan(W.raw_args(), W.transposed(), keep_prepared=True)
         ref, scale, K = reference("sddmm_dw", W, X.float(), dY.float())
         (first,) = _run(plan, u, W, X, dY, None, 1, torch.bfloat16)
@@ -183,14 +183,14 @@ def test_dot_product_dw_against_float64(u):
         )
         for call in range(2):
             (again,) = _run(plan, u, W, X, dY, None, 2, torch.bfloat16)
-            assert torch.equal(_bits(again), _bits(first)), f"case {k}, call {call}: depends on the threads"
+            assert torch.equal(bits(again), bits(first)), f"case {k}, call {call}: depends on the threads"
 
 
 @pytest.mark.parametrize("u", [p for p in TWINS if p.values[0].op in ("spmm_fwd", "spmm_dx")])
 def test_bf16_line_against_float64_within_one_rounding(u):
     out_f, in_f, n = 123, 456, 77
     W = build_weight(out_f, in_f, 0.9, seed=7, pattern="ragged", padding=1)
-    X, dY = _bf16(n, in_f, 8), _bf16(n, out_f, 9)
+    X, dY = bf16_operand(n, in_f, 8), bf16_operand(n, out_f, 9)
     bias = torch.randn(out_f, generator=torch.Generator().manual_seed(10))
     plan = runners.kernel_plan(W.raw_args(), W.transposed(), keep_prepared=True)
     (got,) = _run(plan, u, W, X, dY, bias, 2, torch.bfloat16)
@@ -241,16 +241,60 @@ def _layer_equals_float32_rounded(monkeypatch):
     yr = ref(xr)
     a = yr.to(torch.bfloat16)
     (a * a).sum().backward()  # the same dY, widened into the float32 layer
-    assert torch.equal(_bits(y.detach()), _bits(yr.detach().to(torch.bfloat16)))
-    assert torch.equal(_bits(xb.grad), _bits(xr.grad.to(torch.bfloat16)))
+    assert torch.equal(bits(y.detach()), bits(yr.detach().to(torch.bfloat16)))
+    assert torch.equal(bits(xb.grad), bits(xr.grad.to(torch.bfloat16)))
     got, want = layer.weight_values.grad, ref.weight_values.grad
-    if not any(_dot_product(u) and u.available for u in BF16):
-        assert torch.equal(_bits(got), _bits(want.to(torch.bfloat16)))
-    else:  # dW may sum on the dot product: float32 in another order, then rounded once
+    if _ran_dot_product(layer, 256):  # float32 in another order, then rounded once
         d = (a.detach().double() * 2).abs()  # |dY|
         bound = tolerance((d.T @ x.double().abs()).max(), 256) + 2.0**-8 * want.double().abs()
         assert bool(((got.double() - want.double()).abs() <= bound).all())
-    assert torch.equal(_bits(layer.bias.grad), _bits(ref.bias.grad.to(torch.bfloat16)))
+    else:
+        assert torch.equal(bits(got), bits(want.to(torch.bfloat16)))
+
+
+def _ran_dot_product(layer, n: int) -> bool:
+    """Whether the layer's last backward at batch ``n`` ran a dot-product dW line (the pair's dW
+    of a rowreg plan; a fused backward has its own line)."""
+    cache = layer._fresh_cache()
+    kid = cache.kernel_ids.get(("sddmm_dw", n, torch.get_num_threads(), torch.bfloat16), -1)
+    return any(_dot_product(u) and u.id == kid for u in BF16) and kid >= 0
+
+
+def test_bf16_layer_dw_on_the_dot_product(monkeypatch):
+    """A plan whose dW is a rowreg kernel, under the memory preference (the pair, no fused
+    backward): a bfloat16 layer's dW runs the dot product and equals the float32 layer's within
+    float32 accumulation error, rounded once; Y and dX stay bit for bit."""
+    dp = next((u for u in BF16 if _dot_product(u) and u.available), None)
+    if dp is None:
+        pytest.skip("no AVX512_BF16 dot-product line runs here")
+    rowreg = _twin_of(dp)
+    real_plan = planner.plan
+
+    def plan_rowreg_dw(op, *args, **kw):
+        p = real_plan(op, *args, **kw)
+        return dataclasses.replace(p, variant=rowreg) if op == "sddmm_dw" else p
+
+    monkeypatch.setattr(planner, "plan", plan_rowreg_dw)
+    with settings.prefer("memory"):
+        torch.manual_seed(0)
+        layer = sparselab.SparseLinear(640, 320, sparsity=0.9, dtype=torch.bfloat16)
+        ref = sparselab.SparseLinear(640, 320, sparsity=0.9)
+        ref.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in layer.state_dict().items()})
+        x = torch.randn(256, 640).to(torch.bfloat16)
+        xb, xr = x.clone().requires_grad_(True), x.float().requires_grad_(True)
+        y = layer(xb)
+        (y * y).sum().backward()
+        assert _ran_dot_product(layer, 256)
+        yr = ref(xr)
+        a = yr.to(torch.bfloat16)
+        (a * a).sum().backward()
+    assert torch.equal(bits(y.detach()), bits(yr.detach().to(torch.bfloat16)))
+    assert torch.equal(bits(xb.grad), bits(xr.grad.to(torch.bfloat16)))
+    got, want = layer.weight_values.grad.double(), ref.weight_values.grad.double()
+    d = (a.detach().double() * 2).abs()
+    bound = tolerance((d.T @ x.double().abs()).max(), 256) + 2.0**-8 * want.abs()
+    assert bool(((got - want).abs() <= bound).all())
+    assert torch.equal(bits(layer.bias.grad), bits(ref.bias.grad.to(torch.bfloat16)))
 
 
 def test_ops_refuse_a_bf16_line_by_name():

@@ -204,8 +204,9 @@ def test_rule_picks_a_kernel_of_the_widest_isa_with_one():
         for shape in SHAPES:
             v = rules.block_variant(op, shape)
             assert v is not None and v.block == shape and v.available
-            vector = [u for u in registry.variants(op, available_only=True) if u.block == shape and u.isa != "scalar"]
-            assert (v.isa != "scalar") == bool(vector)
+            mine = [u for u in registry.variants(op, available_only=True) if u.block == shape]
+            assert v.isa == max((u.isa for u in mine), key=registry.isa_rank), f"{op} {shape}: {v.name}"
+            assert (v.isa != "scalar") == any(u.isa != "scalar" for u in mine)
             small = rules.block_variant(op, shape, n=1)
             forms = {u.form for u in registry.variants(op, available_only=True) if u.block == shape and u.isa == v.isa}
             preferred = next((f for f in rules.SMALL_BATCH_FORMS if f in forms), None)

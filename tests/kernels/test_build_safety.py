@@ -134,6 +134,25 @@ def test_isa_instructions_only_in_that_isas_variants(disassembly: str) -> None:
     )
 
 
+_BF16_MNEMONIC = re.compile(r"^(vdpbf16ps|vcvtne2ps2bf16|vcvtneps2bf16)\b")
+
+
+def test_avx512_bf16_instructions_only_in_its_namespace(disassembly: str) -> None:
+    """AVX512_BF16 instructions appear in sparselab::isa_avx512bf16 functions (they do appear:
+    the dot-product dW) and nowhere else, where an AVX-512 CPU without them could run them."""
+    current, seen, stray = None, set(), []
+    for line in disassembly.splitlines():
+        m = _FUNCTION.match(line)
+        if m:
+            current = m.group(1)
+            continue
+        m = _INSN.match(line)
+        if m and current is not None and _BF16_MNEMONIC.match(m.group(1)):
+            (seen if "isa_avx512bf16::" in current else stray).add(current)
+    assert seen, "no AVX512_BF16 instruction in any sparselab::isa_avx512bf16 function"
+    assert not stray, "AVX512_BF16 instructions outside isa_avx512bf16:\n" + "\n".join(sorted(stray)[:20])
+
+
 @pytest.mark.skipif(_C.build_info()["arch"] != "x86_64", reason="x86-64 ISA gates")
 def test_avx512_gate_requires_avx2_and_fma() -> None:
     """The AVX-512 files are built with -mfma and use AVX2 forms: the gate asks for both."""

@@ -57,7 +57,8 @@ inline void block_dw_group(const DwArgs<Idx>& a, int64_t i, int64_t slot, const 
 
 // CB > 0: a group of kGroupRows block rows walks each tile's X panel CB input features at a time,
 // so the panel columns in use (CB x T floats) stay in cache while the group's blocks read them.
-template <class V, int R, int C, int T, int KB, int CB, typename Idx>
+// Act: X's and dY's element, float or Bf16 (a bfloat16 line: widened while packing; dW is float).
+template <class V, int R, int C, int T, int KB, int CB, typename Act = float, typename Idx>
 void block_dw_tiled(const DwArgs<Idx>& a) {
   static_assert(CB % C == 0, "a column block holds whole block columns");
   // Block rows that share each tile's X panel while it is in L2: the panel is read again from
@@ -69,8 +70,8 @@ void block_dw_tiled(const DwArgs<Idx>& a) {
   const int64_t col_step = CB > 0 ? CB / C : kNoEnd;
   float* Px = a.scratch;
   float* Pdy = a.scratch + panel_floats<T>(a.n, in);
-  pack_panels<T>(a.x, a.ldx, a.n, in, Px, a.threads);
-  pack_panels<T>(a.dy, a.lddy, a.n, out, Pdy, a.threads);
+  pack_panels<T>(reinterpret_cast<const Act*>(a.x), a.ldx, a.n, in, Px, a.threads);
+  pack_panels<T>(reinterpret_cast<const Act*>(a.dy), a.lddy, a.n, out, Pdy, a.threads);
   // Parts of whole row chunks, about a row group each but at least two per thread: a panel slice
   // serves more block rows the larger the part, and smaller parts keep the threads balanced.
   const int64_t parts = min64(a.nchunks, max64(2 * int64_t(a.threads), a.w.rows / kGroupRows));
@@ -119,6 +120,16 @@ struct tiled {
   // in, out: the block grid's columns and rows.
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t, int) {
     return panel_floats<T>(n, in * block_cols) + panel_floats<T>(n, out * block_rows);
+  }
+};
+
+// The same kernel on bfloat16 activations (X and dY); dW is float.
+template <class V, int block_rows, int block_cols, int T, int KB, int CB>
+struct tiled_bf16 : tiled<V, block_rows, block_cols, T, KB, CB> {
+  static constexpr const char kDtype[] = "bfloat16";
+  template <typename Idx>
+  static void run(const DwArgs<Idx>& a) {
+    block_dw_tiled<V, block_rows, block_cols, T, KB, CB, Bf16>(a);
   }
 };
 

@@ -20,9 +20,13 @@ int64_t block_dx_worker_floats(int64_t in, int64_t out) {
   return (out * T + 15) / 16 * 16 + (in * T + 15) / 16 * 16;
 }
 
-template <class V, int R, int C, int T, typename Idx>
+// Act: dY's and dX's element, float or Bf16 (a bfloat16 line: dY widened while packing, dX
+// rounded as it is written).
+template <class V, int R, int C, int T, typename Act = float, typename Idx>
 void block_dx_scatter(const DxArgs<Idx>& a) {
   using reg = typename V::reg;
+  const Act* ady = reinterpret_cast<const Act*>(a.dy);
+  Act* adx = reinterpret_cast<Act*>(a.dx);
   constexpr int Q = T / V::W;
   const int64_t in = a.w.ncols * C, out = a.w.rows * R;
   const int64_t ntiles = ceil_div(a.n, T);
@@ -31,7 +35,7 @@ void block_dx_scatter(const DxArgs<Idx>& a) {
   parallel_for(min64(a.threads, ntiles), ntiles, [&](int64_t t, int worker) {
     float* Pdy = a.scratch + worker * stride;
     float* Pdx = Pdy + (out * T + 15) / 16 * 16;
-    pack_tile_cols<T>(a.dy, a.lddy, a.n, t, 0, out, Pdy);
+    pack_tile_cols<T>(ady, a.lddy, a.n, t, 0, out, Pdy);
     for (int64_t e = 0; e < in * T; e += V::W) V::store(Pdx + e, V::zero());
     for (int64_t i = 0; i < a.w.rows; ++i) {
       const int32_t nnz = a.w.row_nnz[i];
@@ -57,12 +61,18 @@ void block_dx_scatter(const DxArgs<Idx>& a) {
     // dX rows [b0, b0 + nb) from the panel, 8 x 8 blocks through transposes.
     const int64_t b0 = t * T, nb = min64(T, a.n - b0);
     for (int64_t q0 = 0; q0 < nb; q0 += 8) {
-      float* dx = a.dx + (b0 + q0) * a.lddx;
+      Act* dx = adx + (b0 + q0) * a.lddx;
       int64_t j = 0;
-      if (q0 + 8 <= nb)
-        for (; j + 8 <= in; j += 8) transpose_block8(Pdx + j * T + q0, T, dx + j, a.lddx);
+      if (q0 + 8 <= nb) {
+        for (; j + 8 <= in; j += 8) {
+          if constexpr (sizeof(Act) == sizeof(float))
+            transpose_block8(Pdx + j * T + q0, T, dx + j, a.lddx);
+          else  // rounded to bfloat16 rows
+            transpose_block8_bias(Pdx + j * T + q0, T, nullptr, dx + j, a.lddx);
+        }
+      }
       for (int64_t q = q0; q < min64(nb, q0 + 8); ++q)
-        for (int64_t jj = j; jj < in; ++jj) a.dx[(b0 + q) * a.lddx + jj] = Pdx[jj * T + q];
+        for (int64_t jj = j; jj < in; ++jj) adx[(b0 + q) * a.lddx + jj] = from_float<Act>(Pdx[jj * T + q]);
     }
   });
 }
@@ -82,6 +92,16 @@ struct scatter {
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t, int threads) {
     const int64_t workers = min64(threads, ceil_div(n, T));
     return size_t(workers * block_dx_worker_floats<T>(in * block_cols, out * block_rows));
+  }
+};
+
+// The same kernel on bfloat16 activations: reads dY and writes dX as bfloat16 (W float).
+template <class V, int block_rows, int block_cols, int T>
+struct scatter_bf16 : scatter<V, block_rows, block_cols, T> {
+  static constexpr const char kDtype[] = "bfloat16";
+  template <typename Idx>
+  static void run(const DxArgs<Idx>& a) {
+    block_dx_scatter<V, block_rows, block_cols, T, Bf16>(a);
   }
 };
 

@@ -72,7 +72,9 @@ inline void block_fwd_group(const FwdArgs<Idx>& a, const float* P, int64_t i0, i
 // CB at a time, so the panel columns in use (CB x T floats) stay in L1 while the group's rows
 // read them; the group's partial sums wait in a buffer between column blocks. Without it a wide
 // panel (in x T floats) falls out of L2 as W streams through, and every block waits on L3.
-template <class V, int R, int C, int T, int CB, typename Idx>
+// Act: X's and Y's element, float or Bf16 (a bfloat16 line: X widened while packing, Y rounded
+// as it is written).
+template <class V, int R, int C, int T, int CB, typename Act = float, typename Idx>
 void block_fwd_tiled(const FwdArgs<Idx>& a) {
   static_assert(CB % C == 0, "a column block holds whole block columns");
   // The panels span every input feature (the grid has in / C columns).
@@ -83,13 +85,14 @@ void block_fwd_tiled(const FwdArgs<Idx>& a) {
   constexpr int kGroupRows = CB > 0 ? 16 * G : G;
   constexpr int64_t kNoEnd = int64_t(1) << 62;
   const int64_t col_step = CB > 0 ? CB / C : kNoEnd;
-  fwd_tiled_tasks<T>(e, [&](const float* P, int64_t i_lo, int64_t i_hi, int64_t b0, int nb) {
+  fwd_tiled_tasks<T, Act>(e, [&](const float* P, int64_t i_lo, int64_t i_hi, int64_t b0, int nb) {
     alignas(64) float buf[kGroupRows * R][T];
     int32_t cursor[kGroupRows];
     for (int64_t i0 = i_lo; i0 < i_hi; i0 += kGroupRows) {
       const int g = int(min64(kGroupRows, i_hi - i0));
       block_fwd_group<V, R, C, T, 0>(a, P, i0, g, col_step, buf, cursor);
-      for (int h = 0; h < g; h += G) fwd_tiled_store<T>(a, buf + h * R, (i0 + h) * R, int(min64(G, g - h)) * R, b0, nb);
+      for (int h = 0; h < g; h += G)
+        fwd_tiled_store<T, Act>(a, buf + h * R, (i0 + h) * R, int(min64(G, g - h)) * R, b0, nb);
     }
   });
 }
@@ -108,6 +111,16 @@ struct tiled {
   // in: the block grid's columns.
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return fwd_tiled_scratch<T>(n, in * block_cols, out, nnz, threads);
+  }
+};
+
+// The same kernel on bfloat16 activations: reads X and writes Y as bfloat16 (W and bias float).
+template <class V, int block_rows, int block_cols, int T, int CB>
+struct tiled_bf16 : tiled<V, block_rows, block_cols, T, CB> {
+  static constexpr const char kDtype[] = "bfloat16";
+  template <typename Idx>
+  static void run(const FwdArgs<Idx>& a) {
+    block_fwd_tiled<V, block_rows, block_cols, T, CB, Bf16>(a);
   }
 };
 

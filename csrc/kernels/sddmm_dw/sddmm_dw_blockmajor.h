@@ -53,7 +53,7 @@ struct DwSlotRun4 {
   template <class V, int T, typename C>
   static void run(const float* drow, const float* X, const C* col, int64_t m, float* dst, bool first) {
     typename V::reg d[T / V::W];
-    for (int q = 0; q < T / V::W; ++q) d[q] = V::load(drow + q * V::W);
+    dw_load_tile<V, T>(drow, d);
     dw_slot_run<V, T>(d, X, col, 0, m, dst, first);
   }
 };

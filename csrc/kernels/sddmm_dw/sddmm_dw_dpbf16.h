@@ -1,15 +1,16 @@
 // sddmm_dw on bfloat16 activations with AVX512_BF16's dot product (vdpbf16ps): the rowreg
 // schedule (sddmm_dw_rowreg.h) on panels kept in bfloat16. dW sums over the batch, and a panel
 // row holds consecutive batch rows side by side, so one vdpbf16ps multiplies 16 pairs of them
-// and adds both products to 16 float sums: 32 products per instruction and per 64-byte load,
-// where the widening forms spend two FMAs and two loads. Products of two bfloat16 are exact
-// in float32; the sums are float32 in a different order from the float32 forms (pairs first),
-// and the instruction treats subnormal inputs and results as zero.
+// and adds both products to 16 float sums (the odd row's, then the even row's, each rounded to
+// nearest even): 32 products per instruction and per 64-byte load, where the widening forms
+// spend two FMAs and two loads. A product of two bfloat16 is exact in float32 unless it
+// overflows or is subnormal; the instruction treats subnormal inputs and results as zero. The
+// sums are float32 in another order than the float32 forms'.
 #pragma once
 #include "../isa_namespace.h"
 #include <immintrin.h>
 
-#include "sddmm_dw_blockmajor.h"
+#include "sddmm_dw_rowreg.h"
 
 namespace sparselab {
 namespace SPARSELAB_ISA_NS {
@@ -47,16 +48,7 @@ struct DwDpbf16Run {
     static_assert(V::W == 16, "AVX-512 registers: 16 sums per group");
     __m512bh d[T / kPerReg];
     for (int q = 0; q < T / kPerReg; ++q) d[q] = load(drow + q * kPerReg);
-    int64_t k = 0;
-    for (; k + 16 <= m; k += 16) {
-      const __m512 sums = group<V, T>(d, X, col + k, 16);
-      V::store(dst + k, first ? sums : V::add(V::load(dst + k), sums));
-    }
-    if (k < m) {
-      const int n = int(m - k);
-      const __m512 sums = group<V, T>(d, X, col + k, n);
-      V::store_first(dst + k, first ? sums : V::add(V::load_first(dst + k, n), sums), n);
-    }
+    rowreg_groups<V>(m, dst, first, [&](int64_t k, int n) { return group<V, T>(d, X, col + k, n); });
   }
 };
 

@@ -100,6 +100,12 @@ inline void dw_store_sums(float* dst, const float* s, bool first) {
   }
 }
 
+// A row's dY tile (T floats of its panel row) into registers.
+template <class V, int T>
+inline void dw_load_tile(const float* drow, typename V::reg (&d)[T / V::W]) {
+  for (int q = 0; q < T / V::W; ++q) d[q] = V::load(drow + q * V::W);
+}
+
 // One row's run of slots [k, e) against one batch tile: dst[k] (+)= d . X[col[k]]
 // with the row's dY tile d in registers, four slots per step (reduced with
 // hsum4). `first`: the first tile, which writes instead of adding.

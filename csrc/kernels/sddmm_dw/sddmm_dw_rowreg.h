@@ -15,6 +15,23 @@ namespace sparselab {
 namespace SPARSELAB_ISA_NS {
 namespace {
 
+// A row's m slots V::W at a time: group(k, n) sums slots [k, k + n) into the first n lanes, which
+// are stored into dst (or added to it after the first tile); a ragged tail goes under a mask.
+template <class V, class Group>
+inline void rowreg_groups(int64_t m, float* dst, bool first, Group&& group) {
+  constexpr int L = V::W;
+  int64_t k = 0;
+  for (; k + L <= m; k += L) {
+    const typename V::reg sums = group(k, L);
+    V::store(dst + k, first ? sums : V::add(V::load(dst + k), sums));
+  }
+  if (k < m) {
+    const int n = int(m - k);
+    const typename V::reg sums = group(k, n);
+    V::store_first(dst + k, first ? sums : V::add(V::load_first(dst + k, n), sums), n);
+  }
+}
+
 struct DwRowRegRun {
   using Panel = float;
   // Sums of the L = V::W slots col[0..L) against the tile, lane p for slot p; lanes
@@ -42,19 +59,9 @@ struct DwRowRegRun {
 
   template <class V, int T, typename C>
   static void run(const float* drow, const float* X, const C* col, int64_t m, float* dst, bool first) {
-    constexpr int L = V::W;
     typename V::reg d[T / V::W];
-    for (int q = 0; q < T / V::W; ++q) d[q] = V::load(drow + q * V::W);
-    int64_t k = 0;
-    for (; k + L <= m; k += L) {
-      const typename V::reg sums = group<V, T>(d, X, col + k, L);
-      V::store(dst + k, first ? sums : V::add(V::load(dst + k), sums));
-    }
-    if (k < m) {
-      const int n = int(m - k);
-      const typename V::reg sums = group<V, T>(d, X, col + k, n);
-      V::store_first(dst + k, first ? sums : V::add(V::load_first(dst + k, n), sums), n);
-    }
+    dw_load_tile<V, T>(drow, d);
+    rowreg_groups<V>(m, dst, first, [&](int64_t k, int n) { return group<V, T>(d, X, col + k, n); });
   }
 };
 

@@ -60,14 +60,16 @@ void fwd_tiled_store(const FwdArgs<Idx>& a, const float (*buf)[T], int64_t i0, i
 }
 
 // Runs rows(P, i_lo, i_hi, b0, nb) for rows [i_lo, i_hi) of W on batch rows [b0, b0 + nb),
-// whose panel is P, over every batch tile and row chunk.
+// whose panel is P, over every batch tile and row chunk. Act: X's element, float or Bf16 (widened
+// into the float panels).
 // A batch of one tile on several threads (panel_copies): each worker packs its own copy of
 // the panel (on its first task) and takes the rows in a few contiguous parts. A panel that one
 // core packs and the other reads, and output lines that two cores write (every chunk
 // boundary), cost more than packing it again at this size, enough to cancel a second thread.
 // Four parts per thread still let the others cover a thread the host delays.
-template <int T, typename Idx, class Rows>
+template <int T, typename Act = float, typename Idx, class Rows>
 void fwd_tiled_tasks(const FwdArgs<Idx>& a, Rows&& rows) {
+  const Act* x = reinterpret_cast<const Act*>(a.x);
   const int64_t in = a.w.ncols;
   const int64_t stride = panel_stride(int64_t(panel_floats<T>(a.n, in)));
   if (panel_copies(a.n, T, stride, a.threads) > 0) {
@@ -76,14 +78,14 @@ void fwd_tiled_tasks(const FwdArgs<Idx>& a, Rows&& rows) {
     parallel_for(a.threads, parts, [&](int64_t p, int worker) {
       float* P = a.scratch + worker * stride;
       if (!packed[worker]) {
-        pack_tile_cols<T>(a.x, a.ldx, a.n, 0, 0, in, P);
+        pack_tile_cols<T>(x, a.ldx, a.n, 0, 0, in, P);
         packed[worker] = true;
       }
       rows(P, a.row_chunks[p * a.nchunks / parts], a.row_chunks[(p + 1) * a.nchunks / parts], 0, int(a.n));
     });
     return;
   }
-  pack_panels<T>(a.x, a.ldx, a.n, in, a.scratch, a.threads);
+  pack_panels<T>(x, a.ldx, a.n, in, a.scratch, a.threads);
   // Tile-major task order: consecutive tasks reuse the same panel from cache.
   parallel_for(a.threads, ceil_div(a.n, T) * a.nchunks, [&](int64_t task, int) {
     const int64_t t = task / a.nchunks, c = task % a.nchunks;
