@@ -378,3 +378,18 @@ def bf16_operand(n: int, cols: int, seed: int, ld_extra: int = 0) -> torch.Tenso
 def bits(t: torch.Tensor) -> torch.Tensor:
     """``t``'s bit patterns (bfloat16 as int16, float32 as int32), for bitwise comparisons."""
     return t.contiguous().view(torch.int16 if t.dtype is torch.bfloat16 else torch.int32)
+
+
+def spy_widening(monkeypatch, rows: int) -> list:
+    """From now until ``monkeypatch.undo()``, record the shape of every 2-D tensor of ``rows``
+    rows (an activation-sized operand) that ``Tensor.float`` widens; returns the record."""
+    widened = []
+    real_float = torch.Tensor.float
+
+    def spy_float(t, *a, **kw):
+        if t.dim() == 2 and t.shape[0] == rows:
+            widened.append(tuple(t.shape))
+        return real_float(t, *a, **kw)
+
+    monkeypatch.setattr(torch.Tensor, "float", spy_float)
+    return widened

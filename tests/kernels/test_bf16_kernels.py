@@ -14,7 +14,7 @@ import math
 
 import pytest
 import torch
-from helpers import NAN, bf16_operand, bits, build_weight, reference, tolerance
+from helpers import NAN, bf16_operand, bits, build_weight, reference, spy_widening, tolerance
 
 import sparselab
 from sparselab import kernels, settings
@@ -134,19 +134,26 @@ def test_an_avx512_dw_twin_is_the_dot_product_where_the_cpu_has_it():
         assert registry.bf16_twin(v) is want
 
 
+def _case(k: int, out_f: int, in_f: int, n: int, sp: float, kw: dict):
+    """Case k's weight, bfloat16 X and dY (strided in odd cases) and kernel plan; None for an
+    empty weight."""
+    W = build_weight(out_f, in_f, sp, seed=40 + k, **kw)
+    if W.nnz == 0:
+        return None
+    X = bf16_operand(n, in_f, 41 + k, ld_extra=3 * (k % 2))
+    dY = bf16_operand(n, out_f, 42 + k, ld_extra=5 * (k % 2))
+    return W, X, dY, runners.kernel_plan(W.raw_args(), W.transposed(), keep_prepared=True)
+
+
 @pytest.mark.parametrize("u", [p for p in TWINS if not _dot_product(p.values[0])])
 def test_bf16_line_is_its_float32_twin_rounded_once(u):
     v = _twin_of(u)
     for k, (out_f, in_f, n, sp, kw, threads) in enumerate(CASES):
-        W = build_weight(out_f, in_f, sp, seed=40 + k, **kw)
-        if W.nnz == 0:
+        case = _case(k, out_f, in_f, n, sp, kw)
+        if case is None:
             continue
-        X, dY = (
-            bf16_operand(n, in_f, 41 + k, ld_extra=3 * (k % 2)),
-            bf16_operand(n, out_f, 42 + k, ld_extra=5 * (k % 2)),
-        )
+        W, X, dY, plan = case
         bias = torch.randn(out_f, generator=torch.Generator().manual_seed(43 + k))
-        plan = runners.kernel_plan(W.raw_args(), W.transposed(), keep_prepared=True)
         want = _run(plan, v, W, X.float(), dY.float(), bias, threads, torch.float32)
         for call in range(2):  # the second reuses the plan's block-major index
             got = _run(plan, u, W, X, dY, bias, threads, torch.bfloat16)
@@ -166,14 +173,10 @@ def test_dot_product_dw_against_float64(u):
         (2560, 640, 129, 0.95, dict(index_dtype=torch.int32), 2),
     ]
     for k, (out_f, in_f, n, sp, kw, threads) in enumerate(CASES + extra):
-        W = build_weight(out_f, in_f, sp, seed=40 + k, **kw)
-        if W.nnz == 0:
+        case = _case(k, out_f, in_f, n, sp, kw)
+        if case is None:
             continue
-        X, dY = (
-            bf16_operand(n, in_f, 41 + k, ld_extra=3 * (k % 2)),
-            bf16_operand(n, out_f, 42 + k, ld_extra=5 * (k % 2)),
-        )
-        plan = runners.kernel_plan(W.raw_args(), W.transposed(), keep_prepared=True)
+        W, X, dY, plan = case
         ref, scale, K = reference("sddmm_dw", W, X.float(), dY.float())
         (first,) = _run(plan, u, W, X, dY, None, 1, torch.bfloat16)
         err = (first.double() - ref).abs()  # padding slots: NaN unless written 0
@@ -214,26 +217,23 @@ def test_bf16_layer_runs_the_lines_natively_and_equals_float32_rounded(monkeypat
         _layer_equals_float32_rounded(monkeypatch)
 
 
-def _layer_equals_float32_rounded(monkeypatch):
-    fwd = registry.get("spmm_fwd", rules.heuristic("spmm_fwd", 320, 640, 256, 0.1))
-    if registry.bf16_twin(fwd) is None:
-        pytest.skip(f"this CPU's planned forward ({fwd.name}) has no bfloat16 line")
+def _layer_pair():
+    """A bfloat16 640 -> 320 layer, a float32 one with the same (widened) state, and a bfloat16
+    batch of 256."""
     torch.manual_seed(0)
     layer = sparselab.SparseLinear(640, 320, sparsity=0.9, dtype=torch.bfloat16)
     ref = sparselab.SparseLinear(640, 320, sparsity=0.9)
     ref.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in layer.state_dict().items()})
-    x = torch.randn(256, 640).to(torch.bfloat16)
+    return layer, ref, torch.randn(256, 640).to(torch.bfloat16)
 
-    widened = []
-    real_float = torch.Tensor.float
 
-    def spy_float(t, *a, **kw):
-        if t.dim() == 2 and t.shape[0] == 256:  # an activation-sized operand
-            widened.append(tuple(t.shape))
-        return real_float(t, *a, **kw)
-
+def _layer_equals_float32_rounded(monkeypatch):
+    fwd = registry.get("spmm_fwd", rules.heuristic("spmm_fwd", 320, 640, 256, 0.1))
+    if registry.bf16_twin(fwd) is None:
+        pytest.skip(f"this CPU's planned forward ({fwd.name}) has no bfloat16 line")
+    layer, ref, x = _layer_pair()
     xb, xr = x.clone().requires_grad_(True), x.float().requires_grad_(True)
-    monkeypatch.setattr(torch.Tensor, "float", spy_float)
+    widened = spy_widening(monkeypatch, 256)
     y = layer(xb)
     (y * y).sum().backward()  # dY = 2Y, in bfloat16
     monkeypatch.undo()
@@ -276,11 +276,7 @@ def test_bf16_layer_dw_on_the_dot_product(monkeypatch):
 
     monkeypatch.setattr(planner, "plan", plan_rowreg_dw)
     with settings.prefer("memory"):
-        torch.manual_seed(0)
-        layer = sparselab.SparseLinear(640, 320, sparsity=0.9, dtype=torch.bfloat16)
-        ref = sparselab.SparseLinear(640, 320, sparsity=0.9)
-        ref.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in layer.state_dict().items()})
-        x = torch.randn(256, 640).to(torch.bfloat16)
+        layer, ref, x = _layer_pair()
         xb, xr = x.clone().requires_grad_(True), x.float().requires_grad_(True)
         y = layer(xb)
         (y * y).sum().backward()

@@ -16,7 +16,7 @@ from unittest import mock
 
 import pytest
 import torch
-from helpers import NAN, bf16_operand, bits
+from helpers import NAN, bf16_operand, bits, spy_widening
 
 from sparselab import kernels, settings
 from sparselab.dispatch import block_runners, outputs, registry
@@ -144,16 +144,8 @@ def test_bf16_block_layer_runs_the_lines_and_equals_float32_rounded(monkeypatch)
     x = torch.randn(256, 640).to(torch.bfloat16)
     xb, xr = x.clone().requires_grad_(True), x.float().requires_grad_(True)
 
-    widened = []
-    real_float = torch.Tensor.float
-
-    def spy_float(t, *a, **kw):
-        if t.dim() == 2 and t.shape[0] == 256:  # an activation-sized operand
-            widened.append(tuple(t.shape))
-        return real_float(t, *a, **kw)
-
     with settings.mode("off"):  # the rules' plans: the same in both layers, no tuning here
-        monkeypatch.setattr(torch.Tensor, "float", spy_float)
+        widened = spy_widening(monkeypatch, 256)
         y = layer(xb)
         (y * y).sum().backward()
         monkeypatch.undo()

@@ -62,9 +62,8 @@ def _disassemble(so: Path) -> str:
     return proc.stdout
 
 
-def _isa_use(text: str) -> dict[str, set[str]]:
-    """{function: {'avx512', 'avx2'}} for every function using those instructions."""
-    uses: dict[str, set[str]] = {}
+def _instructions(text: str):
+    """(function, mnemonic, operands) for every instruction of a disassembly, in order."""
     current = None
     for line in text.splitlines():
         m = _FUNCTION.match(line)
@@ -72,9 +71,14 @@ def _isa_use(text: str) -> dict[str, set[str]]:
             current = m.group(1)
             continue
         m = _INSN.match(line)
-        if not m or current is None:
-            continue
-        mnemonic, operands = m.group(1), m.group(2)
+        if m and current is not None:
+            yield current, m.group(1), m.group(2)
+
+
+def _isa_use(text: str) -> dict[str, set[str]]:
+    """{function: {'avx512', 'avx2'}} for every function using those instructions."""
+    uses: dict[str, set[str]] = {}
+    for current, mnemonic, operands in _instructions(text):
         if mnemonic.startswith(("rex", "lock", "rep", "notrack", "bnd", "data16", "cs", "ds")) and operands:
             parts = operands.split(None, 1)
             mnemonic, operands = parts[0], parts[1] if len(parts) > 1 else ""
@@ -140,15 +144,10 @@ _BF16_MNEMONIC = re.compile(r"^(vdpbf16ps|vcvtne2ps2bf16|vcvtneps2bf16)\b")
 def test_avx512_bf16_instructions_only_in_its_namespace(disassembly: str) -> None:
     """AVX512_BF16 instructions appear in sparselab::isa_avx512bf16 functions (they do appear:
     the dot-product dW) and nowhere else, where an AVX-512 CPU without them could run them."""
-    current, seen, stray = None, set(), []
-    for line in disassembly.splitlines():
-        m = _FUNCTION.match(line)
-        if m:
-            current = m.group(1)
-            continue
-        m = _INSN.match(line)
-        if m and current is not None and _BF16_MNEMONIC.match(m.group(1)):
-            (seen if "isa_avx512bf16::" in current else stray).add(current)
+    seen, stray = set(), set()
+    for function, mnemonic, _ in _instructions(disassembly):
+        if _BF16_MNEMONIC.match(mnemonic):
+            (seen if "isa_avx512bf16::" in function else stray).add(function)
     assert seen, "no AVX512_BF16 instruction in any sparselab::isa_avx512bf16 function"
     assert not stray, "AVX512_BF16 instructions outside isa_avx512bf16:\n" + "\n".join(sorted(stray)[:20])
 
