@@ -14,9 +14,11 @@ extern const VariantEntry kVariants[];
 namespace isa_avx512 {
 extern const VariantEntry kVariants[];
 }
+#if defined(SPARSELAB_HAS_AVX512BF16)
 namespace isa_avx512bf16 {
 extern const VariantEntry kVariants[];
 }
+#endif
 #elif defined(SPARSELAB_AARCH64)
 namespace isa_neon {
 extern const VariantEntry kVariants[];
@@ -63,7 +65,9 @@ std::vector<Variant> build() {
 #if defined(SPARSELAB_X86)
       isa_avx2::kVariants,
       isa_avx512::kVariants,
+#if defined(SPARSELAB_HAS_AVX512BF16)
       isa_avx512bf16::kVariants,
+#endif
 #elif defined(SPARSELAB_AARCH64)
       isa_neon::kVariants,
 #endif

@@ -89,15 +89,21 @@ def _effective_cap() -> str | None:
     asked = settings.max_isa()
     if asked is None:
         return None
-    order = next((o for o in _ISA_ORDER.values() if asked in o and all(i in _C_ISAS for i in o)), None)
+    order = next((o for o in _compiled_orders() if asked in o), None)
     if order is None:
-        _warn(f"{settings.ENV_MAX_ISA}={asked} names no ISA of this CPU's architecture; no cap")
+        _warn(f"{settings.ENV_MAX_ISA}={asked} names no ISA this build has for this CPU's architecture; no cap")
         return None
     runnable = [isa for isa in order if not _C.isa_unavailable_reason(isa)]
     if asked not in runnable:
         _warn(f"{settings.ENV_MAX_ISA}={asked}: this CPU runs at most {runnable[-1]}; no cap")
     # A cap at (or above) the CPU's widest ISA takes nothing away: no cap, and the same table.
     return asked if asked in runnable[:-1] else None
+
+
+def _compiled_orders() -> list[tuple[str, ...]]:
+    """The order of each architecture this build has kernels of, cut to the ISAs it compiled
+    (a compiler without -mavx512bf16 leaves that ISA out)."""
+    return [tuple(i for i in o if i in _C_ISAS) for o in _ISA_ORDER.values() if any(i in _C_ISAS for i in o[1:])]
 
 
 def _warn(message: str) -> None:
@@ -128,7 +134,7 @@ def widest_isa() -> str:
     """The widest ISA whose kernels may run here: the CPU's, or the cap's when one is in force."""
     if _CAP is not None:
         return _CAP
-    order = next((o for o in _ISA_ORDER.values() if all(i in _C_ISAS for i in o)), ("scalar",))
+    order = next(iter(_compiled_orders()), ("scalar",))
     runnable = [isa for isa in order if not _C.isa_unavailable_reason(isa)]
     return runnable[-1] if runnable else "scalar"
 

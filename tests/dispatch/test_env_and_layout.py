@@ -112,9 +112,12 @@ def test_max_isa_avx512_takes_the_bf16_dot_product_away():
     """On an AVX512_BF16 CPU, SPARSELAB_MAX_ISA=avx512 leaves the AVX-512 lines and takes the
     dot-product dW lines away: a bfloat16 layer's AVX-512 dW then runs the widening line."""
     from sparselab import _C
+    from sparselab.dispatch import registry
 
     if _C.isa_unavailable_reason("avx512bf16"):
         pytest.skip(f"avx512bf16: {_C.isa_unavailable_reason('avx512bf16')}")
+    if "avx512bf16_dp128_cb1024" not in registry.names("sddmm_dw"):
+        pytest.skip("this build has no avx512bf16 lines (its compiler lacks -mavx512bf16)")
     code = (
         "from sparselab.dispatch import registry; v = registry.get('sddmm_dw', 'avx512_rowreg128_cb1024'); "
         "dp = registry.get('sddmm_dw', 'avx512bf16_dp128_cb1024'); "
@@ -142,3 +145,18 @@ def test_huge_pages_setting_from_the_environment(raw, on, warns):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == str(on)
     assert ("SPARSELAB_HUGE_PAGES" in done.stderr) == warns
+
+
+def test_isa_order_is_cut_to_the_isas_the_build_compiled(monkeypatch):
+    """A compiler without -mavx512bf16 builds no avx512bf16 lines: the x86 order (the caps and the
+    widest ISA) is then scalar, avx2, avx512, and an aarch64 build's is scalar, neon."""
+    from sparselab.dispatch import registry
+
+    monkeypatch.setattr(registry, "_C_ISAS", {"scalar", "avx2", "avx512"})
+    assert registry._compiled_orders() == [("scalar", "avx2", "avx512")]
+    monkeypatch.setattr(registry, "_C_ISAS", {"scalar", "avx2", "avx512", "avx512bf16"})
+    assert registry._compiled_orders() == [("scalar", "avx2", "avx512", "avx512bf16")]
+    monkeypatch.setattr(registry, "_C_ISAS", {"scalar", "neon"})
+    assert registry._compiled_orders() == [("scalar", "neon")]
+    monkeypatch.setattr(registry, "_C_ISAS", {"scalar"})
+    assert registry._compiled_orders() == []
