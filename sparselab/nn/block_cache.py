@@ -138,44 +138,43 @@ class BlockLayerCache:
             line = self.bf16_lines[key] = None if v is None else registry.bf16_twin(v)
         return line
 
-    def _widened_args(self) -> tuple:
-        """(W's raw args with the float32 copy of its values, that copy): the copy lives as long
-        as the caller holds it."""
+    def _route(self, op: str, n: int, *acts: Tensor, reads_values: bool = True):
+        """How a call runs: ``(variant, W's raw args, what they point into, threads)`` for a
+        kernel, or None when it goes through :mod:`sparselab.ops`. A float32 layer runs its plan
+        on its own values; a bfloat16 one the plan's bfloat16 line on a float32 copy of them
+        (made only if the op reads them), which the caller holds while the kernel runs."""
+        threads = torch.get_num_threads()
+        if self.direct:
+            return self._variant(op, n, threads), self.w_args, None, threads
+        line = self._bf16_line(op, n, threads, *acts)
+        if line is None:
+            return None
+        if not reads_values:
+            return line, self.w_args, None, threads
         values = self.W.values.float()
-        return (values.data_ptr(),) + self.w_args[1:], values
+        return line, (values.data_ptr(),) + self.w_args[1:], values, threads
 
     def fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
         """``x W^T + bias`` for a checked 2-D row-major ``x`` of W's dtype."""
-        threads = torch.get_num_threads()
-        if not self.direct:
-            line = self._bf16_line("block_spmm_fwd", x.shape[0], threads, x)
-            if line is None:
-                return ops.spmm_fwd(self.W, x, bias, variant=self._name("block_spmm_fwd", x.shape[0]))
-            w_args, _values = self._widened_args()
-            return run_block_spmm_fwd(line, self.W, w_args, x, None if bias is None else bias.float(), threads)
-        v = self._variant("block_spmm_fwd", x.shape[0], threads)
-        return run_block_spmm_fwd(v, self.W, self.w_args, x, bias, threads)
+        route = self._route("block_spmm_fwd", x.shape[0], x)
+        if route is None:
+            return ops.spmm_fwd(self.W, x, bias, variant=self._name("block_spmm_fwd", x.shape[0]))
+        v, w_args, _values, threads = route
+        return run_block_spmm_fwd(v, self.W, w_args, x, None if bias is None else bias.float(), threads)
 
     def dx(self, dy: Tensor) -> Tensor:
         """``dY W`` for a row-major ``dy``."""
-        threads = torch.get_num_threads()
-        if not self.direct:
-            line = self._bf16_line("block_spmm_dx", dy.shape[0], threads, dy)
-            if line is None:
-                return ops.spmm_dx(self.W, dy, variant=self._name("block_spmm_dx", dy.shape[0]))
-            w_args, _values = self._widened_args()
-            return run_block_spmm_dx(line, self.W, w_args, dy, threads)
-        v = self._variant("block_spmm_dx", dy.shape[0], threads)
-        return run_block_spmm_dx(v, self.W, self.w_args, dy, threads)
+        route = self._route("block_spmm_dx", dy.shape[0], dy)
+        if route is None:
+            return ops.spmm_dx(self.W, dy, variant=self._name("block_spmm_dx", dy.shape[0]))
+        v, w_args, _values, threads = route
+        return run_block_spmm_dx(v, self.W, w_args, dy, threads)
 
     def dw(self, dy: Tensor, x: Tensor) -> Tensor:
         """dW at the live blocks, shaped like the values (in their dtype)."""
-        threads = torch.get_num_threads()
-        if not self.direct:
-            line = self._bf16_line("block_sddmm_dw", dy.shape[0], threads, dy, x)
-            if line is None:
-                return ops.sddmm_dw(self.W, dy, x, variant=self._name("block_sddmm_dw", dy.shape[0]))
-            # dW sums in float32 and is rounded once; the kernel reads no values.
-            return run_block_sddmm_dw(line, self.W, self.w_args, dy, x, threads).to(self.W.values.dtype)
-        v = self._variant("block_sddmm_dw", dy.shape[0], threads)
-        return run_block_sddmm_dw(v, self.W, self.w_args, dy, x, threads)
+        route = self._route("block_sddmm_dw", dy.shape[0], dy, x, reads_values=False)
+        if route is None:
+            return ops.sddmm_dw(self.W, dy, x, variant=self._name("block_sddmm_dw", dy.shape[0]))
+        v, w_args, _, threads = route
+        # The kernels sum dW in float32; a bfloat16 layer's is rounded once here.
+        return run_block_sddmm_dw(v, self.W, w_args, dy, x, threads).to(self.W.values.dtype)
