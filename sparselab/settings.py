@@ -163,7 +163,7 @@ def mode(value: str):
 def get_prefer() -> str:
     """What dispatch optimises: ``'speed'`` (every op runs the fastest candidate) or ``'memory'``
     (``spmm_dx`` runs a form that needs no transposed index, which the layers then do not keep:
-    6 bytes less per live weight; the backward runs the two ops, not a fused kernel)."""
+    4 bytes less per live weight; the backward runs the two ops, not a fused kernel)."""
     return _prefer.value
 
 

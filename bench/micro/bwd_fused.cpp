@@ -46,10 +46,12 @@ int main(int argc, char** argv) {
   std::vector<float> x(n * in), dy(n * out), dw(nnz), dw2(nnz), dx(n * in), dx2(n * in);
   for (auto& v : x) v = float(rng() % 100) / 100.0f - 0.5f;
   for (auto& v : dy) v = float(rng() % 100) / 100.0f - 0.5f;
-  // W^T (compact) and the permutation from its slots to W's.
+  // W^T (compact), the permutation from its slots to W's (for this probe's gather), and each
+  // slot's rank in its row of W (what the fused kernel reads).
   std::vector<int64_t> trs(in + 1, 0);
   std::vector<int32_t> trn(in), perm(nnz);
   std::vector<int16_t> tcols(nnz);
+  std::vector<uint16_t> rank(nnz);
   std::vector<float> tvals(nnz);
   for (int16_t c : cols) trs[c + 1]++;
   for (int64_t j = 0; j < in; ++j) {
@@ -63,6 +65,7 @@ int main(int argc, char** argv) {
         const int64_t dst = fill[cols[k]]++;
         tcols[dst] = int16_t(i);
         perm[dst] = int32_t(k);
+        rank[dst] = uint16_t(k - row_start[i]);
       }
   }
   const CsrView<int16_t> w = rw.view();
@@ -87,8 +90,8 @@ int main(int argc, char** argv) {
   DwArgs<int16_t> da{w, n, dy.data(), out, x.data(), in, dw.data(), chunks, 1, scratch, threads};
   FwdArgs<int16_t> xa{wt, n, dy.data(), out, nullptr, dx.data(), in, nullptr, 0, scratch, threads};
   BwdArgs<int16_t> ba{
-      wt,         perm.data(), row_start.data(), rw.row_nnz.data(), out,    n, dy.data(), out, x.data(), in,
-      dx2.data(), in,          dw2.data(),       scratch,           threads};
+      wt, TransposedSlots{rank.data(), 16, row_start.data()}, rw.row_nnz.data(), out, n, dy.data(), out, x.data(), in,
+      dx2.data(), in, dw2.data(), scratch, threads};
   auto gather = [&] {
     parallel_for(threads, 4 * threads, [&](int64_t t, int) {
       for (int64_t k = nnz * t / (4 * threads); k < nnz * (t + 1) / (4 * threads); ++k) tvals[k] = vals[perm[k]];

@@ -35,7 +35,14 @@ def calls(op: str, v, W: PaddedCSR, n: int, threads: int):
     X, dY = torch.randn(n, in_f, generator=g), torch.randn(n, out_f, generator=g)
     t = W.transposed()
     w_args = W.raw_args()
-    t_args = (t.cols.data_ptr(), _bits(t.cols.dtype), t.row_start.data_ptr(), t.row_nnz.data_ptr(), t.perm.data_ptr())
+    t_args = (
+        t.cols.data_ptr(),
+        _bits(t.cols.dtype),
+        t.row_start.data_ptr(),
+        t.row_nnz.data_ptr(),
+        t.rank.data_ptr(),
+        _bits(t.rank.dtype),
+    )
     plan = runners.kernel_plan(w_args, t, keep_prepared=True)
     bias = torch.zeros(out_f)
     keep = [X, dY, t, bias]  # the lambdas below hold raw addresses into these

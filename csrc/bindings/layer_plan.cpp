@@ -26,16 +26,17 @@ void bind_layer_plan(py::module_& m) {
                         "caller keeps the memory it points into alive for the plan's life.")
       .def(py::init([](uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz,
                        int64_t rows, int64_t ncols, uintptr_t t_cols, int t_idx_bits, uintptr_t t_row_start,
-                       uintptr_t t_row_nnz, uintptr_t perm, bool keep_prepared) {
+                       uintptr_t t_row_nnz, uintptr_t t_rank, int t_rank_bits, bool keep_prepared) {
              const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
              const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
              if (!cols || !row_start || !row_nnz) throw py::value_error("LayerPlan needs W's index");
+             const Ranks ranks = rank_array(t_rank, t_rank_bits, ncols);
              py::gil_scoped_release nogil;
-             return new LayerPlan(w, wt, perm, keep_prepared);
+             return new LayerPlan(w, wt, ranks, keep_prepared);
            }),
            py::arg("values"), py::arg("cols"), py::arg("idx_bits"), py::arg("row_start"), py::arg("row_nnz"),
            py::arg("rows"), py::arg("ncols"), py::arg("t_cols"), py::arg("t_idx_bits"), py::arg("t_row_start"),
-           py::arg("t_row_nnz"), py::arg("perm"), py::arg("keep_prepared"))
+           py::arg("t_row_nnz"), py::arg("t_rank"), py::arg("t_rank_bits"), py::arg("keep_prepared"))
       .def("spmm_fwd", by_id(&LayerPlan::spmm_fwd), py::arg("id"), py::arg("n"), py::arg("x"), py::arg("ldx"),
            py::arg("bias"), py::arg("y"), py::arg("ldy"), py::arg("threads"), py::arg("values") = 0)
       .def("spmm_dx", by_id(&LayerPlan::spmm_dx), py::arg("id"), py::arg("n"), py::arg("dy"), py::arg("lddy"),

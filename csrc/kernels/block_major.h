@@ -13,6 +13,7 @@
 
 #include "../common/parallel.h"
 #include "../format/padded_csr.h"
+#include "kernel_api.h"
 #include "panels.h"
 
 namespace sparselab {
@@ -137,16 +138,25 @@ void block_major_run_starts(const BlockMajor<CB, G>& bm, int threads) {
   });
 }
 
-// Copies W's current values into bm.values in block-major order (the index is already built);
-// with `perm`, slot k's value is w.values[perm[k]].
+// Copies W's current values into bm.values in block-major order (the index is already built).
+// With `slots` (w is then W^T over W's own values), slot k's value is read where it lives in W.
 template <int CB, int G, typename Idx>
-void block_major_fill_values(const BlockMajor<CB, G>& bm, const CsrView<Idx>& w, const int32_t* perm, int threads) {
-  parallel_for(threads, bm.ngroups, [&](int64_t g, int) {
-    block_major_runs(bm, w, g, [&](int64_t, int, int64_t src, int64_t dst, int32_t m) {
-      if (perm)
-        for (int32_t k = 0; k < m; ++k) bm.values[dst + k] = w.values[perm[src + k]];
-      else
+void block_major_fill_values(const BlockMajor<CB, G>& bm, const CsrView<Idx>& w, const TransposedSlots& slots,
+                             int threads) {
+  if (!slots.rank) {
+    parallel_for(threads, bm.ngroups, [&](int64_t g, int) {
+      block_major_runs(bm, w, g, [&](int64_t, int, int64_t src, int64_t dst, int32_t m) {
         for (int32_t k = 0; k < m; ++k) bm.values[dst + k] = w.values[src + k];
+      });
+    });
+    return;
+  }
+  with_rank(slots, [&](const auto* rank) {
+    parallel_for(threads, bm.ngroups, [&](int64_t g, int) {
+      block_major_runs(bm, w, g, [&](int64_t, int, int64_t src, int64_t dst, int32_t m) {
+        for (int32_t k = 0; k < m; ++k)
+          bm.values[dst + k] = w.values[slots.w_row_start[w.cols[src + k]] + rank[src + k]];
+      });
     });
   });
 }
@@ -192,12 +202,12 @@ struct BlockMajorPrepared {
 };
 
 // The block-major W a call runs on, with run starts. With a prepared index (Args::prepared)
-// only the values, if wanted, are copied, into `scratch` (through `value_perm` if set); without
+// only the values, if wanted, are copied, into `scratch` (through `value_slots` if set); without
 // one the whole copy is built there. `scratch` holds block_major_floats(..., with_values) floats
 // either way.
 template <int CB, int G, typename Idx>
 BlockMajor<CB, G> block_major_for_call(const float* prepared, float* scratch, const CsrView<Idx>& w, int64_t nnz,
-                                       bool with_values, int threads, const int32_t* value_perm = nullptr) {
+                                       bool with_values, int threads, const TransposedSlots& value_slots = {}) {
   if (!prepared) {
     const BlockMajor<CB, G> bm = block_major_carve<CB, G>(scratch, w.rows, w.ncols, nnz, with_values);
     block_major_build(bm, w, threads);
@@ -207,7 +217,7 @@ BlockMajor<CB, G> block_major_for_call(const float* prepared, float* scratch, co
   BlockMajor<CB, G> bm = block_major_carve<CB, G>(const_cast<float*>(prepared), w.rows, w.ncols, nnz, false);
   if (with_values) {
     bm.values = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
-    block_major_fill_values(bm, w, value_perm, threads);
+    block_major_fill_values(bm, w, value_slots, threads);
   }
   return bm;
 }

@@ -15,6 +15,25 @@
 
 namespace sparselab {
 
+// Where W^T's slots live in W: transposed slot k (in W^T's CSR `wt`) is W's slot
+// w_row_start[wt.cols[k]] + rank[k], rank[k] being its place among the live slots of its row.
+// A rank is below in_features, so it takes 2 bytes (rank_bits 16, uint16_t) where in_features
+// <= 65536, else 4 (int32_t): half the 4-byte slot id a permutation would hold.
+struct TransposedSlots {
+  const void* rank = nullptr;  // [live slots of W], or nullptr for none
+  int rank_bits = 16;
+  const int64_t* w_row_start = nullptr;  // [W's rows + 1]
+};
+
+// f(rank) with the rank array at its own type (uint16_t or int32_t).
+template <typename F>
+void with_rank(const TransposedSlots& s, F&& f) {
+  if (s.rank_bits == 16)
+    f(static_cast<const uint16_t*>(s.rank));
+  else
+    f(static_cast<const int32_t*>(s.rank));
+}
+
 // Y[n, out] = X[n, in] @ W^T (+ bias). W is out x in.
 template <typename Idx>
 struct FwdArgs {
@@ -30,13 +49,13 @@ struct FwdArgs {
   float* scratch;  // scratch_floats(...) floats, 64-byte aligned
   int threads;
   const float* prepared = nullptr;  // the variant's prepare() output for this W, or nullptr
-  // With `prepared` only: slot k's value is w.values[value_perm[k]] (W's own values, read
-  // through the transpose permutation when this is W^T), so no gathered copy is made first.
-  const int32_t* value_perm = nullptr;
+  // With `prepared` only, when this is W^T: w.values are W's own values, read through
+  // value_slots as they are copied into block order, so no gathered copy is made first.
+  TransposedSlots value_slots{};
 };
 
-// dX[n, in] = dY[n, out] @ W. `wt` is W transposed (in x out, compact CSR whose
-// values are W's values gathered through the transpose permutation).
+// dX[n, in] = dY[n, out] @ W, by a form that reads W's own index (a form on W's transposed
+// index runs as the forward on W^T, FwdArgs).
 template <typename Idx>
 struct DxArgs {
   CsrView<Idx> w;  // original W (used by scatter variants)
@@ -71,13 +90,12 @@ struct DwArgs {
 };
 
 // dX[n, in] = dY[n, out] @ W and dW (as DwArgs) in one pass over W's slots,
-// taken in the order of W's transposed index `wt` (in x out, compact CSR; perm[k]
-// is the slot of W that transposed slot k came from; for its values see `prepared`).
+// taken in the order of W's transposed index `wt` (in x out, compact CSR; w_slots says
+// where each of its slots lives in W; for its values see `prepared`).
 template <typename Idx>
 struct BwdArgs {
   CsrView<Idx> wt;
-  const int32_t* perm;         // [live slots of W]
-  const int64_t* w_row_start;  // W's rows: dW padding slots are set to 0
+  TransposedSlots w_slots;   // its w_row_start also marks W's padding slots, whose dW is set to 0
   const int32_t* w_row_nnz;
   int64_t w_rows;
   int64_t n;
@@ -91,7 +109,7 @@ struct BwdArgs {
   float* scratch;
   int threads;
   // The variant's prepare() output for W^T, or nullptr. With it, wt.values are W's own values
-  // (slot k's value is wt.values[perm[k]]); without it, already gathered through perm.
+  // (read through w_slots); without it, already gathered into W^T's order.
   const float* prepared = nullptr;
   float* db = nullptr;  // [out]: the bias gradient (dY summed over the batch), or nullptr for none
 };

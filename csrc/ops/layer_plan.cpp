@@ -13,9 +13,9 @@ constexpr int kW = 0, kWt = 1;
 constexpr size_t kMaxPartitions = 64;
 }  // namespace
 
-LayerPlan::LayerPlan(const RawCsr& w, const RawCsr& wt, uintptr_t perm, bool keep_prepared)
-    : has_t_(wt.cols != 0 && wt.row_start != 0 && wt.row_nnz != 0 && perm != 0),
-      perm_(perm),
+LayerPlan::LayerPlan(const RawCsr& w, const RawCsr& wt, const Ranks& ranks, bool keep_prepared)
+    : has_t_(wt.cols != 0 && wt.row_start != 0 && wt.row_nnz != 0 && ranks.data != 0),
+      ranks_(ranks),
       keep_prepared_(keep_prepared) {
   auto init = [](Side& s, const RawCsr& m) {
     s.w = m;
@@ -85,8 +85,9 @@ void LayerPlan::spmm_dx(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy,
     return;
   }
   if (!has_t_) throw std::runtime_error("variant '" + v.name + "' needs W's transposed index, which this plan lacks");
-  call_spmm_dx_transposed(v, call_view(v, kWt, n, threads), values_or_own(values), perm_, n, dy, lddy, dx, lddx,
-                          threads);
+  RawCsr w = w_.w;
+  w.values = values_or_own(values);
+  call_spmm_dx_transposed(v, call_view(v, kWt, n, threads), ranks_, w, n, dy, lddy, dx, lddx, threads);
 }
 
 void LayerPlan::sddmm_dw(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
@@ -107,7 +108,7 @@ void LayerPlan::backward_fused(const Variant& v, int64_t n, uintptr_t dy, int64_
   w.w = w_.w;
   w.w.values = values_or_own(values);
   w.nnz = w_.nnz;
-  call_backward_fused(v, w, call_view(v, kWt, n, threads), perm_, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);
+  call_backward_fused(v, w, call_view(v, kWt, n, threads), ranks_, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);
 }
 
 size_t LayerPlan::cached_bytes() {

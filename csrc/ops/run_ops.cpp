@@ -197,58 +197,74 @@ void call_sddmm_dw(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, in
   });
 }
 
-void call_spmm_dx_transposed(const Variant& v, const CallW& wt, uintptr_t w_values, uintptr_t perm, int64_t n,
+namespace {
+// Where W^T's slots live in W, as the kernels take it.
+TransposedSlots slots_in(const Ranks& ranks, const RawCsr& w) {
+  return {reinterpret_cast<const void*>(ranks.data), ranks.bits, reinterpret_cast<const int64_t*>(w.row_start)};
+}
+
+// vals_t[k] = W's value of transposed slot k, for the live slots of W^T's rows [j0, j1).
+template <typename Idx>
+void gather_transposed(const RawCsr& wt, const int32_t* t_live, const TransposedSlots& s, const float* vals,
+                       float* vals_t, int64_t j0, int64_t j1) {
+  const auto* t_start = reinterpret_cast<const int64_t*>(wt.row_start);
+  const auto* t_cols = reinterpret_cast<const Idx*>(wt.cols);
+  with_rank(s, [&](const auto* rank) {
+    for (int64_t j = j0; j < j1; ++j)
+      for (int64_t k = t_start[j]; k < t_start[j] + t_live[j]; ++k) vals_t[k] = vals[s.w_row_start[t_cols[k]] + rank[k]];
+  });
+}
+
+// The gather of a kernel without a prepared index: W's values into W^T's order (at W^T's row
+// offsets, so scratch sized by W^T's capacity), one task per share of W^T's rows.
+auto transposed_gather(const CallW& wt, const TransposedSlots& s, uintptr_t w_values, int threads) {
+  return [&wt, s, w_values, threads](float* vals_t) {
+    const auto* t_live = reinterpret_cast<const int32_t*>(wt.w.row_nnz);
+    const int64_t rows = wt.w.rows;
+    const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>({int64_t(threads) * 4, wt.nnz / 65536, rows}));
+    parallel_for(threads, tasks, [&](int64_t t, int) {
+      with_index(wt.w.idx_bits, [&](auto idx) {
+        gather_transposed<decltype(idx)>(wt.w, t_live, s, src(w_values), vals_t, rows * t / tasks,
+                                         rows * (t + 1) / tasks);
+      });
+    });
+    return vals_t;
+  };
+}
+}  // namespace
+
+void call_spmm_dx_transposed(const Variant& v, const CallW& wt, const Ranks& ranks, const RawCsr& w, int64_t n,
                              uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
   // The forward kernel on W^T: dX = dY @ (W^T)^T, with W's current values in transposed order.
   // A kernel with a prepared index copies the values into its own order anyway: it reads them
-  // through perm (value_perm), so no gathered copy is made first.
-  const int32_t* pm = reinterpret_cast<const int32_t*>(perm);
-  const int64_t nnz_t = reinterpret_cast<const int64_t*>(wt.w.row_start)[wt.w.rows];
-  auto gather = [&](float* vals_t) {
-    const float* vals = src(w_values);
-    const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(threads * 4, nnz_t / 65536));
-    parallel_for(threads, tasks, [&](int64_t t, int) {
-      const int64_t lo = nnz_t * t / tasks, hi = nnz_t * (t + 1) / tasks;
-      for (int64_t k = lo; k < hi; ++k) vals_t[k] = vals[pm[k]];
-    });
-    return vals_t;
-  };
+  // where they live in W (value_slots), so no gathered copy is made first.
+  const TransposedSlots slots = slots_in(ranks, w);
+  const int64_t t_cap = reinterpret_cast<const int64_t*>(wt.w.row_start)[wt.w.rows];
   RawCsr t = wt.w;
-  t.values = w_values;
-  invoke(v.fwd16, v.fwd32, t, kernel_floats(v, wt, n, threads), wt.prepared ? 0 : size_t(nnz_t) + 16, gather,
-         [&](auto& a, auto tv, float* scratch) {
+  t.values = w.values;
+  invoke(v.fwd16, v.fwd32, t, kernel_floats(v, wt, n, threads), wt.prepared ? 0 : size_t(t_cap) + 16,
+         transposed_gather(wt, slots, w.values, threads), [&](auto& a, auto tv, float* scratch) {
            a = {tv, n, src(dy), lddy, nullptr, dst(dx), lddx, wt.chunks, wt.nchunks, scratch, threads, wt.prepared};
-           a.value_perm = wt.prepared ? pm : nullptr;
+           if (wt.prepared) a.value_slots = slots;
          });
 }
 
-void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, uintptr_t perm, int64_t n, uintptr_t dy,
+void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, const Ranks& ranks, int64_t n, uintptr_t dy,
                          int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
                          int threads) {
-  // With a prepared index the kernel reads W's values through perm as it copies them into block
-  // order (BwdArgs), so no gathered copy is made first. Else they are gathered (as for spmm_dx)
-  // into scratch sized by W^T's capacity: the gather writes at row offsets, whatever the live
-  // counts say.
-  const int32_t* pm = reinterpret_cast<const int32_t*>(perm);
-  const int64_t* t_start = reinterpret_cast<const int64_t*>(wt.w.row_start);
-  auto gather = [&](float* vals_t) {
-    const float* vals = src(w.w.values);
-    const int32_t* t_live = reinterpret_cast<const int32_t*>(wt.w.row_nnz);
-    parallel_for(threads, wt.w.rows, [&](int64_t j, int) {
-      const int64_t s = t_start[j];
-      for (int32_t k = 0; k < t_live[j]; ++k) vals_t[s + k] = vals[pm[s + k]];
-    });
-    return vals_t;
-  };
-  const auto* w_start = reinterpret_cast<const int64_t*>(w.w.row_start);
+  // With a prepared index the kernel reads W's values where they live in W as it copies them
+  // into block order (BwdArgs), so no gathered copy is made first. Else they are gathered (as
+  // for spmm_dx).
+  const TransposedSlots slots = slots_in(ranks, w.w);
+  const int64_t t_cap = reinterpret_cast<const int64_t*>(wt.w.row_start)[wt.w.rows];
   const auto* w_live = reinterpret_cast<const int32_t*>(w.w.row_nnz);
   RawCsr t = wt.w;
   t.values = w.w.values;
   const size_t floats = v.scratch(n, w.w.ncols, w.w.rows, wt.nnz, threads);
-  invoke(v.bwd16, v.bwd32, t, floats, wt.prepared ? 0 : size_t(t_start[wt.w.rows]) + 16, gather,
-         [&](auto& a, auto tv, float* scratch) {
-           a = {tv,  pm,      w_start, w_live,  w.w.rows, n,       src(dy),     lddy,   src(x),
-                ldx, dst(dx), lddx,    dst(dw), scratch,  threads, wt.prepared, dst(db)};
+  invoke(v.bwd16, v.bwd32, t, floats, wt.prepared ? 0 : size_t(t_cap) + 16,
+         transposed_gather(wt, slots, w.w.values, threads), [&](auto& a, auto tv, float* scratch) {
+           a = {tv,      slots,   w_live,  w.w.rows, n,       src(dy),     lddy,   src(x), ldx,
+                dst(dx), lddx,    dst(dw), scratch,  threads, wt.prepared, dst(db)};
          });
 }
 
@@ -280,7 +296,7 @@ void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int
   call_spmm_fwd(v, c.w, n, x, ldx, bias, y, ldy, threads);
 }
 
-void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t n, uintptr_t dy,
+void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, const Ranks& ranks, int64_t n, uintptr_t dy,
                  int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
   check_op(v, Op::SpmmDx);
   if (v.dx_layout == DxLayout::Scatter) {
@@ -288,7 +304,7 @@ void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t 
     call_spmm_dx_scatter(v, c.w, n, dy, lddy, dx, lddx, threads);
   } else {
     const OneOffCall c(wt, n, threads);
-    call_spmm_dx_transposed(v, c.w, w.values, perm, n, dy, lddy, dx, lddx, threads);
+    call_spmm_dx_transposed(v, c.w, ranks, w, n, dy, lddy, dx, lddx, threads);
   }
 }
 
@@ -299,12 +315,12 @@ void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, in
   call_sddmm_dw(v, c.w, n, dy, lddy, x, ldx, dw, threads);
 }
 
-void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, uintptr_t perm, int64_t n, uintptr_t dy,
+void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, const Ranks& ranks, int64_t n, uintptr_t dy,
                         int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
                         int threads) {
   check_op(v, Op::BackwardFused);
   const OneOffCall cw(w, n, threads), ct(wt, n, threads);
-  call_backward_fused(v, cw.w, ct.w, perm, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);
+  call_backward_fused(v, cw.w, ct.w, ranks, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);
 }
 
 namespace {
@@ -387,8 +403,8 @@ void run_sddmm_dw_f64(const RawCsr& w_in, int64_t n, uintptr_t dy, int64_t lddy,
 // ---- transpose ----
 
 namespace {
-template <typename Idx, typename IdxT>
-void transpose_typed(const RawCsr& w, const RawCsr& wt, int32_t* perm) {
+template <typename Idx, typename IdxT, typename Rank>
+void transpose_typed(const RawCsr& w, const RawCsr& wt, Rank* rank) {
   const auto* cols = reinterpret_cast<const Idx*>(w.cols);
   const auto* rs = reinterpret_cast<const int64_t*>(w.row_start);
   const auto* rn = reinterpret_cast<const int32_t*>(w.row_nnz);
@@ -408,12 +424,12 @@ void transpose_typed(const RawCsr& w, const RawCsr& wt, int32_t* perm) {
     for (int32_t k = 0; k < rn[i]; ++k) {
       const int64_t dst = fill[size_t(cols[rs[i] + k])]++;
       tcols[dst] = IdxT(i);
-      perm[dst] = int32_t(rs[i] + k);
+      rank[dst] = Rank(k);
     }
 }
 }  // namespace
 
-void build_transpose(const RawCsr& w_in, const RawCsr& wt, uintptr_t perm, int64_t t_capacity) {
+void build_transpose(const RawCsr& w_in, const RawCsr& wt, const Ranks& ranks, int64_t t_capacity) {
   const RawCsr w = with_live_counts(w_in);
   if (t_capacity >= 0) {
     const int64_t total = live_nnz(w);
@@ -422,9 +438,18 @@ void build_transpose(const RawCsr& w_in, const RawCsr& wt, uintptr_t perm, int64
                                " live slots but the transposed index was sized for " + std::to_string(t_capacity) +
                                " (row_nnz changed meanwhile?)");
   }
-  auto* pm = reinterpret_cast<int32_t*>(perm);
+  if (ranks.bits != 16 && ranks.bits != 32) throw std::invalid_argument("rank bits must be 16 or 32");
+  if (ranks.bits == 16 && w.ncols > 65536)
+    throw std::invalid_argument("16-bit ranks need at most 65536 columns, W has " + std::to_string(w.ncols));
   with_index(w.idx_bits, [&](auto idx) {
-    with_index(wt.idx_bits, [&](auto t_idx) { transpose_typed<decltype(idx), decltype(t_idx)>(w, wt, pm); });
+    with_index(wt.idx_bits, [&](auto t_idx) {
+      using Idx = decltype(idx);
+      using IdxT = decltype(t_idx);
+      if (ranks.bits == 16)
+        transpose_typed<Idx, IdxT>(w, wt, reinterpret_cast<uint16_t*>(ranks.data));
+      else
+        transpose_typed<Idx, IdxT>(w, wt, reinterpret_cast<int32_t*>(ranks.data));
+    });
   });
 }
 

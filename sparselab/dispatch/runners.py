@@ -24,7 +24,7 @@ __all__ = [
     "run_backward_fused",
 ]
 
-_NO_INDEX = (0, 32, 0, 0, 0)
+_NO_INDEX = (0, 32, 0, 0, 0, 16)
 
 
 def leading_dim(t: torch.Tensor) -> int:
@@ -41,7 +41,8 @@ def transposed_args(t) -> tuple:
         index_bits(t.cols.dtype),
         t.row_start.data_ptr(),
         t.row_nnz.data_ptr(),
-        t.perm.data_ptr(),
+        t.rank.data_ptr(),
+        index_bits(t.rank.dtype),
     )
 
 

@@ -8,7 +8,7 @@ placeholder its block-grid view keeps for the topology checks):
 - ``index``     ``cols``, ``row_start``, ``row_nnz``, ``weight_shape``
 - ``cache``     every derived structure the layer keeps between steps: the
                 transposed index used by ``spmm_dx`` (``t_cols``,
-                ``t_row_start``, ``t_row_nnz``, ``t_perm``), and its kernel
+                ``t_row_start``, ``t_row_nnz``, ``t_rank``), and its kernel
                 plan's live counts, row partitions and block-major indexes
 - ``grad``      ``.grad`` of values and bias, as currently allocated
 - ``optimizer`` every tensor in the optimizer's state for those parameters

@@ -17,8 +17,9 @@ and for the ops that may run on W^T (``spmm_fwd`` saves it for its backward,
 ``spmm_dx`` runs on it) the *transposed index*, built from the topology only:
 
 - ``t_cols`` (int16/int32, nnz), ``t_row_start`` (int64, in_features + 1),
-  ``t_row_nnz`` (int32, in_features), ``t_perm`` (int32, nnz: slot of W that
-  transposed slot k comes from; values are gathered fresh at every call).
+  ``t_row_nnz`` (int32, in_features), ``t_rank`` (uint16, or int32 past 65536 columns; nnz:
+  transposed slot k is W's slot ``row_start[t_cols[k]] + t_rank[k]``; values are read fresh at
+  every call).
 
 The transposed index is an explicit input so its owner (``SparseLinear``
 keeps it as non-persistent buffers) rebuilds it only when the topology
@@ -56,7 +57,7 @@ def wrap_csr(
     transposed: tuple | None = None,
 ) -> PaddedCSR:
     """A PaddedCSR wrapper around existing tensors: no copy, no validation.
-    ``transposed`` (t_cols, t_row_start, t_row_nnz, t_perm) is installed as its
+    ``transposed`` (t_cols, t_row_start, t_row_nnz, t_rank) is installed as its
     cached transposed index so ops never rebuild it. An empty placeholder (a layer that keeps
     no transposed index, see :func:`sparselab.settings.get_prefer`) installs nothing: an op that needs the
     index then builds it for that call only."""
@@ -86,7 +87,7 @@ def spmm_fwd(
     t_cols: Tensor,
     t_row_start: Tensor,
     t_row_nnz: Tensor,
-    t_perm: Tensor,
+    t_rank: Tensor,
     bias: Optional[Tensor],
     out_features: int,
     in_features: int,
@@ -98,7 +99,7 @@ def spmm_fwd(
 
 
 @spmm_fwd.register_fake
-def _(x, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, bias, out_features, in_features):
+def _(x, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_rank, bias, out_features, in_features):
     torch._check(x.dim() == 2, lambda: f"x must be 2-D, got {x.dim()}-D")
     torch._check(x.shape[1] == in_features, lambda: f"x must have {in_features} columns")
     return x.new_empty((x.shape[0], out_features))
@@ -114,19 +115,19 @@ def spmm_dx(
     t_cols: Tensor,
     t_row_start: Tensor,
     t_row_nnz: Tensor,
-    t_perm: Tensor,
+    t_rank: Tensor,
     out_features: int,
     in_features: int,
 ) -> Tensor:
     """``dX[N, in] = dy[N, out] @ W``, on the given transposed index."""
     w = wrap_csr(
-        values.detach(), cols, row_start, row_nnz, out_features, in_features, (t_cols, t_row_start, t_row_nnz, t_perm)
+        values.detach(), cols, row_start, row_nnz, out_features, in_features, (t_cols, t_row_start, t_row_nnz, t_rank)
     )
     return _ops.spmm_dx(w, row_major(dy.detach()))
 
 
 @spmm_dx.register_fake
-def _(dy, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_perm, out_features, in_features):
+def _(dy, values, cols, row_start, row_nnz, t_cols, t_row_start, t_row_nnz, t_rank, out_features, in_features):
     return dy.new_empty((dy.shape[0], in_features))
 
 

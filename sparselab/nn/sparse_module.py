@@ -45,7 +45,7 @@ from .state import check_unpickled, load_layer_state
 
 __all__ = ["SparseModule", "check_cpu", "check_sparsity", "check_conversion", "autocast_input"]
 
-_TRANSPOSED = ("_t_cols", "_t_row_start", "_t_row_nnz", "_t_perm")
+_TRANSPOSED = ("_t_cols", "_t_row_start", "_t_row_nnz", "_t_rank")
 _INDEX = ("weight_cols", "weight_row_start", "weight_row_nnz")
 _STRIDED = torch.strided
 # A cheap first test before torch.is_autocast_enabled("cpu") on every call (private; absent: always ask).
@@ -408,13 +408,13 @@ class SparseModule(nn.Module):
 
     def _keeps_transposed(self) -> bool:
         # Under the memory preference dX runs scatter kernels on W's own index, and with a forward
-        # subset dX runs on the subset's: no 6 bytes per weight for an index nobody reads.
+        # subset dX runs on the subset's: no 4 bytes per weight for an index nobody reads.
         return settings.get_prefer() != "memory" and self.forward_subset is None
 
     def _build_transposed(self, out: tuple[Tensor, ...] | None = None):
         self._t_built = self._keeps_transposed()
         if not self._t_built:
-            return no_transposed(self.weight_cols)
+            return no_transposed(self.weight_cols, self.in_features)
         return build_transposed(
             self.weight_cols, self.weight_row_start, self.weight_row_nnz, self.out_features, self.in_features, out=out
         )
@@ -562,6 +562,8 @@ class SparseModule(nn.Module):
         state["_csr"] = None  # a weakref view; rebuilt on demand
         for name in ("_cache", "_lock", "_product_hooks"):  # derived or transient, rebuilt on load
             state.pop(name, None)
+        # The transposed index is rebuilt on load too (and pickle cannot load a uint16 tensor).
+        state["_buffers"] = OrderedDict((k, v) for k, v in self._buffers.items() if k not in _TRANSPOSED)
         return state
 
     def __setstate__(self, state):
@@ -574,6 +576,7 @@ class SparseModule(nn.Module):
         subset = self.__dict__.get("forward_subset")
         self._init_derived()
         self.forward_subset = subset
+        self._buffers.pop("_t_perm", None)  # an older pickle's transposed index held 4-byte slot ids
         for name, t in zip(_TRANSPOSED, self._build_transposed()):
             self._buffers[name] = t
         self._cache = LayerCache(self, self._topology_version)

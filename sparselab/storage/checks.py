@@ -35,13 +35,27 @@ def index_dtype_for(columns: int) -> torch.dtype:
     return torch.int16 if columns <= INT16_MAX_COLUMNS else torch.int32
 
 
+#: Ranks of 2 bytes reach a row's first 65536 live slots (a row holds at most ``in_features``).
+UINT16_MAX_COLUMNS = 65536
+
+
+def rank_dtype_for(columns: int) -> torch.dtype:
+    """The dtype of a transposed index's ranks (each slot's place among its row's live slots, so
+    below ``columns``): ``torch.uint16`` up to 65536 columns, else ``torch.int32``.
+
+    Args:
+        columns: W's number of columns (``in_features``).
+    """
+    return torch.uint16 if columns <= UINT16_MAX_COLUMNS else torch.int32
+
+
 def index_bits(dtype: torch.dtype) -> int:
     """The index width the extension takes for an index dtype (16 or 32).
 
     Args:
-        dtype: ``torch.int16`` or ``torch.int32``.
+        dtype: ``torch.int16`` or ``torch.int32`` (or a rank dtype, ``torch.uint16``).
     """
-    return 16 if dtype == torch.int16 else 32
+    return 16 if dtype in (torch.int16, torch.uint16) else 32
 
 
 def _fail(msg: str) -> None:
@@ -186,9 +200,9 @@ def check_topology(w) -> None:
 
 def check_transposed(w, t) -> None:
     """``t`` (a ``TransposedIndex``) is exactly the transpose of ``w``'s topology: every
-    transposed slot names a live slot of W with the right row and column, once each.
-    Cached like :func:`check_topology` (over both indices)."""
-    tensors = (t.cols, t.row_start, t.row_nnz, t.perm, w.cols, w.row_start, w.row_nnz)
+    transposed slot names a live slot of W (its row, and its rank among that row's live slots)
+    with the right column, once each. Cached like :func:`check_topology` (over both indices)."""
+    tensors = (t.cols, t.row_start, t.row_nnz, t.rank, w.cols, w.row_start, w.row_nnz)
     key = ("T",) + tuple(id(x) for x in tensors) + (w.shape,)
     versions = tuple(_state(x) for x in tensors)
     if _is_remembered(key, tensors, versions):
@@ -199,7 +213,7 @@ def check_transposed(w, t) -> None:
         ("t_cols", t.cols, INDEX_DTYPES, nnz),
         ("t_row_start", t.row_start, (torch.int64,), in_f + 1),
         ("t_row_nnz", t.row_nnz, (torch.int32,), in_f),
-        ("t_perm", t.perm, (torch.int32,), nnz),
+        ("t_rank", t.rank, (rank_dtype_for(in_f),), nnz),
     ):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"transposed index {name} must be a torch.Tensor, got {type(x).__name__}")
@@ -218,20 +232,16 @@ def check_transposed(w, t) -> None:
             "transposed index row_start / row_nnz do not describe a packed layout of W's "
             f"{nnz} live entries (rebuild it with build_transposed)"
         )
-    perm = t.perm.to(torch.int64)
     if nnz:
-        cap = w.values.numel()
-        if int(perm.min()) < 0 or int(perm.max()) >= cap:
-            raise ValueError(f"transposed index t_perm holds slot ids outside [0, {cap})")
-        rows_of_slot = torch.repeat_interleave(torch.arange(out_f), w.row_start[1:] - w.row_start[:-1])
-        rank = perm - w.row_start[rows_of_slot[perm]]
-        t_col = torch.repeat_interleave(torch.arange(in_f), counts)
         t_row = t.cols.to(torch.int64)
-        ok = (
-            (rank < w.row_nnz.to(torch.int64)[rows_of_slot[perm]])
-            & (w.cols[perm].to(torch.int64) == t_col)
-            & (rows_of_slot[perm] == t_row)
-        )
+        if int(t_row.min()) < 0 or int(t_row.max()) >= out_f:
+            raise ValueError(f"transposed index t_cols holds rows outside [0, {out_f})")
+        rank = t.rank.to(torch.int64)
+        live = w.row_nnz.to(torch.int64)[t_row]
+        ok = (rank >= 0) & (rank < live)  # a live slot of its row
+        slot = torch.where(ok, w.row_start[t_row] + rank, 0)
+        t_col = torch.repeat_interleave(torch.arange(in_f), counts)
+        ok &= w.cols[slot].to(torch.int64) == t_col
         if nnz > 1:  # strictly increasing rows within a transposed row: each live slot once
             same = t_col[1:] == t_col[:-1]
             ok[1:] &= ~same | (t_row[1:] > t_row[:-1])

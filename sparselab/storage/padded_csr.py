@@ -495,7 +495,7 @@ def build_transposed(
     in_features: int,
     out: tuple[torch.Tensor, ...] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The transposed index ``(t_cols, t_row_start, t_row_nnz, t_perm)`` of a topology, after
+    """The transposed index ``(t_cols, t_row_start, t_row_nnz, t_rank)`` of a topology, after
     checking it. Costs one pass over the live slots: call it when the topology changes, not per
     step.
 

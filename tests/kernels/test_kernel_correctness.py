@@ -438,7 +438,7 @@ try:
                     _C.sddmm_dw(v.id, *raw(W), n, dY.data_ptr(), 300, X.data_ptr(), 520, dW.data_ptr(), 2)
                 elif v.dx_layout == "scatter":
                     dX = torch.empty(n, 520)
-                    _C.spmm_dx(v.id, *raw(W), 0, 32, 0, 0, 0, n, dY.data_ptr(), 300, dX.data_ptr(), 520, 2)
+                    _C.spmm_dx(v.id, *raw(W), 0, 32, 0, 0, 0, 16, n, dY.data_ptr(), 300, dX.data_ptr(), 520, 2)
                 else:
                     continue  # runs on the transposed index, which row_nnz does not touch
                 calls += 1

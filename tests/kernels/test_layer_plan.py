@@ -130,7 +130,7 @@ def test_block_major_variants_prepare_and_the_plan_keeps_their_index():
 
 def test_plan_refuses_a_variant_of_another_op_and_a_missing_transposed_index():
     W = build_weight(20, 30, 0.5, seed=1)
-    plan = _C.LayerPlan(*W.raw_args(), 0, 32, 0, 0, 0, keep_prepared=True)
+    plan = _C.LayerPlan(*W.raw_args(), 0, 32, 0, 0, 0, 16, keep_prepared=True)
     fwd = next(v for v in kernels.variants(available_only=True) if v.op == "spmm_fwd" and not v.is_dense)
     dx_t = next(v for v in kernels.variants(available_only=True) if v.op == "spmm_dx" and v.dx_layout == "transposed")
     dY = torch.randn(4, 20)
@@ -246,7 +246,8 @@ def test_fused_backward_gathers_within_its_buffer_when_live_counts_are_below_cap
         _bits(t.cols.dtype),
         t.row_start.data_ptr(),
         t.row_nnz.data_ptr(),
-        t.perm.data_ptr(),
+        t.rank.data_ptr(),
+        _bits(t.rank.dtype),
         keep_prepared=False,
     )
     dx, dw = torch.empty(n, 900), torch.empty(W.capacity)

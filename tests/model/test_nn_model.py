@@ -234,11 +234,11 @@ def test_memory_report_matches_hand_count():
     # hand count: values f32 + bias f32; int16 cols, int64 row_start, int32 row_nnz, int64 shape
     assert m.weight == cap * 4 + 40 * 4
     assert m.index == cap * 2 + 41 * 8 + 40 * 4 + 2 * 8
-    # transposed index: int16 cols + int32 perm per live entry, int64 row_start, int32 row_nnz per column
+    # transposed index: int16 cols + uint16 rank per live entry, int64 row_start, int32 row_nnz per column
     # plus the kernel plan: live counts of W and W^T, and row partitions (no block-major index at N=8)
     plan_bytes = layer.layer_cache().kernels.cached_bytes()
     assert (40 + 100) * 4 < plan_bytes <= (40 + 100) * 4 + 3 * 8 * 8  # three ops' partitions of a few rows
-    assert m.cache == nnz * 2 + nnz * 4 + 101 * 8 + 100 * 4 + plan_bytes
+    assert m.cache == nnz * 2 + nnz * 2 + 101 * 8 + 100 * 4 + plan_bytes
     assert m.grad == cap * 4 + 40 * 4
     step_bytes = 4  # AdamW keeps a float32 scalar `step` per parameter
     assert m.optimizer == 2 * cap * 4 + 2 * 40 * 4 + 2 * step_bytes

@@ -36,15 +36,15 @@ def _dense_twin(layer):
 
 
 def _transposed(layer) -> tuple:
-    """The transposed index the layer holds now, ``(t_cols, t_row_start, t_row_nnz, t_perm)``: its
+    """The transposed index the layer holds now, ``(t_cols, t_row_start, t_row_nnz, t_rank)``: its
     ``cache_tensors()``, which are that index alone without a forward subset (read as is: nothing
     is refreshed, so a test can look at the index between an in-place edit and its announcement)."""
-    t_cols, t_row_start, t_row_nnz, t_perm = layer.cache_tensors()
-    return t_cols, t_row_start, t_row_nnz, t_perm
+    t_cols, t_row_start, t_row_nnz, t_rank = layer.cache_tensors()
+    return t_cols, t_row_start, t_row_nnz, t_rank
 
 
-def _t_perm(layer):
-    """``t_perm`` of :func:`_transposed`: the slot of W each transposed slot comes from."""
+def _t_rank(layer):
+    """``t_rank`` of :func:`_transposed`: each transposed slot's place among its row's live slots."""
     return _transposed(layer)[3]
 
 
@@ -296,7 +296,8 @@ def test_state_dict_round_trip_into_fresh_layer():
     dst.load_state_dict(sd)
     assert dst.weight_values is param
     assert torch.equal(dst(x), src(x))
-    assert torch.equal(_t_perm(dst), _t_perm(src))  # transposed index rebuilt for the new topology
+    # transposed index rebuilt for the new topology
+    assert all(torch.equal(a, b) for a, b in zip(_transposed(dst), _transposed(src)))
     # other sparsity / capacity: adopts the incoming sizes
     other = _layer(sparsity=0.2, padding=0, seed=3)
     other.load_state_dict(sd)
@@ -334,7 +335,7 @@ def test_deepcopy_independent():
     b = copy.deepcopy(a)
     assert torch.equal(b(x), ya)
     assert b.weight_values.data_ptr() != a.weight_values.data_ptr()
-    assert _t_perm(b).data_ptr() != _t_perm(a).data_ptr()
+    assert _t_rank(b).data_ptr() != _t_rank(a).data_ptr()
     with torch.no_grad():
         b.weight_values.mul_(2)
     w = b.weight
@@ -443,9 +444,9 @@ def test_topology_change_refreshes_transposed_index():
     cols0 = sorted(used0 | {grow})
     w.cols[s0 : s0 + n0 + 1] = torch.tensor(cols0, dtype=w.cols.dtype)
     w.row_nnz[0] += 1  # (values are whatever the slots hold; the dense twin is read back after)
-    before = _t_perm(layer).clone()
+    before = _t_rank(layer).clone()
     w.mark_topology_changed()
-    assert not torch.equal(before, _t_perm(layer)) or before.shape != _t_perm(layer).shape
+    assert not torch.equal(before, _t_rank(layer)) or before.shape != _t_rank(layer).shape
     lin = _dense_twin(layer)
     xr, xd = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
     layer(xr).square().sum().backward()

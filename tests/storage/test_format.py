@@ -254,8 +254,8 @@ def test_memory_bytes_counts_every_byte(shape, sparsity, padding, index_dtype, v
     assert W.memory_bytes() == base
     t = W.transposed()
     tbytes = 2 if out_f <= 32768 else 4  # transposed columns are W's rows
-    cache = (in_f + 1) * 8 + in_f * 4 + nnz * tbytes + nnz * 4  # row_start, row_nnz, cols, perm
-    assert t.cols.element_size() == tbytes
+    cache = (in_f + 1) * 8 + in_f * 4 + nnz * tbytes + nnz * 2  # row_start, row_nnz, cols, rank
+    assert t.cols.element_size() == tbytes and t.rank.dtype == torch.uint16
     assert W.memory_bytes() == base + cache
     assert W.memory_bytes(include_cache=False) == base
     # and that is every tensor the object holds
@@ -275,12 +275,14 @@ def _dense_from_transposed(W):
         s, k = int(t.row_start[j]), int(t.row_nnz[j])
         rows = t.cols[s : s + k].to(torch.int64)
         assert (rows[1:] > rows[:-1]).all(), f"transposed row {j} not sorted"
-        slots = t.perm[s : s + k].to(torch.int64)
-        # perm points at the live slot of W holding (row, j)
+        rank = t.rank[s : s + k].to(torch.int64)
+        assert (rank < W.row_nnz.to(torch.int64)[rows]).all()  # a live slot of its row
+        slots = W.row_start[rows] + rank
+        # row and rank name the live slot of W holding (row, j)
         assert (W.cols[slots].to(torch.int64) == j).all()
         assert torch.equal(W.slot_rows()[slots], rows)
         dense[j, rows] = W.values.detach()[slots]
-    assert int(t.row_start[-1]) == W.nnz == t.cols.numel() == t.perm.numel()
+    assert int(t.row_start[-1]) == W.nnz == t.cols.numel() == t.rank.numel()
     return dense
 
 
@@ -343,6 +345,63 @@ def test_transposed_index_of_an_empty_weight():
     t = W.transposed()
     assert t.cols.numel() == 0 and t.row_start.tolist() == [0] * 7 and t.row_nnz.tolist() == [0] * 6
     assert torch.equal(_dense_from_transposed(W), torch.zeros(6, 4))
+
+
+def _corrupt_transposed(W, how: str) -> tuple:
+    """W's transposed index with one defect ``how`` (copies: W's own stays intact)."""
+    t_cols, t_rs, t_rn, t_rank = (x.clone() for x in W.transposed().tensors())
+    row0 = int(t_cols[0])
+    if how == "rank past the row's live slots":
+        t_rank[0] = int(W.row_nnz[row0])
+    elif how == "rank of another column":
+        t_rank[0] = (int(t_rank[0]) + 1) % int(W.row_nnz[row0])
+    elif how == "row out of range":
+        t_cols[0] = W.shape[0]
+    elif how == "negative row":
+        t_cols[0] = -1
+    elif how == "rank as int32":
+        t_rank = t_rank.to(torch.int32)
+    elif how == "one rank short":
+        t_rank = t_rank[:-1]
+    return t_cols, t_rs, t_rn, t_rank
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "rank past the row's live slots",
+        "rank of another column",
+        "row out of range",
+        "negative row",
+        "rank as int32",
+        "one rank short",
+    ],
+)
+def test_a_transposed_index_handed_in_is_checked_against_w(how):
+    from sparselab.storage.transposed import TransposedIndex
+
+    W = PaddedCSR.random(12, 9, 0.6, seed=1, padding=2)
+    assert int(W.row_nnz.min()) >= 2  # so "rank of another column" names a different live slot
+    good = W.transposed().tensors()
+    W._transposed = TransposedIndex.of(tuple(x.clone() for x in good), W.topology_version)
+    assert all(torch.equal(a, b) for a, b in zip(W.transposed().tensors(), good))  # the intact copy passes
+    W._transposed = TransposedIndex.of(_corrupt_transposed(W, how), W.topology_version)
+    with pytest.raises(ValueError, match="transposed index"):
+        W.transposed()
+
+
+def test_ranks_widen_past_65536_columns():
+    # a row's rank is below in_features: 2 bytes reach 65536 columns, wider weights take 4
+    from sparselab.storage import build_transposed
+
+    for in_f, dtype in ((65536, torch.uint16), (65537, torch.int32)):
+        W = PaddedCSR.random(2, in_f, 0.0, seed=0)  # dense rows: ranks reach in_f - 1
+        t_cols, t_rs, t_rn, t_rank = build_transposed(W.cols, W.row_start, W.row_nnz, 2, in_f)
+        assert t_rank.dtype == dtype
+        assert int(t_rank.to(torch.int64).max()) == in_f - 1
+        slots = W.row_start[t_cols.to(torch.int64)] + t_rank.to(torch.int64)
+        column = torch.repeat_interleave(torch.arange(in_f), t_rn.to(torch.int64))
+        assert torch.equal(W.cols[slots].to(torch.int64), column)  # each names the live slot holding its column
 
 
 # ---------------------------------------------------------------- validate()

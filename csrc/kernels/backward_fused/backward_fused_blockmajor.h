@@ -7,8 +7,8 @@
 // separately, dW and dX each load one panel row per FMA; here one load serves
 // two FMAs, and dY, X and W's index are each read once per batch tile instead
 // of twice. dW sums are reduced four slots at a time (hsum4) and accumulated
-// over batch tiles in block-major order, then scattered to W's slots through
-// the transpose permutation.
+// over batch tiles in block-major order, then scattered to W's slots (where
+// BwdArgs::w_slots says each transposed slot lives).
 // A task owns a range of W^T's row groups (split by live slots) and packs, one
 // batch tile at a time, the whole dY panel and the X columns of its row
 // groups into buffers that stay in L2; so every thread packs every dY tile.
@@ -137,7 +137,7 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   const int64_t in = wt.rows, out = wt.ncols;
   // Every dW slot starts at 0, so a slot of W the transposed index does not list (an
   // index older than W's topology) is never left unwritten.
-  const int64_t cap = a.w_row_start[a.w_rows];
+  const int64_t cap = a.w_slots.w_row_start[a.w_rows];
   const int64_t zero_tasks = 4 * int64_t(a.threads);
   parallel_for(a.threads, zero_tasks, [&](int64_t z, int) {
     for (int64_t k = cap * z / zero_tasks; k < cap * (z + 1) / zero_tasks; ++k) a.dw[k] = 0.0f;
@@ -163,7 +163,8 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
   }
   if (classes == 2) after_sums += out + 16;
   const BlockMajor<CB, G> bm =
-      block_major_for_call<CB, G>(a.prepared, after_sums, wt, nnz, true, a.threads, a.prepared ? a.perm : nullptr);
+      block_major_for_call<CB, G>(a.prepared, after_sums, wt, nnz, true, a.threads,
+                                  a.prepared ? a.w_slots : TransposedSlots{});
 
   // Tasks pack their own tiles' panels (which then stay in their L2): no barrier per tile,
   // so a thread descheduled on a shared machine stalls one hand-off instead of every tile.
@@ -235,16 +236,19 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
     if constexpr (NT) fwd_lines_fence(V{});  // streaming stores are weakly ordered
   });
   // dW sums (of both classes) to W's slots; then padding slots are 0 again, whatever the index said.
-  parallel_for(a.threads, bm.ngroups, [&](int64_t g, int) {
-    block_major_runs(bm, wt, g, [&](int64_t, int, int64_t slot_t, int64_t pos, int32_t m) {
-      if (classes == 2)
-        for (int32_t k = 0; k < m; ++k) a.dw[a.perm[slot_t + k]] = sums[0][pos + k] + sums[1][pos + k];
-      else
-        for (int32_t k = 0; k < m; ++k) a.dw[a.perm[slot_t + k]] = sums[0][pos + k];
+  const int64_t* w_start = a.w_slots.w_row_start;
+  with_rank(a.w_slots, [&](const auto* rank) {
+    parallel_for(a.threads, bm.ngroups, [&](int64_t g, int) {
+      block_major_runs(bm, wt, g, [&](int64_t, int, int64_t slot_t, int64_t pos, int32_t m) {
+        for (int32_t k = 0; k < m; ++k) {
+          const int64_t slot = w_start[wt.cols[slot_t + k]] + rank[slot_t + k];
+          a.dw[slot] = classes == 2 ? sums[0][pos + k] + sums[1][pos + k] : sums[0][pos + k];
+        }
+      });
     });
   });
   parallel_for(a.threads, a.w_rows, [&](int64_t i, int) {
-    for (int64_t k = a.w_row_start[i] + a.w_row_nnz[i]; k < a.w_row_start[i + 1]; ++k) a.dw[k] = 0.0f;
+    for (int64_t k = w_start[i] + a.w_row_nnz[i]; k < w_start[i + 1]; ++k) a.dw[k] = 0.0f;
   });
   if (db_sums[1])
     for (int64_t i = 0; i < out; ++i) a.db[i] += db_sums[1][i];

@@ -41,7 +41,7 @@ void fwd_blockmajor(const FwdArgs<Idx>& a) {
   int64_t* packed_tile = reinterpret_cast<int64_t*>(panels + size_t(a.threads) * panel_stride);
   for (int k = 0; k < a.threads; ++k) packed_tile[k] = -1;
   const BlockMajor<CB, G> bm = block_major_for_call<CB, G>(
-      a.prepared, panels + size_t(a.threads) * (panel_stride + 2) + 16, a.w, nnz, true, a.threads, a.value_perm);
+      a.prepared, panels + size_t(a.threads) * (panel_stride + 2) + 16, a.w, nnz, true, a.threads, a.value_slots);
 
   // Few tiles (small batch): also split the row groups so every thread has work.
   const int64_t ntiles = ceil_div(a.n, T);

@@ -41,7 +41,7 @@ void fwd_bm_stream(const FwdArgs<Idx>& a) {
   int64_t* packed_tile = reinterpret_cast<int64_t*>(panels + size_t(a.threads) * panel_stride);
   for (int k = 0; k < a.threads; ++k) packed_tile[k] = -1;
   const BlockMajor<CB, G> bm = block_major_for_call<CB, G>(
-      a.prepared, panels + size_t(a.threads) * (panel_stride + 2) + 16, a.w, nnz, true, a.threads, a.value_perm);
+      a.prepared, panels + size_t(a.threads) * (panel_stride + 2) + 16, a.w, nnz, true, a.threads, a.value_slots);
   // Streaming stores need every destination line-aligned: G and 16-float pieces keep
   // them so when Y and its row stride are.
   const bool stream = NT && (reinterpret_cast<uintptr_t>(a.y) & 63) == 0 && (a.ldy & 15) == 0;
