@@ -89,9 +89,20 @@ int main(int argc, char** argv) {
   int64_t chunks[2] = {0, out};
   DwArgs<int16_t> da{w, n, dy.data(), out, x.data(), in, dw.data(), chunks, 1, scratch, threads};
   FwdArgs<int16_t> xa{wt, n, dy.data(), out, nullptr, dx.data(), in, nullptr, 0, scratch, threads};
-  BwdArgs<int16_t> ba{
-      wt, TransposedSlots{rank.data(), 16, row_start.data()}, rw.row_nnz.data(), out, n, dy.data(), out, x.data(), in,
-      dx2.data(), in, dw2.data(), scratch, threads};
+  BwdArgs<int16_t> ba{wt,
+                      TransposedSlots{rank.data(), 16, row_start.data()},
+                      rw.row_nnz.data(),
+                      out,
+                      n,
+                      dy.data(),
+                      out,
+                      x.data(),
+                      in,
+                      dx2.data(),
+                      in,
+                      dw2.data(),
+                      scratch,
+                      threads};
   auto gather = [&] {
     parallel_for(threads, 4 * threads, [&](int64_t t, int) {
       for (int64_t k = nnz * t / (4 * threads); k < nnz * (t + 1) / (4 * threads); ++k) tvals[k] = vals[perm[k]];

@@ -35,20 +35,19 @@ auto float64(void (*run)(const RawCsr&, Rest...)) {
 
 void bind_ops(py::module_& m) {
   m.def("spmm_fwd", one_off(&run_spmm_fwd));
-  m.def("spmm_dx",
-        [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start, uintptr_t row_nnz,
-           int64_t rows, int64_t ncols, uintptr_t t_cols, int t_idx_bits, uintptr_t t_row_start, uintptr_t t_row_nnz,
-           uintptr_t t_rank, int t_rank_bits, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx,
-           int threads) {
-          const Variant& v = variant_at(id);
-          const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
-          const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
-          const Ranks ranks = rank_array(t_rank, t_rank_bits, ncols);
-          if (v.dx_layout == DxLayout::Transposed && (!t_cols || !t_row_start || !t_rank))
-            throw py::value_error("variant '" + v.name + "' needs W's transposed index");
-          py::gil_scoped_release nogil;
-          run_spmm_dx(v, w, wt, ranks, n, dy, lddy, dx, lddx, threads);
-        });
+  m.def("spmm_dx", [](int64_t id, uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_start,
+                      uintptr_t row_nnz, int64_t rows, int64_t ncols, uintptr_t t_cols, int t_idx_bits,
+                      uintptr_t t_row_start, uintptr_t t_row_nnz, uintptr_t t_rank, int t_rank_bits, int64_t n,
+                      uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
+    const Variant& v = variant_at(id);
+    const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
+    const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
+    const Ranks ranks = rank_array(t_rank, t_rank_bits, ncols);
+    if (v.dx_layout == DxLayout::Transposed && (!t_cols || !t_row_start || !t_rank))
+      throw py::value_error("variant '" + v.name + "' needs W's transposed index");
+    py::gil_scoped_release nogil;
+    run_spmm_dx(v, w, wt, ranks, n, dy, lddy, dx, lddx, threads);
+  });
   m.def("sddmm_dw", one_off(&run_sddmm_dw));
 
   m.def(
@@ -68,8 +67,9 @@ void bind_ops(py::module_& m) {
       },
       py::arg("id"), py::arg("values"), py::arg("cols"), py::arg("idx_bits"), py::arg("row_start"), py::arg("row_nnz"),
       py::arg("rows"), py::arg("ncols"), py::arg("t_cols"), py::arg("t_idx_bits"), py::arg("t_row_start"),
-      py::arg("t_row_nnz"), py::arg("t_rank"), py::arg("t_rank_bits"), py::arg("n"), py::arg("dy"), py::arg("lddy"), py::arg("x"), py::arg("ldx"),
-      py::arg("dx"), py::arg("lddx"), py::arg("dw"), py::arg("threads"), py::arg("db") = 0);
+      py::arg("t_row_nnz"), py::arg("t_rank"), py::arg("t_rank_bits"), py::arg("n"), py::arg("dy"), py::arg("lddy"),
+      py::arg("x"), py::arg("ldx"), py::arg("dx"), py::arg("lddx"), py::arg("dw"), py::arg("threads"),
+      py::arg("db") = 0);
 
   m.def("block_spmm_fwd", one_off(&run_block_spmm_fwd));
   m.def("block_spmm_dx", one_off(&run_block_spmm_dx));

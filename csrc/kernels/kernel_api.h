@@ -95,7 +95,7 @@ struct DwArgs {
 template <typename Idx>
 struct BwdArgs {
   CsrView<Idx> wt;
-  TransposedSlots w_slots;   // its w_row_start also marks W's padding slots, whose dW is set to 0
+  TransposedSlots w_slots;  // its w_row_start also marks W's padding slots, whose dW is set to 0
   const int32_t* w_row_nnz;
   int64_t w_rows;
   int64_t n;

@@ -211,7 +211,8 @@ void gather_transposed(const RawCsr& wt, const int32_t* t_live, const Transposed
   const auto* t_cols = reinterpret_cast<const Idx*>(wt.cols);
   with_rank(s, [&](const auto* rank) {
     for (int64_t j = j0; j < j1; ++j)
-      for (int64_t k = t_start[j]; k < t_start[j] + t_live[j]; ++k) vals_t[k] = vals[s.w_row_start[t_cols[k]] + rank[k]];
+      for (int64_t k = t_start[j]; k < t_start[j] + t_live[j]; ++k)
+        vals_t[k] = vals[s.w_row_start[t_cols[k]] + rank[k]];
   });
 }
 
@@ -263,8 +264,8 @@ void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, cons
   const size_t floats = v.scratch(n, w.w.ncols, w.w.rows, wt.nnz, threads);
   invoke(v.bwd16, v.bwd32, t, floats, wt.prepared ? 0 : size_t(t_cap) + 16,
          transposed_gather(wt, slots, w.w.values, threads), [&](auto& a, auto tv, float* scratch) {
-           a = {tv,      slots,   w_live,  w.w.rows, n,       src(dy),     lddy,   src(x), ldx,
-                dst(dx), lddx,    dst(dw), scratch,  threads, wt.prepared, dst(db)};
+           a = {tv,  slots,   w_live, w.w.rows, n,       src(dy), lddy,        src(x),
+                ldx, dst(dx), lddx,   dst(dw),  scratch, threads, wt.prepared, dst(db)};
          });
 }
 
@@ -315,9 +316,9 @@ void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, in
   call_sddmm_dw(v, c.w, n, dy, lddy, x, ldx, dw, threads);
 }
 
-void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, const Ranks& ranks, int64_t n, uintptr_t dy,
-                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
-                        int threads) {
+void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, const Ranks& ranks, int64_t n,
+                        uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
+                        uintptr_t db, int threads) {
   check_op(v, Op::BackwardFused);
   const OneOffCall cw(w, n, threads), ct(wt, n, threads);
   call_backward_fused(v, cw.w, ct.w, ranks, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);

@@ -77,9 +77,9 @@ void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, in
 
 // dX = dY @ W and dW (as run_sddmm_dw) in one call of a backward_fused variant;
 // wt and ranks as for run_spmm_dx. db (0 for none) receives dY summed over the batch.
-void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, const Ranks& ranks, int64_t n, uintptr_t dy,
-                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
-                        int threads);
+void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, const Ranks& ranks, int64_t n,
+                        uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
+                        uintptr_t db, int threads);
 
 // The block-sparse ops: w is the block grid's index (rows = out / block_rows, ncols = in /
 // block_cols) with block_rows * block_cols values per slot. Throws unless v is a variant of the

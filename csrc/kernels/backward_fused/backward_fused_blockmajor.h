@@ -162,9 +162,8 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
     for (int64_t i = 0; i < out; ++i) db_sums[1][i] = 0.0f;
   }
   if (classes == 2) after_sums += out + 16;
-  const BlockMajor<CB, G> bm =
-      block_major_for_call<CB, G>(a.prepared, after_sums, wt, nnz, true, a.threads,
-                                  a.prepared ? a.w_slots : TransposedSlots{});
+  const BlockMajor<CB, G> bm = block_major_for_call<CB, G>(a.prepared, after_sums, wt, nnz, true, a.threads,
+                                                           a.prepared ? a.w_slots : TransposedSlots{});
 
   // Tasks pack their own tiles' panels (which then stay in their L2): no barrier per tile,
   // so a thread descheduled on a shared machine stalls one hand-off instead of every tile.
