@@ -33,12 +33,13 @@ inline RawCsr raw(uintptr_t values, uintptr_t cols, int idx_bits, uintptr_t row_
   return RawCsr{values, cols, idx_bits, row_start, row_nnz, rows, ncols};
 }
 
-// A transposed index's ranks (0: none): 16-bit ranks reach only W's first 65536 columns.
-inline Ranks rank_array(uintptr_t data, int bits, int64_t ncols) {
+// A transposed index's ranks (0: none; w_row_start is filled in per call): 16-bit ranks reach
+// only W's first 65536 columns.
+inline TransposedSlots rank_array(uintptr_t data, int bits, int64_t ncols) {
   if (bits != 16 && bits != 32) throw pybind11::value_error("t_rank_bits must be 16 or 32");
   if (data && bits == 16 && ncols > 65536)
     throw pybind11::value_error("16-bit ranks need at most 65536 columns, W has " + std::to_string(ncols));
-  return Ranks{data, bits};
+  return TransposedSlots{reinterpret_cast<const void*>(data), bits, nullptr};
 }
 
 }  // namespace sparselab

@@ -30,7 +30,7 @@ void bind_layer_plan(py::module_& m) {
              const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
              const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
              if (!cols || !row_start || !row_nnz) throw py::value_error("LayerPlan needs W's index");
-             const Ranks ranks = rank_array(t_rank, t_rank_bits, ncols);
+             const TransposedSlots ranks = rank_array(t_rank, t_rank_bits, ncols);
              py::gil_scoped_release nogil;
              return new LayerPlan(w, wt, ranks, keep_prepared);
            }),

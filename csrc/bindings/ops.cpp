@@ -42,8 +42,8 @@ void bind_ops(py::module_& m) {
     const Variant& v = variant_at(id);
     const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
     const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
-    const Ranks ranks = rank_array(t_rank, t_rank_bits, ncols);
-    if (v.dx_layout == DxLayout::Transposed && (!t_cols || !t_row_start || !t_rank))
+    const TransposedSlots ranks = rank_array(t_rank, t_rank_bits, ncols);
+    if (v.dx_layout == DxLayout::Transposed && (!t_cols || !t_row_start || !t_rank || !row_start))
       throw py::value_error("variant '" + v.name + "' needs W's transposed index");
     py::gil_scoped_release nogil;
     run_spmm_dx(v, w, wt, ranks, n, dy, lddy, dx, lddx, threads);
@@ -59,7 +59,7 @@ void bind_ops(py::module_& m) {
         const Variant& v = variant_at(id);
         const RawCsr w = raw(values, cols, idx_bits, row_start, row_nnz, rows, ncols);
         const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
-        const Ranks ranks = rank_array(t_rank, t_rank_bits, ncols);
+        const TransposedSlots ranks = rank_array(t_rank, t_rank_bits, ncols);
         if (!t_cols || !t_row_start || !t_row_nnz || !t_rank)
           throw py::value_error("variant '" + v.name + "' needs W's transposed index");
         py::gil_scoped_release nogil;
@@ -86,7 +86,7 @@ void bind_ops(py::module_& m) {
          int t_rank_bits, int64_t t_capacity) {
         const RawCsr w = raw(0, cols, idx_bits, row_start, row_nnz, rows, ncols);
         const RawCsr wt = raw(0, t_cols, t_idx_bits, t_row_start, t_row_nnz, ncols, rows);
-        const Ranks ranks = rank_array(t_rank, t_rank_bits, ncols);
+        const TransposedSlots ranks = rank_array(t_rank, t_rank_bits, ncols);
         py::gil_scoped_release nogil;
         build_transpose(w, wt, ranks, t_capacity);
       },

@@ -154,8 +154,7 @@ void block_major_fill_values(const BlockMajor<CB, G>& bm, const CsrView<Idx>& w,
   with_rank(slots, [&](const auto* rank) {
     parallel_for(threads, bm.ngroups, [&](int64_t g, int) {
       block_major_runs(bm, w, g, [&](int64_t, int, int64_t src, int64_t dst, int32_t m) {
-        for (int32_t k = 0; k < m; ++k)
-          bm.values[dst + k] = w.values[slots.w_row_start[w.cols[src + k]] + rank[src + k]];
+        for (int32_t k = 0; k < m; ++k) bm.values[dst + k] = w.values[w_slot(slots.w_row_start, w.cols, rank, src + k)];
       });
     });
   });

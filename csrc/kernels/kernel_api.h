@@ -17,8 +17,8 @@ namespace sparselab {
 
 // Where W^T's slots live in W: transposed slot k (in W^T's CSR `wt`) is W's slot
 // w_row_start[wt.cols[k]] + rank[k], rank[k] being its place among the live slots of its row.
-// A rank is below in_features, so it takes 2 bytes (rank_bits 16, uint16_t) where in_features
-// <= 65536, else 4 (int32_t): half the 4-byte slot id a permutation would hold.
+// A rank is below in_features, so it takes 2 bytes (rank_bits 16, read as uint16_t) where
+// in_features <= 65536, else 4 (int32_t): half the 4-byte slot id a permutation would hold.
 struct TransposedSlots {
   const void* rank = nullptr;  // [live slots of W], or nullptr for none
   int rank_bits = 16;
@@ -32,6 +32,12 @@ void with_rank(const TransposedSlots& s, F&& f) {
     f(static_cast<const uint16_t*>(s.rank));
   else
     f(static_cast<const int32_t*>(s.rank));
+}
+
+// W's slot of transposed slot k (t_cols: W^T's columns, which are W's rows).
+template <typename Idx, typename Rank>
+inline int64_t w_slot(const int64_t* w_row_start, const Idx* t_cols, const Rank* rank, int64_t k) {
+  return w_row_start[t_cols[k]] + int64_t(rank[k]);
 }
 
 // Y[n, out] = X[n, in] @ W^T (+ bias). W is out x in.

@@ -13,8 +13,8 @@ constexpr int kW = 0, kWt = 1;
 constexpr size_t kMaxPartitions = 64;
 }  // namespace
 
-LayerPlan::LayerPlan(const RawCsr& w, const RawCsr& wt, const Ranks& ranks, bool keep_prepared)
-    : has_t_(wt.cols != 0 && wt.row_start != 0 && wt.row_nnz != 0 && ranks.data != 0),
+LayerPlan::LayerPlan(const RawCsr& w, const RawCsr& wt, const TransposedSlots& ranks, bool keep_prepared)
+    : has_t_(wt.cols != 0 && wt.row_start != 0 && wt.row_nnz != 0 && ranks.rank != nullptr),
       ranks_(ranks),
       keep_prepared_(keep_prepared) {
   auto init = [](Side& s, const RawCsr& m) {

@@ -21,7 +21,7 @@ class LayerPlan {
   // what they need per call, and the plan holds only counts and partitions).
   // Every call takes `values`: float32 slot values to use instead of w.values (0: w's own),
   // so a layer that stores bfloat16 widens them per call into memory the plan never keeps.
-  LayerPlan(const RawCsr& w, const RawCsr& wt, const Ranks& ranks, bool keep_prepared);
+  LayerPlan(const RawCsr& w, const RawCsr& wt, const TransposedSlots& ranks, bool keep_prepared);
 
   void spmm_fwd(const Variant& v, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy,
                 int threads, uintptr_t values);
@@ -51,7 +51,7 @@ class LayerPlan {
 
   Side w_, wt_;
   bool has_t_;
-  Ranks ranks_;
+  TransposedSlots ranks_;
   bool keep_prepared_;
   // One call at a time: the caches below are filled on first use.
   std::mutex mu_;

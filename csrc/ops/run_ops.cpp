@@ -198,9 +198,11 @@ void call_sddmm_dw(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, in
 }
 
 namespace {
-// Where W^T's slots live in W, as the kernels take it.
-TransposedSlots slots_in(const Ranks& ranks, const RawCsr& w) {
-  return {reinterpret_cast<const void*>(ranks.data), ranks.bits, reinterpret_cast<const int64_t*>(w.row_start)};
+// Where W^T's slots live in W, as the kernels take it: the ranks with W's row starts.
+TransposedSlots slots_in(const TransposedSlots& ranks, const RawCsr& w) {
+  TransposedSlots s = ranks;
+  s.w_row_start = reinterpret_cast<const int64_t*>(w.row_start);
+  return s;
 }
 
 // vals_t[k] = W's value of transposed slot k, for the live slots of W^T's rows [j0, j1).
@@ -212,21 +214,26 @@ void gather_transposed(const RawCsr& wt, const int32_t* t_live, const Transposed
   with_rank(s, [&](const auto* rank) {
     for (int64_t j = j0; j < j1; ++j)
       for (int64_t k = t_start[j]; k < t_start[j] + t_live[j]; ++k)
-        vals_t[k] = vals[s.w_row_start[t_cols[k]] + rank[k]];
+        vals_t[k] = vals[w_slot(s.w_row_start, t_cols, rank, k)];
   });
 }
 
 // The gather of a kernel without a prepared index: W's values into W^T's order (at W^T's row
-// offsets, so scratch sized by W^T's capacity), one task per share of W^T's rows.
+// offsets, so scratch sized by W^T's capacity), one task per share of W^T's slots (whole rows).
 auto transposed_gather(const CallW& wt, const TransposedSlots& s, uintptr_t w_values, int threads) {
   return [&wt, s, w_values, threads](float* vals_t) {
     const auto* t_live = reinterpret_cast<const int32_t*>(wt.w.row_nnz);
-    const int64_t rows = wt.w.rows;
-    const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>({int64_t(threads) * 4, wt.nnz / 65536, rows}));
+    const auto* t_start = reinterpret_cast<const int64_t*>(wt.w.row_start);
+    const int64_t rows = wt.w.rows, cap = t_start[rows];
+    const int64_t tasks = std::max<int64_t>(1, std::min<int64_t>(int64_t(threads) * 4, wt.nnz / 65536));
+    // Task t takes the rows starting in its share of the slots; the last also takes any empty tail.
+    auto first_row = [&](int64_t t) {
+      if (t >= tasks) return rows;
+      return int64_t(std::lower_bound(t_start, t_start + rows, cap * t / tasks) - t_start);
+    };
     parallel_for(threads, tasks, [&](int64_t t, int) {
       with_index(wt.w.idx_bits, [&](auto idx) {
-        gather_transposed<decltype(idx)>(wt.w, t_live, s, src(w_values), vals_t, rows * t / tasks,
-                                         rows * (t + 1) / tasks);
+        gather_transposed<decltype(idx)>(wt.w, t_live, s, src(w_values), vals_t, first_row(t), first_row(t + 1));
       });
     });
     return vals_t;
@@ -234,8 +241,8 @@ auto transposed_gather(const CallW& wt, const TransposedSlots& s, uintptr_t w_va
 }
 }  // namespace
 
-void call_spmm_dx_transposed(const Variant& v, const CallW& wt, const Ranks& ranks, const RawCsr& w, int64_t n,
-                             uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
+void call_spmm_dx_transposed(const Variant& v, const CallW& wt, const TransposedSlots& ranks, const RawCsr& w,
+                             int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
   // The forward kernel on W^T: dX = dY @ (W^T)^T, with W's current values in transposed order.
   // A kernel with a prepared index copies the values into its own order anyway: it reads them
   // where they live in W (value_slots), so no gathered copy is made first.
@@ -250,9 +257,9 @@ void call_spmm_dx_transposed(const Variant& v, const CallW& wt, const Ranks& ran
          });
 }
 
-void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, const Ranks& ranks, int64_t n, uintptr_t dy,
-                         int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
-                         int threads) {
+void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, const TransposedSlots& ranks, int64_t n,
+                         uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
+                         uintptr_t db, int threads) {
   // With a prepared index the kernel reads W's values where they live in W as it copies them
   // into block order (BwdArgs), so no gathered copy is made first. Else they are gathered (as
   // for spmm_dx).
@@ -297,8 +304,8 @@ void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int
   call_spmm_fwd(v, c.w, n, x, ldx, bias, y, ldy, threads);
 }
 
-void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, const Ranks& ranks, int64_t n, uintptr_t dy,
-                 int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
+void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, const TransposedSlots& ranks, int64_t n,
+                 uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads) {
   check_op(v, Op::SpmmDx);
   if (v.dx_layout == DxLayout::Scatter) {
     const OneOffCall c(w, n, threads);
@@ -316,7 +323,7 @@ void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, in
   call_sddmm_dw(v, c.w, n, dy, lddy, x, ldx, dw, threads);
 }
 
-void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, const Ranks& ranks, int64_t n,
+void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, const TransposedSlots& ranks, int64_t n,
                         uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
                         uintptr_t db, int threads) {
   check_op(v, Op::BackwardFused);
@@ -430,7 +437,7 @@ void transpose_typed(const RawCsr& w, const RawCsr& wt, Rank* rank) {
 }
 }  // namespace
 
-void build_transpose(const RawCsr& w_in, const RawCsr& wt, const Ranks& ranks, int64_t t_capacity) {
+void build_transpose(const RawCsr& w_in, const RawCsr& wt, const TransposedSlots& ranks, int64_t t_capacity) {
   const RawCsr w = with_live_counts(w_in);
   if (t_capacity >= 0) {
     const int64_t total = live_nnz(w);
@@ -439,17 +446,14 @@ void build_transpose(const RawCsr& w_in, const RawCsr& wt, const Ranks& ranks, i
                                " live slots but the transposed index was sized for " + std::to_string(t_capacity) +
                                " (row_nnz changed meanwhile?)");
   }
-  if (ranks.bits != 16 && ranks.bits != 32) throw std::invalid_argument("rank bits must be 16 or 32");
-  if (ranks.bits == 16 && w.ncols > 65536)
-    throw std::invalid_argument("16-bit ranks need at most 65536 columns, W has " + std::to_string(w.ncols));
   with_index(w.idx_bits, [&](auto idx) {
     with_index(wt.idx_bits, [&](auto t_idx) {
       using Idx = decltype(idx);
       using IdxT = decltype(t_idx);
-      if (ranks.bits == 16)
-        transpose_typed<Idx, IdxT>(w, wt, reinterpret_cast<uint16_t*>(ranks.data));
+      if (ranks.rank_bits == 16)
+        transpose_typed<Idx, IdxT>(w, wt, static_cast<uint16_t*>(const_cast<void*>(ranks.rank)));
       else
-        transpose_typed<Idx, IdxT>(w, wt, reinterpret_cast<int32_t*>(ranks.data));
+        transpose_typed<Idx, IdxT>(w, wt, static_cast<int32_t*>(const_cast<void*>(ranks.rank)));
     });
   });
 }

@@ -28,14 +28,6 @@ struct RawCsr {
 // W as one call sees it: row_nnz points at a snapshot of the live counts
 // (snapshot_live_counts), `chunks` is the nnz-balanced row partition for the call,
 // `nnz` the live total, and `prepared` the variant's prepare() output for this W or nullptr.
-// Where W's transposed index puts each of W's live slots: its rank among the live slots of its
-// row of W, `bits` 16 (uint16_t, where in_features <= 65536) or 32 (int32_t); see kernel_api.h's
-// TransposedSlots.
-struct Ranks {
-  uintptr_t data = 0;
-  int bits = 16;
-};
-
 struct CallW {
   RawCsr w;
   const int64_t* chunks = nullptr;
@@ -54,30 +46,33 @@ void call_spmm_fwd(const Variant& v, const CallW& w, int64_t n, uintptr_t x, int
                    int64_t ldy, int threads);
 void call_spmm_dx_scatter(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx,
                           int64_t lddx, int threads);
-// wt: W^T's index, ranks its slots' places in W (whose values and row starts are read for the call).
-void call_spmm_dx_transposed(const Variant& v, const CallW& wt, const Ranks& ranks, const RawCsr& w, int64_t n,
-                             uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
+// The transposed index of W is W^T's CSR `wt` (its cols are W's rows) and `ranks`, each slot's
+// rank among the live slots of its row of W (kernel_api.h's TransposedSlots; the driver fills in
+// w_row_start from W for each call).
+
+// wt, ranks: W's transposed index; w: W (its values and row starts are read for the call).
+void call_spmm_dx_transposed(const Variant& v, const CallW& wt, const TransposedSlots& ranks, const RawCsr& w,
+                             int64_t n, uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
 // w: W (its live counts give dW's padding), wt: W^T's index (the kernel walks it).
-void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, const Ranks& ranks, int64_t n, uintptr_t dy,
-                         int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw, uintptr_t db,
-                         int threads);
+void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, const TransposedSlots& ranks, int64_t n,
+                         uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
+                         uintptr_t db, int threads);
 void call_sddmm_dw(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
                    uintptr_t dw, int threads);
 
 void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y,
                   int64_t ldy, int threads);
 
-// wt: W's transposed index (values unused; its cols are W's rows) and ranks each slot's place in
-// its row of W.
-void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, const Ranks& ranks, int64_t n, uintptr_t dy,
-                 int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
+// wt, ranks: W's transposed index (wt's values unused).
+void run_spmm_dx(const Variant& v, const RawCsr& w, const RawCsr& wt, const TransposedSlots& ranks, int64_t n,
+                 uintptr_t dy, int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
 
 void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
                   uintptr_t dw, int threads);
 
 // dX = dY @ W and dW (as run_sddmm_dw) in one call of a backward_fused variant;
 // wt and ranks as for run_spmm_dx. db (0 for none) receives dY summed over the batch.
-void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, const Ranks& ranks, int64_t n,
+void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, const TransposedSlots& ranks, int64_t n,
                         uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
                         uintptr_t db, int threads);
 
@@ -99,9 +94,10 @@ void run_sddmm_dw_f64(const RawCsr& w, int64_t n, uintptr_t dy, int64_t lddy, ui
                       int threads);
 
 // Counting sort of W's live slots by column: fills wt.row_start (ncols+1),
-// wt.row_nnz (ncols), wt.cols (nnz, wt.idx_bits) and ranks (nnz, ranks.bits; 16 needs
-// ncols <= 65536). t_capacity >= 0: the slots wt.cols and ranks hold; more live slots throw.
-void build_transpose(const RawCsr& w, const RawCsr& wt, const Ranks& ranks, int64_t t_capacity = -1);
+// wt.row_nnz (ncols), wt.cols (nnz, wt.idx_bits) and ranks.rank (nnz, ranks.rank_bits; 16 needs
+// ncols <= 65536, which the binding checks). t_capacity >= 0: the slots wt.cols and ranks hold;
+// more live slots throw.
+void build_transpose(const RawCsr& w, const RawCsr& wt, const TransposedSlots& ranks, int64_t t_capacity = -1);
 
 // dense[i * ncols + cols[k]] = values[k] for every live slot (dense must be
 // zeroed by the caller). value_bits: 16 (bfloat16, copied as bits), 32 or 64.

@@ -17,7 +17,7 @@ and for the ops that may run on W^T (``spmm_fwd`` saves it for its backward,
 ``spmm_dx`` runs on it) the *transposed index*, built from the topology only:
 
 - ``t_cols`` (int16/int32, nnz), ``t_row_start`` (int64, in_features + 1),
-  ``t_row_nnz`` (int32, in_features), ``t_rank`` (uint16, or int32 past 65536 columns; nnz:
+  ``t_row_nnz`` (int32, in_features), ``t_rank`` (int16 read as unsigned, or int32 past 65536 columns; nnz:
   transposed slot k is W's slot ``row_start[t_cols[k]] + t_rank[k]``; values are read fresh at
   every call).
 

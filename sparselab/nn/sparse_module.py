@@ -562,7 +562,7 @@ class SparseModule(nn.Module):
         state["_csr"] = None  # a weakref view; rebuilt on demand
         for name in ("_cache", "_lock", "_product_hooks"):  # derived or transient, rebuilt on load
             state.pop(name, None)
-        # The transposed index is rebuilt on load too (and pickle cannot load a uint16 tensor).
+        # The transposed index is rebuilt on load too.
         state["_buffers"] = OrderedDict((k, v) for k, v in self._buffers.items() if k not in _TRANSPOSED)
         return state
 
@@ -576,7 +576,10 @@ class SparseModule(nn.Module):
         subset = self.__dict__.get("forward_subset")
         self._init_derived()
         self.forward_subset = subset
-        self._buffers.pop("_t_perm", None)  # an older pickle's transposed index held 4-byte slot ids
+        # An older pickle's transposed index held 4-byte slot ids (``_t_perm``).
+        self._buffers.pop("_t_perm", None)
+        self._non_persistent_buffers_set.discard("_t_perm")
+        self._non_persistent_buffers_set.update(_TRANSPOSED)
         for name, t in zip(_TRANSPOSED, self._build_transposed()):
             self._buffers[name] = t
         self._cache = LayerCache(self, self._topology_version)

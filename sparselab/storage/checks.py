@@ -41,21 +41,33 @@ UINT16_MAX_COLUMNS = 65536
 
 def rank_dtype_for(columns: int) -> torch.dtype:
     """The dtype of a transposed index's ranks (each slot's place among its row's live slots, so
-    below ``columns``): ``torch.uint16`` up to 65536 columns, else ``torch.int32``.
+    below ``columns``): ``torch.int16`` holding the 16 bits of an unsigned rank up to 65536
+    columns, else ``torch.int32``. (Not ``torch.uint16``: torch cannot unpickle it, and few of its
+    ops take it.)
 
     Args:
         columns: W's number of columns (``in_features``).
     """
-    return torch.uint16 if columns <= UINT16_MAX_COLUMNS else torch.int32
+    return torch.int16 if columns <= UINT16_MAX_COLUMNS else torch.int32
+
+
+def ranks_as_int64(rank: torch.Tensor) -> torch.Tensor:
+    """A transposed index's ranks as int64 values (an int16 tensor's bits read as unsigned).
+
+    Args:
+        rank: the ``t_rank`` tensor, ``torch.int16`` or ``torch.int32``.
+    """
+    wide = rank.to(torch.int64)
+    return wide & 0xFFFF if rank.dtype == torch.int16 else wide
 
 
 def index_bits(dtype: torch.dtype) -> int:
     """The index width the extension takes for an index dtype (16 or 32).
 
     Args:
-        dtype: ``torch.int16`` or ``torch.int32`` (or a rank dtype, ``torch.uint16``).
+        dtype: ``torch.int16`` or ``torch.int32``.
     """
-    return 16 if dtype in (torch.int16, torch.uint16) else 32
+    return 16 if dtype == torch.int16 else 32
 
 
 def _fail(msg: str) -> None:
@@ -236,7 +248,7 @@ def check_transposed(w, t) -> None:
         t_row = t.cols.to(torch.int64)
         if int(t_row.min()) < 0 or int(t_row.max()) >= out_f:
             raise ValueError(f"transposed index t_cols holds rows outside [0, {out_f})")
-        rank = t.rank.to(torch.int64)
+        rank = ranks_as_int64(t.rank)
         live = w.row_nnz.to(torch.int64)[t_row]
         ok = (rank >= 0) & (rank < live)  # a live slot of its row
         slot = torch.where(ok, w.row_start[t_row] + rank, 0)

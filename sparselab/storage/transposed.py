@@ -3,8 +3,8 @@
 The index is built from the topology only. Transposed slot ``k`` comes from W's row ``cols[k]``,
 ``rank[k]`` live slots into it (W's slot ``row_start[cols[k]] + rank[k]``), so values are read
 fresh at every call and never go stale; the index itself is rebuilt when W's topology changes,
-never per call. A rank is below ``in_features``: 2 bytes (``uint16``) up to 65536 columns, where
-a slot id would take 4.
+never per call. A rank is below ``in_features``: 2 bytes (an ``int16`` read as unsigned) up to
+65536 columns, where a slot id would take 4.
 """
 
 from __future__ import annotations

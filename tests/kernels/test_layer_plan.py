@@ -177,6 +177,34 @@ def test_layer_uses_its_plan_for_every_op_and_follows_value_updates():
             layer.weight_values.mul_(0.5).add_(0.01)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_layer_plan_reads_ranks_past_32767_as_unsigned(fused):
+    """Rows of ~38000 live weights: the transposed index's int16 ranks past 32767 read as unsigned
+    by a prepared dX kernel's value fill and by the fused backward's value fill and dW scatter."""
+    torch.manual_seed(0)
+    layer = sparselab.SparseLinear(40000, 3, sparsity=0.05)
+    x = torch.randn(8, 40000, requires_grad=True)
+    threads = torch.get_num_threads()
+    d = layer.layer_cache()
+    Plan, registry = sparselab.dispatch.planner.Plan, sparselab.dispatch.registry
+    for op in ("spmm_fwd", "spmm_dx", "sddmm_dw"):
+        v = next(v for v in kernels.variants(op, available_only=True) if v.prepares and v.dx_layout != "scatter")
+        d.plans[(op, 8, threads)] = Plan(op, v, 8, threads)
+    assert d.plans[("spmm_dx", 8, threads)].variant.dx_layout == "transposed"
+    backward = next(v for v in kernels.variants("backward_fused", available_only=True) if v.prepares)
+    if not fused:
+        backward = registry.SEPARATE_PAIR
+    d.plans[(backward.op, 8, threads)] = Plan(backward.op, backward, 8, threads)
+    layer(x).sum().backward()
+    dense = layer.to_dense()
+    xd = x.detach().clone().requires_grad_(True)
+    dense(xd).sum().backward()
+    torch.testing.assert_close(x.grad, xd.grad, rtol=1e-4, atol=1e-4)
+    live = layer.weight_cols >= 0
+    want_dw = dense.weight.grad[layer.weight.slot_rows()[live], layer.weight_cols[live].long()]
+    torch.testing.assert_close(layer.weight_values.grad[live], want_dw, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("default", ["float64", "bfloat16"])
 def test_layer_outputs_are_float32_whatever_torch_default_dtype(default, tmp_path):
     """A layer's kernels write float32: its outputs and gradients must not take torch's default

@@ -361,6 +361,31 @@ def test_pickle_and_torch_save_module():
     assert c.weight.values is c.weight_values
 
 
+def test_unpickling_a_layer_pickled_with_the_old_transposed_index():
+    """A pickle from before the transposed index held ranks (``_t_perm``, int32 slot ids, as a
+    non-persistent buffer) loads with the current index and the same state_dict keys."""
+    a = _layer()
+    x = torch.randn(3, 24)
+    state = a.__getstate__()
+    old = dict(state["_buffers"], _t_perm=torch.zeros(a.nnz, dtype=torch.int32))
+    for name, t in zip(("_t_cols", "_t_row_start", "_t_row_nnz"), _transposed(a)):
+        old[name] = t.clone()
+    state["_buffers"] = old
+    state["_non_persistent_buffers_set"] = {"_t_cols", "_t_row_start", "_t_row_nnz", "_t_perm"}
+    b = SparseLinear.__new__(SparseLinear)
+    b.__setstate__(pickle.loads(pickle.dumps(state)))
+    assert "_t_perm" not in b._buffers and set(b.state_dict()) == set(a.state_dict())
+    assert all(torch.equal(p, q) for p, q in zip(_transposed(b), _transposed(a)))
+    assert torch.equal(b(x), a(x))
+
+
+def test_a_padded_csr_pickles_with_its_transposed_index():
+    W = PaddedCSR.random(30, 20, 0.7, seed=3, padding=2)
+    t = W.transposed()
+    V = pickle.loads(pickle.dumps(W))
+    assert all(torch.equal(p, q) for p, q in zip(V.transposed().tensors(), t.tensors()))
+
+
 def test_to_dtype_and_device_errors():
     layer = _layer()
     x = torch.randn(3, 24)

@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sparselab import PaddedCSR
-from sparselab.storage import INT16_MAX_COLUMNS, PADDING, index_dtype_for, live_count
+from sparselab.storage import INT16_MAX_COLUMNS, PADDING, index_dtype_for, live_count, ranks_as_int64
 
 pytestmark = [
     pytest.mark.usefixtures("one_torch_thread"),
@@ -255,7 +255,7 @@ def test_memory_bytes_counts_every_byte(shape, sparsity, padding, index_dtype, v
     t = W.transposed()
     tbytes = 2 if out_f <= 32768 else 4  # transposed columns are W's rows
     cache = (in_f + 1) * 8 + in_f * 4 + nnz * tbytes + nnz * 2  # row_start, row_nnz, cols, rank
-    assert t.cols.element_size() == tbytes and t.rank.dtype == torch.uint16
+    assert t.cols.element_size() == tbytes and t.rank.dtype == torch.int16
     assert W.memory_bytes() == base + cache
     assert W.memory_bytes(include_cache=False) == base
     # and that is every tensor the object holds
@@ -275,7 +275,7 @@ def _dense_from_transposed(W):
         s, k = int(t.row_start[j]), int(t.row_nnz[j])
         rows = t.cols[s : s + k].to(torch.int64)
         assert (rows[1:] > rows[:-1]).all(), f"transposed row {j} not sorted"
-        rank = t.rank[s : s + k].to(torch.int64)
+        rank = ranks_as_int64(t.rank[s : s + k])
         assert (rank < W.row_nnz.to(torch.int64)[rows]).all()  # a live slot of its row
         slots = W.row_start[rows] + rank
         # row and rank name the live slot of W holding (row, j)
@@ -394,14 +394,33 @@ def test_ranks_widen_past_65536_columns():
     # a row's rank is below in_features: 2 bytes reach 65536 columns, wider weights take 4
     from sparselab.storage import build_transposed
 
-    for in_f, dtype in ((65536, torch.uint16), (65537, torch.int32)):
+    for in_f, dtype in ((65536, torch.int16), (65537, torch.int32)):
         W = PaddedCSR.random(2, in_f, 0.0, seed=0)  # dense rows: ranks reach in_f - 1
         t_cols, t_rs, t_rn, t_rank = build_transposed(W.cols, W.row_start, W.row_nnz, 2, in_f)
         assert t_rank.dtype == dtype
-        assert int(t_rank.to(torch.int64).max()) == in_f - 1
-        slots = W.row_start[t_cols.to(torch.int64)] + t_rank.to(torch.int64)
+        rank = ranks_as_int64(t_rank)
+        assert int(rank.max()) == in_f - 1  # past 32767: an int16's bits read as unsigned
+        slots = W.row_start[t_cols.to(torch.int64)] + rank
         column = torch.repeat_interleave(torch.arange(in_f), t_rn.to(torch.int64))
         assert torch.equal(W.cols[slots].to(torch.int64), column)  # each names the live slot holding its column
+
+
+def test_kernels_read_ranks_past_32767_as_unsigned():
+    # 40000 live slots in a row: ranks past 32767 are negative as int16 and must index as unsigned
+    import sparselab
+    from sparselab.dispatch import registry
+
+    W = PaddedCSR.random(3, 40000, 0.0, seed=2)
+    dY, X = torch.randn(5, 3), torch.randn(5, 40000)
+    dense = W.to_dense()
+    dx_forms = [v for v in registry.variants("spmm_dx") if v.available and v.dx_layout == "transposed"]
+    assert dx_forms
+    for v in (dx_forms[0], next((v for v in dx_forms if v.prepares), dx_forms[0])):
+        torch.testing.assert_close(sparselab.ops.spmm_dx(W, dY, variant=v.name), dY @ dense, rtol=1e-4, atol=1e-4)
+    fused = next(v for v in registry.variants("backward_fused") if v.available and not v.is_dense)
+    dx, dw = sparselab.ops.backward_fused(W, dY, X, variant=fused.name)
+    torch.testing.assert_close(dx, dY @ dense, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(dw, sparselab.ops.sddmm_dw(W, dY, X, variant="scalar"), rtol=1e-4, atol=1e-4)
 
 
 # ---------------------------------------------------------------- validate()

@@ -240,8 +240,8 @@ void bwd_fused_blockmajor(const BwdArgs<Idx>& a) {
     parallel_for(a.threads, bm.ngroups, [&](int64_t g, int) {
       block_major_runs(bm, wt, g, [&](int64_t, int, int64_t slot_t, int64_t pos, int32_t m) {
         for (int32_t k = 0; k < m; ++k) {
-          const int64_t slot = w_start[wt.cols[slot_t + k]] + rank[slot_t + k];
-          a.dw[slot] = classes == 2 ? sums[0][pos + k] + sums[1][pos + k] : sums[0][pos + k];
+          a.dw[w_slot(w_start, wt.cols, rank, slot_t + k)] =
+              classes == 2 ? sums[0][pos + k] + sums[1][pos + k] : sums[0][pos + k];
         }
       });
     });

@@ -1,5 +1,5 @@
 // spmm_dx by scatter from W's own rows, on a block-major copy of W
-// (block_major.h): no transposed index (which costs 6 bytes per live weight)
+// (block_major.h): no transposed index (which costs 4 bytes per live weight)
 // is needed. dY is packed once into batch panels. A task owns a range of
 // column blocks, i.e. a range of dX columns, so no two tasks write the same
 // output. For each batch tile and column block, the block's dX tile (CB x T
