@@ -23,7 +23,6 @@ from sparselab import _C, PaddedCSR, kernels
 from sparselab.dispatch import runners
 from sparselab.dispatch.outputs import new_output
 from sparselab.dispatch.runners import leading_dim as _ld
-from sparselab.storage import index_bits as _bits
 
 DEFAULTS = {"spmm_fwd": "avx512_bm64_cb256", "spmm_dx": "avx512_bm64_cb256", "sddmm_dw": "avx512_bm128_cb64"}
 AVX2_DEFAULTS = {"spmm_fwd": "avx2_bm64_cb128", "spmm_dx": "avx2_bm64_cb128", "sddmm_dw": "avx2_bm64_cb128"}
@@ -35,14 +34,7 @@ def calls(op: str, v, W: PaddedCSR, n: int, threads: int):
     X, dY = torch.randn(n, in_f, generator=g), torch.randn(n, out_f, generator=g)
     t = W.transposed()
     w_args = W.raw_args()
-    t_args = (
-        t.cols.data_ptr(),
-        _bits(t.cols.dtype),
-        t.row_start.data_ptr(),
-        t.row_nnz.data_ptr(),
-        t.rank.data_ptr(),
-        _bits(t.rank.dtype),
-    )
+    t_args = runners.transposed_args(t)
     plan = runners.kernel_plan(w_args, t, keep_prepared=True)
     bias = torch.zeros(out_f)
     keep = [X, dY, t, bias]  # the lambdas below hold raw addresses into these

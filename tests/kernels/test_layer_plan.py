@@ -20,7 +20,6 @@ import sparselab
 from sparselab import _C, kernels, ops
 from sparselab.dispatch import runners
 from sparselab.dispatch.runners import leading_dim as _ld
-from sparselab.storage import index_bits as _bits
 
 SPARSE = variant_params(include_dense=False)
 
@@ -268,16 +267,7 @@ def test_fused_backward_gathers_within_its_buffer_when_live_counts_are_below_cap
     v = next(v for v in kernels.variants("backward_fused") if v.available)
     n = 300
     dY, X = torch.randn(n, 700), torch.randn(n, 900)
-    plan = _C.LayerPlan(
-        *W.raw_args(),
-        t.cols.data_ptr(),
-        _bits(t.cols.dtype),
-        t.row_start.data_ptr(),
-        t.row_nnz.data_ptr(),
-        t.rank.data_ptr(),
-        _bits(t.rank.dtype),
-        keep_prepared=False,
-    )
+    plan = _C.LayerPlan(*W.raw_args(), *runners.transposed_args(t), keep_prepared=False)
     dx, dw = torch.empty(n, 900), torch.empty(W.capacity)
     plan.backward_fused(v.id, n, dY.data_ptr(), 700, X.data_ptr(), 900, dx.data_ptr(), 900, dw.data_ptr(), 1)
     assert torch.isfinite(dx).all() and torch.isfinite(dw).all()
