@@ -21,7 +21,18 @@ from sparselab.dispatch import registry
 from sparselab.dispatch.block_runners import run_block_sddmm_dw, run_block_spmm_dx, run_block_spmm_fwd
 from sparselab.storage import BlockPaddedCSR
 
-from .problem import CHECK_MACS, CHECK_MIN_ROWS, Problem, activations, compare, random_weight, timing_n
+from .problem import (
+    BF16_ROUNDING,
+    CHECK_MACS,
+    CHECK_MIN_ROWS,
+    Problem,
+    activations,
+    compare,
+    in_key_dtype,
+    random_weight,
+    timed_call,
+    timing_n,
+)
 
 __all__ = ["BlockProblem"]
 
@@ -62,7 +73,8 @@ class BlockProblem:
         out_f, in_f = _multiple(out_f, r), _multiple(in_f, c)
         self.shape = (out_f, in_f, self.n, density)
         W = _block_weight(out_f, in_f, density, tuple(key.block), seed)
-        self._set_data(W, *activations(out_f, in_f, self.n, seed))
+        X, dY, bias = activations(out_f, in_f, self.n, seed)
+        self._set_data(W, *in_key_dtype(key, X, dY), bias)
 
     def _set_data(self, W: BlockPaddedCSR, X, dY, bias) -> None:
         self.W, self.X, self.dY, self.bias = W, X, dY, bias
@@ -120,16 +132,20 @@ class BlockProblem:
         return BlockProblem(self.key, self.seed, shape=self.shape, n=n)
 
     def runner(self, variant: str):
-        """A call of ``variant`` on this problem, as a layer (or a one-off call) makes it."""
-        v = registry.get(self.key.op, variant)
-        W, w_args, X, dY, bias, t = self.W, self.w_args, self.X, self.dY, self.bias, self.key.threads
-        if self.key.op == "block_spmm_fwd":
-            return lambda: run_block_spmm_fwd(v, W, w_args, X, bias, t)
-        if self.key.op == "block_spmm_dx":
-            return lambda: run_block_spmm_dx(v, W, w_args, dY, t)
-        return lambda: run_block_sddmm_dw(v, W, w_args, dY, X, t)
+        """A call of ``variant`` on this problem, as a layer (or a one-off call) makes it (a bfloat16
+        key's: :func:`~tuning.problem.timed_call`)."""
+        op = self.key.op
+        v = registry.get(op, variant)
+        W, w_args, bias, t = self.W, self.w_args, self.bias, self.key.threads
+        calls = {
+            "block_spmm_fwd": lambda X, dY: run_block_spmm_fwd(v, W, w_args, X, bias, t),
+            "block_spmm_dx": lambda X, dY: run_block_spmm_dx(v, W, w_args, dY, t),
+            "block_sddmm_dw": lambda X, dY: run_block_sddmm_dw(v, W, w_args, dY, X, t),
+        }
+        return timed_call(self.key, v, calls[op], op, self.X, self.dY)
 
     def check(self, out) -> str | None:
         if self.reference_output is None:
             raise RuntimeError("reference output not computed yet")
-        return compare(out, self.reference_output, self.dot_length)
+        rounding = BF16_ROUNDING if self.key.dtype == "bfloat16" else 0.0
+        return compare(out, self.reference_output, self.dot_length, rounding)

@@ -62,11 +62,19 @@ def kind(info, reference: str) -> str:
     return "dense" if is_dense(info) else "sparse"
 
 
-def available_variants(op: str, block: tuple = UNSTRUCTURED) -> list:
+def available_variants(op: str, block: tuple = UNSTRUCTURED, dtype: str = "float32") -> list:
     """The registry's available variants of ``op`` (dense pseudo-variants included); for the
     backward, the fused variants and the separate pair (the two ops as planned for the key); for
-    a block op, those that take ``block``."""
-    found = [v for v in registry.variants(op) if v.available and v.block == tuple(block)]
+    a block op, those that take ``block``. For a bfloat16 key, every way a bfloat16 layer can run
+    the call: the bfloat16 lines, and the float32 forms without one (run on widened operands; a
+    form with a line runs the same kernel with less conversion through it)."""
+
+    def runs(v) -> bool:
+        if dtype == "float32":
+            return v.dtype == "float32"
+        return v.dtype == "bfloat16" or not registry.bf16_lines(v)
+
+    found = [v for v in registry.variants(op, dtype=None) if v.available and v.block == tuple(block) and runs(v)]
     return found + [SEPARATE_PAIR] if op == BACKWARD else found
 
 

@@ -5,6 +5,7 @@
     sparselab-tune --model SPEC         layers from JSON (file or inline): [{out, in, n?, sparsity, block?}]
     sparselab-tune --module pkg.mod:fn  layers of the model fn() builds (its sparse linear layers)
     sparselab-tune --block 4x1,8x1      also the block-sparse ops of those layers at these block shapes
+    sparselab-tune --dtype bfloat16     a bfloat16 model's keys (float32,bfloat16: both)
     sparselab-tune --show [--wide|--json]  print this machine's tuned keys (--wide: every column;
                                         JSON: for tools)
     sparselab-tune --export FILE        write this machine's table to FILE
@@ -74,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="RxC[,RxC...]",
         help="also tune the block-sparse ops (BlockSparseLinear) of every layer these block shapes tile",
     )
+    src.add_argument(
+        "--dtype",
+        metavar="DTYPE[,DTYPE...]",
+        help="activation dtypes to tune: float32 (the default), bfloat16 (a bfloat16 model's calls), or both",
+    )
     src.add_argument("--batch", metavar="N[,N...]", help="batch sizes for layers without n (default: grid batches)")
     src.add_argument("--threads", type=int, metavar="T", help="torch thread count to tune for")
     src.add_argument("--retune", action="store_true", help="re-tune keys already in the cache")
@@ -134,7 +140,8 @@ def _tune(args, cache) -> tuple[list[str], list[str]]:
             raise UserError(f"--threads must be a positive integer, got {args.threads}")
         torch.set_num_threads(args.threads)
     layers, batches = _layers_and_batches(args)
-    keys = grids.keys_for(layers, batches, torch.get_num_threads())
+    dtypes = grids.parse_dtypes(args.dtype) if args.dtype else ["float32"]
+    keys = grids.keys_for(layers, batches, torch.get_num_threads(), dtypes=dtypes)
     _warn_if_busy()
     retune = args.retune or settings.get_mode() == "force"
     done, failed, provisional = [], [], []
@@ -180,7 +187,7 @@ def _run(args) -> int:
     if args.force and not args.import_file:
         raise UserError("--force only applies to --import")
     tuning_asked = bool(
-        args.quick or args.model or args.module or args.batch or args.block or args.threads or args.retune
+        args.quick or args.model or args.module or args.batch or args.block or args.dtype or args.threads or args.retune
     )
     other_action = bool(args.show or args.export or args.import_file or args.clear or args.ship)
     cache = wisdom.get_cache()

@@ -14,7 +14,7 @@ import os
 from typing import Iterable
 
 from sparselab.dispatch import registry
-from sparselab.dispatch.keys import BLOCK_OPS, OPS, UNSTRUCTURED, make_key
+from sparselab.dispatch.keys import BLOCK_OPS, DTYPES, OPS, UNSTRUCTURED, make_key
 from sparselab.storage.block_csr import parse_block
 
 
@@ -85,20 +85,36 @@ def parse_blocks(text: str) -> list[tuple]:
     return [_has_kernels(b, "--block") for b in blocks]
 
 
-def keys_for(layers: Iterable[tuple], batches: Iterable[int], threads: int, ops: Iterable[str] = OPS) -> list[tuple]:
-    """One (key, shape) per (op, layer, batch), deduplicated by key, in a stable order: the ops
-    of one layer and batch are adjacent so they share one synthetic problem (problem._data).
+def keys_for(
+    layers: Iterable[tuple],
+    batches: Iterable[int],
+    threads: int,
+    ops: Iterable[str] = OPS,
+    dtypes: Iterable[str] = ("float32",),
+) -> list[tuple]:
+    """One (key, shape) per (op, layer, batch, dtype), deduplicated by key, in a stable order: the
+    ops of one layer and batch are adjacent so they share one synthetic problem (problem._data).
     ``shape`` = (out, in, n, density) of the first layer and batch seen for the key: what the
-    tuner times, as a dispatch miss would. A block-sparse layer's ops are the block ops."""
+    tuner times, as a dispatch miss would. A block-sparse layer's ops are the block ops.
+    ``dtypes``: the activation dtypes (``'bfloat16'``: a bfloat16 layer's calls)."""
     seen, out = set(), []
     for o, i, d, n, block in layers:
         for b in [n] if n else batches:
-            for op in ops if block == UNSTRUCTURED else BLOCK_OPS:
-                k = make_key(op, o, i, b, d, threads, block=block)
-                if k not in seen:
-                    seen.add(k)
-                    out.append((k, (o, i, b, d)))
+            for dtype in dtypes:
+                for op in ops if block == UNSTRUCTURED else BLOCK_OPS:
+                    k = make_key(op, o, i, b, d, threads, dtype=dtype, block=block)
+                    if k not in seen:
+                        seen.add(k)
+                        out.append((k, (o, i, b, d)))
     return out
+
+
+def parse_dtypes(text: str) -> list[str]:
+    """``--dtype``'s comma-separated activation dtypes (float32, bfloat16)."""
+    dtypes = [t.strip() for t in text.split(",") if t.strip()]
+    if not dtypes or any(t not in DTYPES for t in dtypes):
+        raise SpecError(f"--dtype must list activation dtypes among {', '.join(DTYPES)}; got {text!r}")
+    return list(dict.fromkeys(dtypes))
 
 
 def _positive_int(layer: dict, name: str, where: str) -> int:

@@ -23,6 +23,12 @@ The backward key (op ``backward_fused``) races every fused variant against the s
 the ``spmm_dx`` and ``sddmm_dw`` variants the cache holds for the same layer, batch and threads
 (the planner's heuristic for an op not tuned yet), run one after the other through the same
 kernel plan. An output is the pair (dX, dW).
+
+A bfloat16 key's problem has bfloat16 activations, as a bfloat16 layer's call does: a bfloat16
+line reads them as they are, a float32 form reads copies widened in the timed call, and every
+result is rounded once to bfloat16 (:func:`timed_call`). W's values stay float32: the layer widens
+its bfloat16 values per call whichever way the call runs, so that cost is in no candidate's
+time. Outputs are then checked with one bfloat16 rounding more of tolerance (``BF16_ROUNDING``).
 """
 
 from __future__ import annotations
@@ -47,6 +53,19 @@ CHECK_MACS = 2**25  # multiply-adds above which correctness is checked on a part
 CHECK_MIN_ROWS = 64
 TOL_FACTOR = 32  # rtol = TOL_FACTOR * eps(float32) * sqrt(dot length)
 EPS32 = float(torch.finfo(torch.float32).eps)
+# Two float32 results within a tolerance, each rounded to bfloat16 (8 significant bits), differ by
+# at most that tolerance plus one unit in the last place, which is at most 2^-7 of the value.
+BF16_ROUNDING = 2.0**-7
+# What each op reads of (X, dY): a widened call converts only those.
+READS = {
+    "spmm_fwd": (True, False),
+    "spmm_dx": (False, True),
+    "sddmm_dw": (True, True),
+    "backward_fused": (True, True),
+    "block_spmm_fwd": (True, False),
+    "block_spmm_dx": (False, True),
+    "block_sddmm_dw": (True, True),
+}
 # The key's N must be at least this multiple of the timed N for a second point (second_point.py);
 # an N up to this multiple of the cap is timed as it is, so every capped N gets one.
 MIN_TARGET_RATIO = 1.5
@@ -71,15 +90,19 @@ def tolerance(dot_length: float) -> float:
     return TOL_FACTOR * EPS32 * math.sqrt(max(dot_length, 1.0))
 
 
-def compare(out, ref, dot_length: float) -> str | None:
-    """None if ``out`` agrees with ``ref``; otherwise why not."""
+def compare(out, ref, dot_length: float, rounding: float = 0.0) -> str | None:
+    """None if ``out`` agrees with ``ref``; otherwise why not. ``rounding``: the relative error
+    the outputs' own rounding adds (``BF16_ROUNDING`` for bfloat16 outputs)."""
     if not isinstance(out, torch.Tensor) or out.shape != ref.shape:
         return f"wrong output shape {getattr(out, 'shape', type(out).__name__)}, want {tuple(ref.shape)}"
+    if out.dtype != ref.dtype:
+        return f"output dtype {out.dtype}, want {ref.dtype}"
     if not torch.isfinite(out).all():
         return "non-finite output"
+    out, ref = out.float(), ref.float()  # bfloat16 differences summed in bfloat16 would round
     scale = float(ref.abs().max()) if ref.numel() else 0.0
     err = float((out - ref).abs().max()) if ref.numel() else 0.0
-    rtol = tolerance(dot_length)
+    rtol = tolerance(dot_length) + rounding
     if err > rtol * max(scale, 1e-30):
         return f"disagrees with reference: max abs err {err:.3g} > {rtol:.2g} * {scale:.3g}"
     return None
@@ -123,6 +146,32 @@ def _data(out_f: int, in_f: int, n: int, density: float, seed: int):
     return (_weight(out_f, in_f, density, seed),) + activations(out_f, in_f, n, seed)
 
 
+def in_key_dtype(key, X, dY) -> tuple:
+    """(X, dY) in the key's activation dtype (bias stays float32: a bfloat16 layer widens it)."""
+    if key.dtype == "float32":
+        return X, dY
+    return X.to(torch.bfloat16), dY.to(torch.bfloat16)
+
+
+def _rounded(out):
+    """A bfloat16 layer's result: every float32 output rounded once to bfloat16."""
+    if isinstance(out, tuple):
+        return tuple(_rounded(o) for o in out)
+    return out.to(torch.bfloat16) if out.dtype is torch.float32 else out
+
+
+def timed_call(key, v, call, op: str, X, dY):
+    """The timed call of variant ``v`` (of ``op``): ``call(X, dY)`` for a float32 key. For a
+    bfloat16 key, as a bfloat16 layer makes it: a bfloat16 line on the bfloat16 operands, a
+    float32 form on copies widened in the call; every result rounded once to bfloat16."""
+    if key.dtype == "float32":
+        return lambda: call(X, dY)
+    if v.dtype == "bfloat16":
+        return lambda: _rounded(call(X, dY))
+    reads_x, reads_dy = READS[op]
+    return lambda: _rounded(call(X.float() if reads_x else X, dY.float() if reads_dy else dY))
+
+
 def release_data() -> None:
     """Drop the shared tuning data (it can be tens of MB for a large layer)."""
     _weight.cache_clear()
@@ -144,7 +193,8 @@ class Problem:
         out_f, in_f, _, density = call
         self.shape = (out_f, in_f, self.n, density)
         self.pair = _planned_pair(key, call) if key.op == "backward_fused" else None
-        self._set_data(*_data(out_f, in_f, self.n, density, seed))
+        W, X, dY, bias = _data(out_f, in_f, self.n, density, seed)
+        self._set_data(W, *in_key_dtype(key, X, dY), bias)
 
     def _set_data(self, W, X, dY, bias) -> None:
         self.W, self.X, self.dY, self.bias = W, X, dY, bias
@@ -213,79 +263,75 @@ class Problem:
         """A call of ``variant`` on this problem, as a layer makes it: sparse variants through a
         kernel plan (``_C.LayerPlan``) that keeps W's block-major indexes across calls, built once
         per topology in training and so, like the transposed index, in no candidate's time."""
-        W, X, dY, bias, t = self.W, self.X, self.dY, self.bias, self.key.threads
         if self.key.op == "backward_fused":
             return self._backward_runner(variant)
         v = registry.get(self.key.op, variant)
+        return timed_call(self.key, v, self._op_call(self.key.op, v), self.key.op, self.X, self.dY)
+
+    def _op_call(self, op: str, v):
+        """``call(X, dY)`` running variant ``v`` of a single op (fwd, dX or dW) on this problem's W."""
+        W, bias, t = self.W, self.bias, self.key.threads
         plan = None if v.is_dense else self._layer_plan()
         if plan is None:
-            return self.one_off_runner(variant)
+            return self._one_off_call(op, v.name)
         out_f, in_f, n = W.out_features, W.in_features, self.n
-        if self.key.op == "spmm_fwd":
+        if op == "spmm_fwd":
 
-            def fwd():
+            def fwd(X, dY):
                 Y = new_output(X, n, out_f)
                 plan.spmm_fwd(v.id, n, X.data_ptr(), in_f, bias.data_ptr(), Y.data_ptr(), out_f, t)
                 return Y
 
             return fwd
-        if self.key.op == "spmm_dx":
+        if op == "spmm_dx":
 
-            def dx():
+            def dx(X, dY):
                 dX = new_output(dY, n, in_f)
                 plan.spmm_dx(v.id, n, dY.data_ptr(), out_f, dX.data_ptr(), in_f, t)
                 return dX
 
             return dx
 
-        def dw():
+        def dw(X, dY):
             dW = torch.empty(W.capacity, dtype=torch.float32, device="cpu")
             plan.sddmm_dw(v.id, n, dY.data_ptr(), out_f, X.data_ptr(), in_f, dW.data_ptr(), t)
             return dW
 
         return dw
 
+    def _one_off_call(self, op: str, variant: str):
+        """``call(X, dY)`` as :mod:`sparselab.ops` makes it without a layer."""
+        W, bias, t = self.W, self.bias, self.key.threads
+        if op == "spmm_fwd":
+            return lambda X, dY: ops.spmm_fwd(W, X, bias, variant=variant, threads=t)
+        if op == "spmm_dx":
+            return lambda X, dY: ops.spmm_dx(W, dY, variant=variant, threads=t)
+        if op == "sddmm_dw":
+            return lambda X, dY: ops.sddmm_dw(W, dY, X, variant=variant, threads=t)
+        return lambda X, dY: ops.backward_fused(W, dY, X, variant=variant, threads=t, bias_grad=True)[:2]
+
     def one_off_runner(self, variant: str):
         """A call of ``variant`` on this problem as :mod:`sparselab.ops` makes it without a layer:
         no kernel plan, so a block-major variant builds W's block-major copy in the call."""
-        W, X, dY, bias, t = self.W, self.X, self.dY, self.bias, self.key.threads
-        if self.key.op == "spmm_fwd":
-            return lambda: ops.spmm_fwd(W, X, bias, variant=variant, threads=t)
-        if self.key.op == "spmm_dx":
-            return lambda: ops.spmm_dx(W, dY, variant=variant, threads=t)
-        if self.key.op == "sddmm_dw":
-            return lambda: ops.sddmm_dw(W, dY, X, variant=variant, threads=t)
-        return lambda: ops.backward_fused(W, dY, X, variant=variant, threads=t, bias_grad=True)[:2]
+        call = self._one_off_call(self.key.op, variant)
+        return lambda: call(self.X, self.dY)
 
     def _backward_runner(self, variant: str):
         """A backward as a layer with a bias runs it: one fused call that also sums the bias
         gradient, or the planned pair one after the other and ``dY.sum(0)``. Returns (dX, dW)."""
         W, X, dY, t = self.W, self.X, self.dY, self.key.threads
         out_f, in_f, n = W.out_features, W.in_features, self.n
-        plan = self._layer_plan()
         if variant == SEPARATE:
             vx, vw = registry.get("spmm_dx", self.pair[0]), registry.get("sddmm_dw", self.pair[1])
-
-            def dx():
-                if plan is None or vx.is_dense:
-                    return ops.spmm_dx(W, dY, variant=vx.name, threads=t)
-                out = new_output(dY, n, in_f)
-                plan.spmm_dx(vx.id, n, dY.data_ptr(), out_f, out.data_ptr(), in_f, t)
-                return out
-
-            def dw():
-                if plan is None or vw.is_dense:
-                    return ops.sddmm_dw(W, dY, X, variant=vw.name, threads=t)
-                out = torch.empty(W.capacity, dtype=torch.float32, device="cpu")
-                plan.sddmm_dw(vw.id, n, dY.data_ptr(), out_f, X.data_ptr(), in_f, out.data_ptr(), t)
-                return out
-
+            dx = timed_call(self.key, vx, self._op_call("spmm_dx", vx), "spmm_dx", X, dY)
+            dw = timed_call(self.key, vw, self._op_call("sddmm_dw", vw), "sddmm_dw", X, dY)
             return lambda: (dx(), dw(), dY.sum(0))[:2]
         v = registry.get("backward_fused", variant)
+        plan = self._layer_plan()
         if plan is None:
-            return self.one_off_runner(variant)
+            return timed_call(self.key, v, self._one_off_call("backward_fused", variant), "backward_fused", X, dY)
 
-        def fused():
+        def fused(X, dY):
             dX = new_output(dY, n, in_f)
             dW = torch.empty(W.capacity, dtype=torch.float32, device="cpu")
             db = torch.empty(out_f, dtype=torch.float32, device="cpu")
@@ -294,7 +340,7 @@ class Problem:
             )
             return dX, dW
 
-        return fused
+        return timed_call(self.key, v, fused, "backward_fused", X, dY)
 
     def _layer_plan(self):
         """The problem's kernel plan (made on first use), or None where a layer would not use one
@@ -319,13 +365,18 @@ class Problem:
             if not (isinstance(out, tuple) and len(out) == 2):
                 return "not a (dX, dW) pair"
             ref, (len_dx, len_dw) = self.reference_output, self.dot_length
-            return compare(out[0], ref[0], len_dx) or compare(out[1], ref[1], len_dw)
-        return compare(out, self.reference_output, self.dot_length)
+            return compare(out[0], ref[0], len_dx, self.rounding) or compare(out[1], ref[1], len_dw, self.rounding)
+        return compare(out, self.reference_output, self.dot_length, self.rounding)
+
+    @property
+    def rounding(self) -> float:
+        """The relative error the outputs' own rounding adds: a bfloat16 key's are rounded once."""
+        return BF16_ROUNDING if self.key.dtype == "bfloat16" else 0.0
 
 
 def _planned_pair(key, shape) -> tuple[str, str]:
-    """The (spmm_dx, sddmm_dw) variants planned for ``key``'s layer, batch and threads: the
-    process cache's choices, or the planner's heuristic for an op not tuned (or not runnable) here."""
+    """The (spmm_dx, sddmm_dw) variants planned for ``key``'s layer, batch, threads and dtype: the
+    process cache's choices, or the planner's rules for an op not tuned (or not runnable) here."""
     out_f, in_f, n, density = shape
     names = []
     for op in ("spmm_dx", "sddmm_dw"):
@@ -335,5 +386,5 @@ def _planned_pair(key, shape) -> tuple[str, str]:
             ok = isinstance(name, str) and registry.get(op, name).available
         except ValueError:
             ok = False
-        names.append(name if ok else rules.heuristic(op, out_f, in_f, n, density))
+        names.append(name if ok else rules.for_dtype(op, rules.heuristic(op, out_f, in_f, n, density), key.dtype))
     return names[0], names[1]

@@ -16,8 +16,11 @@ from sparselab.dispatch.keys import UNSTRUCTURED, parse_key
 COLUMN_HELP = {
     "op": "spmm_fwd (Y = X W^T), spmm_dx (dX = dY W), sddmm_dw (dW at live positions), "
     "backward_fused (dX and dW together; its choice 'separate' is the two ops), or the three "
-    "ops on a block-sparse W (block_spmm_fwd, block_spmm_dx, block_sddmm_dw)",
+    "ops on a block-sparse W (block_spmm_fwd, block_spmm_dx, block_sddmm_dw); the concise table "
+    "writes fwd, dx, dw and bwd (a block op's shape ends in /RxC)",
     "shape": "out x in features of the key (its bucket's representative); a block op's ends in /RxC, W's block shape",
+    "dtype": "the activations' dtype: f32, or bf16 for a bfloat16 layer's calls on bfloat16 "
+    "activations (its choice is a bfloat16 line, or a float32 form run on widened operands)",
     "n": "batch rows of the key (its bucket's representative)",
     "n_timed": "batch rows the candidates were timed at (N is capped to keep tuning short)",
     "density": "share of live weights",
@@ -37,10 +40,14 @@ COLUMN_HELP = {
     "lost": "share of the timed threads' time other work took while the key was tuned",
 }
 COLUMNS = list(COLUMN_HELP)
-CONCISE = ["op", "shape", "n", "density", "threads", "choice", "time_us", "x_dense", "prov"]
+CONCISE = ["op", "shape", "dtype", "n", "density", "threads", "choice", "time_us", "x_dense", "prov"]
 # Numbers read best right-aligned; names left-aligned.
-_TEXT_COLUMNS = {"op", "choice", "runner_up", "prov"}
-SORT = ("op", "block", "out", "in", "n", "density", "threads")
+_TEXT_COLUMNS = {"op", "dtype", "choice", "runner_up", "prov"}
+SORT = ("op", "block", "out", "in", "dtype", "n", "density", "threads")
+_DTYPES = {"float32": "f32", "bfloat16": "bf16"}
+# The concise table's op names (a block op's shape says it is one): it must fit 100 columns.
+_SHORT_OPS = {"spmm_fwd": "fwd", "spmm_dx": "dx", "sddmm_dw": "dw", "backward_fused": "bwd"}
+_SHORT_OPS.update({f"block_{op}": short for op, short in _SHORT_OPS.items()})
 # Short headers where the column's name is wider than its values.
 _HEADERS = {"threads": "thr"}
 
@@ -87,6 +94,7 @@ def build(entries: dict[str, dict], only: set[str] | None = None) -> list[dict]:
                 "shape": f"{k.out_features}x{k.in_features}"
                 + ("" if k.block == UNSTRUCTURED else "/{}x{}".format(*k.block)),
                 "block": list(k.block),
+                "dtype": _DTYPES.get(k.dtype, k.dtype),
                 "n": k.n,
                 "n_timed": e.get("n_timed"),
                 "density": round(k.density, 4),
@@ -122,10 +130,14 @@ def render(rows: list[dict], wide: bool = False) -> str:
     columns = COLUMNS if wide else CONCISE
     headers = [h if wide else _HEADERS.get(h, h) for h in columns]
     cells = [[("" if c == "prov" and r.get(c) is None else _cell(r.get(c))) for c in columns] for r in rows]
+    if not wide:
+        for row in cells:
+            row[0] = _SHORT_OPS.get(row[0], row[0])
     widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(headers)]
+    gap = "  " if wide else " "
 
     def line(values):
-        return "  ".join(
+        return gap.join(
             v.ljust(w) if c in _TEXT_COLUMNS else v.rjust(w) for c, v, w in zip(columns, values, widths)
         ).rstrip()
 

@@ -25,6 +25,11 @@ An entry (what the cache stores per key) records the choice and enough to explai
     prepare one and beat every candidate that prepares nothing (_one_off_build); the planner's
     one-off choice reads it.
 
+A bfloat16 key (a bfloat16 layer's calls on bfloat16 activations) races the bfloat16 lines and
+the float32 forms without one, which run on copies widened in the timed call; every output is
+rounded once to bfloat16 (problem.timed_call). The planner's prior is the float32 rule's bfloat16
+line where it has one (rules.for_dtype); there is no one-off timing (one-off calls plan in float32).
+
 Cost bound. Mandatory: every candidate runs once to be checked (on a large layer on its check
 part, and then once on the whole layer as its warm-up) and, unless far behind already, once in
 the race's first round.
@@ -300,14 +305,15 @@ def _op_prior_of(key, shape) -> str | None:
     n = (shape or (None, None, key.n))[2]
     if key.op in BLOCK_OPS:
         v = rules.block_variant(key.op, key.block, n)
-        return None if v is None else v.name
-    return rules.default_variant(key.op, n)
+        return None if v is None else rules.for_dtype(key.op, v.name, key.dtype)
+    return rules.for_dtype(key.op, rules.default_variant(key.op, n), key.dtype)
 
 
 def _backward_prior_of(key, shape) -> str:
     """The planner's untuned backward for this key (or the call that missed): a tie goes to it."""
     _, _, n, density = shape or (key.out_features, key.in_features, key.n, key.density)
-    return rules.backward_prior(n, density)  # the speed preference's: entries do not depend on it
+    # The speed preference's: entries do not depend on it.
+    return rules.for_dtype(key.op, rules.backward_prior(n, density), key.dtype)
 
 
 def _backward_tie_to_prior(key, shape, winner: str, runner_up, times: dict, band: float = TIE_BAND) -> tuple:
@@ -389,7 +395,8 @@ def _one_off_build(key, problem, prepares, winner: str, result, deadline: float,
     one-off call. Each one-off time is the fastest of ONE_OFF_RUNS runs after a warm-up (noise
     only adds time). {} for the backward (its one-off call runs the separate pair of one-off
     plans) or when nothing qualifies. ``prepares(name)``: whether a candidate prepares a copy."""
-    if key.op == "backward_fused" or not hasattr(problem, "one_off_runner"):  # tests' problems may lack it
+    # A one-off call is planned in float32; tests' problems may lack a one-off runner.
+    if key.op == "backward_fused" or key.dtype != "float32" or not hasattr(problem, "one_off_runner"):
         return {}
     valid = {n: t for n, t in result.medians.items() if n not in result.cut}
     best_plain = min((t for n, t in valid.items() if not prepares(n)), default=float("inf"))
@@ -485,7 +492,7 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
     deadline_total = settings.tuning_deadline_s() if deadline is None else deadline
     deadline_at = clock() + deadline_total
     reference = reference or cand.reference_of(key.op, key.block)
-    variants = cand.available_variants(key.op, key.block) if variants is None else variants
+    variants = cand.available_variants(key.op, key.block, key.dtype) if variants is None else variants
     if problem is None:
         problem = BlockProblem(key, shape=shape) if key.op in BLOCK_OPS else Problem(key, shape=shape)
     infos = {v.name: v for v in variants}

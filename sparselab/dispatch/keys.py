@@ -11,7 +11,8 @@ Bucket rule (all geometric, so a bucket is a fixed *ratio* wide, which is how ke
 - density: ``b = round(4 * log2(1 / density))``: buckets a factor 2**(1/4) ~ 1.19 wide (finer than
   shapes because density decides sparse vs dense), representative ``2 ** (-b / 4)``; densities
   below ``DENSITY_FLOOR`` share the last bucket.
-- dtype (float32 only today) and the thread count are exact.
+- dtype (the activations': float32, or bfloat16 for a bfloat16 layer's calls on bfloat16
+  activations) and the thread count are exact.
 - block: the ``(rows, cols)`` block shape of W for the block-sparse ops (``BLOCK_OPS``), exact;
   ``(1, 1)`` for the unstructured ops. A block key's string ends in ``|b<rows>x<cols>``, so the
   unstructured keys read as they always have.
@@ -33,6 +34,9 @@ from .registry import BLOCK_OPS
 # backward_fused: the layer's backward, a fused variant or the separate pair (sparselab.planner).
 OPS = ("spmm_fwd", "spmm_dx", "sddmm_dw", "backward_fused")
 UNSTRUCTURED = (1, 1)  # the block shape of the unstructured ops' keys; BLOCK_OPS keys name theirs
+#: The activation dtypes a key is made for: a bfloat16 layer's call on bfloat16 activations has
+#: keys of its own (the tuner races the bfloat16 lines and the float32 forms run widened).
+DTYPES = ("float32", "bfloat16")
 N_CAP = 2048
 DENSITY_FLOOR = 1e-3
 
@@ -104,6 +108,8 @@ def make_key(
 ) -> TuningKey:
     """The key of a call. ``block``: W's block shape, required (and only allowed) for ``BLOCK_OPS``."""
     block = check_block(op, block)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     return TuningKey(
         op,
         size_bucket(out_features),
@@ -142,6 +148,8 @@ def parse_key(text: str) -> TuningKey:
     if not m:
         raise ValueError(f"not a tuning key: {text!r}")
     op, out, inn, n, db, dtype, threads, br, bc = m.groups()
+    if dtype not in DTYPES:
+        raise ValueError(f"not a tuning key (dtype {dtype!r} is not one of {DTYPES}): {text!r}")
     if br is not None and (int(br), int(bc)) == UNSTRUCTURED:
         raise ValueError(f"not a tuning key (an unstructured key has no block part): {text!r}")
     try:

@@ -17,6 +17,11 @@ The block-sparse ops (``registry.BLOCK_OPS``) are planned the same way, keyed by
 too: the tuner races the variants that take that shape; the rules' choice is
 :func:`~sparselab.dispatch.rules.block_variant`.
 
+A bfloat16 layer's call on bfloat16 activations is planned under keys of its own (``dtype``
+``'bfloat16'``): its plan names a bfloat16 line, which the layer runs on the activations as they
+are, or a float32 form, which it runs on widened copies. Untuned, it is the float32 choice's
+bfloat16 line where it has one (:func:`~sparselab.dispatch.rules.for_dtype`).
+
 :data:`epoch` changes whenever earlier plans may be stale (a setting changed, the table was
 cleared or imported): holders of plans compare it.
 """
@@ -32,7 +37,7 @@ import torch
 
 from .. import settings
 from . import registry, rules, wisdom
-from .keys import UNSTRUCTURED, check_block, make_key
+from .keys import DTYPES, UNSTRUCTURED, check_block, make_key
 from .registry import BACKWARD, SEPARATE, SEPARATE_PAIR, VariantInfo
 
 __all__ = ["Plan", "plan", "choose", "consult", "invalidate", "reset", "set_on_miss", "epoch", "OnMiss"]
@@ -119,6 +124,7 @@ def plan(
     *,
     one_off=False,
     block: tuple = UNSTRUCTURED,
+    dtype: str = "float32",
 ) -> Plan:
     """The plan for this call on this CPU. ``threads``: the thread count the op will run
     with (default ``torch.get_num_threads()``). ``one_off``: a call without a layer (a
@@ -126,11 +132,25 @@ def plan(
     apart, among the forms that build nothing from W per call and those the tuner timed building
     their copy of W in the call (an entry's ``one_off_build_s``). ``block``: W's block shape for
     the block-sparse ops (``registry.BLOCK_OPS``); their plan's variant is None where no kernel
-    takes the shape (torch then runs the op on W's dense copy)."""
-    sig = (op, out_features, in_features, n, density, threads or torch.get_num_threads(), bool(one_off), tuple(block))
+    takes the shape (torch then runs the op on W's dense copy). ``dtype``: the activations'
+    (``'float32'``, or ``'bfloat16'`` for a bfloat16 layer's call on bfloat16 activations, whose
+    plan may name a bfloat16 line); a one-off call is planned in float32."""
+    sig = (
+        op,
+        out_features,
+        in_features,
+        n,
+        density,
+        threads or torch.get_num_threads(),
+        bool(one_off),
+        tuple(block),
+        dtype,
+    )
     p = _memo.get(sig)
     if p is None:
         check_block(op, block)  # a block op without its shape (or the reverse) is a caller's bug
+        if dtype not in DTYPES or (one_off and dtype != "float32"):
+            raise ValueError(f"dtype must be one of {DTYPES} (float32 for a one-off call), got {dtype!r}")
         name = consult(*sig)
         if name is None:
             v = None
@@ -158,28 +178,30 @@ def consult(
     threads: int,
     one_off: bool = False,
     block: tuple = UNSTRUCTURED,
+    dtype: str = "float32",
 ) -> str | None:
     """The variant name for this call, not memoised: the wisdom's choice (the on-miss hook
     measuring a key the table lacks, or every key once in force mode), else the rules'. A one-off
     call takes the entry's fastest candidate that builds nothing from W per call, or one timed
     building it (``one_off_build_s``). A block op's name is None where no kernel takes ``block``."""
     if op in registry.BLOCK_OPS:
-        return _consult_block(op, out_features, in_features, n, density, threads, tuple(block))
+        return _consult_block(op, out_features, in_features, n, density, threads, tuple(block), dtype)
     call = (op, out_features, in_features, n, density, one_off)
     if op == BACKWARD and settings.get_prefer() == "memory":
         return SEPARATE  # the only backward this preference allows: nothing to time
     mode = settings.get_mode()
+    rule = rules.for_dtype(op, rules.heuristic(*call), dtype)
     if mode == "off":
-        return rules.heuristic(*call)
+        return rule
     if op == BACKWARD:
         # The pair's time is that of the two planned ops: plan (and so tune) them first.
-        plan("spmm_dx", out_features, in_features, n, density, threads, one_off=one_off)
-        plan("sddmm_dw", out_features, in_features, n, density, threads, one_off=one_off)
-    key = make_key(op, out_features, in_features, n, density, threads)
+        plan("spmm_dx", out_features, in_features, n, density, threads, one_off=one_off, dtype=dtype)
+        plan("sddmm_dw", out_features, in_features, n, density, threads, one_off=one_off, dtype=dtype)
+    key = make_key(op, out_features, in_features, n, density, threads, dtype=dtype)
     entry = _entry_for(key, (out_features, in_features, n, density), mode)
     if entry is None:
-        return rules.heuristic(*call)
-    return _allowed_choice(op, entry, one_off) or rules.heuristic(*call)
+        return rule
+    return _allowed_choice(op, entry, one_off) or rule
 
 
 def _entry_for(key, shape: tuple, mode: str) -> dict | None:
@@ -192,18 +214,23 @@ def _entry_for(key, shape: tuple, mode: str) -> dict | None:
     return entry
 
 
-def _consult_block(op: str, out_features: int, in_features: int, n: int, density: float, threads: int, block: tuple):
+def _consult_block(
+    op: str, out_features: int, in_features: int, n: int, density: float, threads: int, block: tuple, dtype: str
+):
     """A block op's variant name: the tuned choice for its key, else the rules' (None: no kernel
     takes the block shape, so there is nothing to tune). No block variant builds anything from W
     per call, so a one-off call plans as a layer's does; the memory preference does not apply."""
     prior = rules.block_variant(op, block, n)
+    if prior is None:
+        return None
+    rule = rules.for_dtype(op, prior.name, dtype)
     mode = settings.get_mode()
-    if prior is None or mode == "off" or n == 0:
-        return None if prior is None else prior.name
-    key = make_key(op, out_features, in_features, n, density, threads, block=block)
+    if mode == "off" or n == 0:
+        return rule
+    key = make_key(op, out_features, in_features, n, density, threads, dtype=dtype, block=block)
     entry = _entry_for(key, (out_features, in_features, n, density), mode)
     if entry is None or registry.get(op, entry["variant"]).block != block:
-        return prior.name  # a variant of another block shape would misread W
+        return rule  # a variant of another block shape would misread W
     return entry["variant"]
 
 
@@ -216,7 +243,7 @@ def _allowed_choice(op: str, entry: dict, one_off: bool) -> str | None:
     them at the key's N (the second point's ``predicted_s``) when a candidate that prepares
     nothing is among those predictions, else at the timed N (``medians``): the finalists may all
     be block-major forms."""
-    infos = {v.name: v for v in registry.variants(op, available_only=True)}
+    infos = {v.name: v for v in registry.variants(op, available_only=True, dtype=None)}
     if op == BACKWARD:
         infos[SEPARATE] = SEPARATE_PAIR
     winner = entry["variant"]

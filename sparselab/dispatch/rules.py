@@ -21,6 +21,7 @@ __all__ = [
     "allowed",
     "named_variants",
     "block_variant",
+    "for_dtype",
 ]
 
 #: At or above this density the rules pick dense torch: the dense candidates densify W on every
@@ -194,3 +195,19 @@ def block_variant(op: str, block: tuple[int, int], n: int | None = None) -> Vari
         choice = (small or mine)[0] if sig[2] else mine[0]
     _BLOCK_CHOICE[sig] = choice
     return choice
+
+
+def for_dtype(op: str, name: str | None, dtype: str) -> str | None:
+    """The rules' choice on ``dtype`` activations given their float32 choice ``name``: a bfloat16
+    call runs that variant's bfloat16 line (:func:`~sparselab.dispatch.registry.bf16_twin`) where
+    it has one, else ``name`` itself on widened operands.
+
+    Args:
+        op: the op ``name`` is a variant of.
+        name: the float32 choice (a variant name, :data:`SEPARATE`, or None: no kernel).
+        dtype: ``'float32'`` or ``'bfloat16'``.
+    """
+    if dtype == "float32" or name is None or name == SEPARATE:
+        return name
+    twin = registry.bf16_twin(registry.get(op, name))
+    return name if twin is None else twin.name

@@ -324,14 +324,19 @@ def lookup(key) -> dict | None:
     return None
 
 
+#: The variant dtypes a key's calls can run: a bfloat16 call runs a bfloat16 line, or a float32
+#: form on widened operands.
+_RUNS_ON = {"float32": ("float32",), "bfloat16": ("bfloat16", "float32")}
+
+
 def runs_here(key, name: str) -> bool:
     """Whether variant ``name`` runs here on the key's operands: an edited table's variant of
-    another dtype or block shape would misread them, so such an entry counts as missing (and is
-    measured again where tuning is on)."""
+    another dtype (a bfloat16 line for a float32 key) or block shape would misread them, so such
+    an entry counts as missing (and is measured again where tuning is on)."""
     if key.op == registry.BACKWARD and name == registry.SEPARATE:
         return True
     try:
         v = registry.get(key.op, name)
     except ValueError:  # a name this build does not have
         return False
-    return v.available and (v.is_dense or (v.dtype == key.dtype and v.block == tuple(key.block)))
+    return v.available and (v.is_dense or (v.dtype in _RUNS_ON.get(key.dtype, ()) and v.block == tuple(key.block)))

@@ -5,10 +5,10 @@ or replaced, new value storage, another dtype, a planner setting) and everything
 to that version: W's view, checked once (:meth:`BlockPaddedCSR.check`), W's raw pointers, the
 planner's variant per op, batch and thread count, and the storages behind those pointers. The
 layer swaps in a new record whole. Its ``fwd``, ``dx`` and ``dw`` hand float32 operands straight to the extension.
-A bfloat16 layer's call on bfloat16 activations runs the bfloat16 line of its float32 plan
-(:func:`~sparselab.dispatch.registry.bf16_twin`: the x86 tiled and scatter forms), with only the
-values (and bias) widened per call; other calls (no such line, float64 on torch) go through
-:mod:`sparselab.ops`, which widens the operands too. Either way the result is the float32
+A bfloat16 layer's call on bfloat16 activations is planned under the planner's bfloat16 keys.
+Where that plan names a bfloat16 line (the x86 tiled and scatter forms), the line runs with only
+the values (and bias) widened per call; other calls (a float32 form, float32 activations, float64
+on torch) go through :mod:`sparselab.ops`, which widens the operands too. Either way the result is the float32
 kernel's on the widened operands, rounded once.
 """
 
@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from .. import ops
-from ..dispatch import planner, registry
+from ..dispatch import planner
 from ..dispatch.block_runners import run_block_sddmm_dw, run_block_spmm_dx, run_block_spmm_fwd
 from ..storage.checks import tensor_state, version_of
 
@@ -84,7 +84,7 @@ class BlockLayerCache:
         self.direct = self.W.values.dtype is torch.float32  # else through sparselab.ops, widened
         self.w_args = self.W.raw_args(check=False)
         self.density = self.W.density  # the tuning key's; a DST update keeps it
-        self.variants: dict = {}  # (op, n, threads) -> VariantInfo, or None: torch on W's dense copy
+        self.variants: dict = {}  # (op, n, threads, dtype) -> VariantInfo, or None: torch on W's dense copy
         self.bf16_lines: dict = {}  # (op, n, threads) -> the plan's bfloat16 line, or None
 
     def _own_state(self) -> tuple:
@@ -106,36 +106,47 @@ class BlockLayerCache:
                 "change it after backward (e.g. algo.step() after opt.step())"
             )
 
-    def _variant(self, op: str, n: int, threads: int):
-        """The planner's variant for this op, batch and thread count (the tuner's choice where
-        tuning is on), kept for this version."""
-        key = (op, n, threads)
+    def _variant(self, op: str, n: int, threads: int, dtype: str = "float32"):
+        """The planner's variant for this op, batch, thread count and activation dtype (the
+        tuner's choice where tuning is on), kept for this version."""
+        key = (op, n, threads, dtype)
         v = self.variants.get(key, _MISSING)
         if v is _MISSING:
             out_f, in_f = self.W.shape
-            v = planner.plan(op, out_f, in_f, n, self.density, threads, block=self.W.block).variant
+            v = planner.plan(op, out_f, in_f, n, self.density, threads, block=self.W.block, dtype=dtype).variant
             if len(self.variants) >= _PLANS_MAX:
                 self.variants.clear()
                 self.bf16_lines.clear()
             self.variants[key] = v
         return v
 
-    def _name(self, op: str, n: int) -> str | None:
+    def _name(self, op: str, n: int, *acts: Tensor) -> str | None:
         """The kept plan's variant name for a call through :mod:`sparselab.ops` (bfloat16, widened
-        there; float64 runs torch whatever the name), so that call plans nothing itself."""
-        v = self._variant(op, n, torch.get_num_threads())
+        there; float64 runs torch whatever the name), so that call plans nothing itself: a
+        bfloat16 layer's call on bfloat16 activations runs its bfloat16 plan's float32 form."""
+        threads = torch.get_num_threads()
+        v = None
+        if self._bf16_call(*acts):
+            v = self._variant(op, n, threads, "bfloat16")
+            v = v if v is None or v.dtype == "float32" else None
+        if v is None:
+            v = self._variant(op, n, threads)
         return None if v is None else v.name
 
+    def _bf16_call(self, *acts: Tensor) -> bool:
+        """Whether a call is a bfloat16 layer's on bfloat16 activations (planned under bfloat16 keys)."""
+        return self.W.values.dtype is torch.bfloat16 and all(t.dtype is torch.bfloat16 for t in acts)
+
     def _bf16_line(self, op: str, n: int, threads: int, *acts: Tensor):
-        """The bfloat16 line of the planned kernel for a bfloat16 layer's call on bfloat16
+        """The bfloat16 line the bfloat16 plan names for a bfloat16 layer's call on bfloat16
         activations, or None (then the call goes through :mod:`sparselab.ops`, widened)."""
-        if self.W.values.dtype is not torch.bfloat16 or any(t.dtype is not torch.bfloat16 for t in acts):
+        if not self._bf16_call(*acts):
             return None
         key = (op, n, threads)
         line = self.bf16_lines.get(key, _MISSING)
         if line is _MISSING:
-            v = self._variant(op, n, threads)
-            line = self.bf16_lines[key] = None if v is None else registry.bf16_twin(v)
+            v = self._variant(op, n, threads, "bfloat16")
+            line = self.bf16_lines[key] = v if v is not None and v.dtype == "bfloat16" else None
         return line
 
     def _route(self, op: str, n: int, *acts: Tensor, reads_values: bool = True):
@@ -158,7 +169,7 @@ class BlockLayerCache:
         """``x W^T + bias`` for a checked 2-D row-major ``x`` of W's dtype."""
         route = self._route("block_spmm_fwd", x.shape[0], x)
         if route is None:
-            return ops.spmm_fwd(self.W, x, bias, variant=self._name("block_spmm_fwd", x.shape[0]))
+            return ops.spmm_fwd(self.W, x, bias, variant=self._name("block_spmm_fwd", x.shape[0], x))
         v, w_args, _values, threads = route
         return run_block_spmm_fwd(v, self.W, w_args, x, None if bias is None else bias.float(), threads)
 
@@ -166,7 +177,7 @@ class BlockLayerCache:
         """``dY W`` for a row-major ``dy``."""
         route = self._route("block_spmm_dx", dy.shape[0], dy)
         if route is None:
-            return ops.spmm_dx(self.W, dy, variant=self._name("block_spmm_dx", dy.shape[0]))
+            return ops.spmm_dx(self.W, dy, variant=self._name("block_spmm_dx", dy.shape[0], dy))
         v, w_args, _values, threads = route
         return run_block_spmm_dx(v, self.W, w_args, dy, threads)
 
@@ -174,7 +185,7 @@ class BlockLayerCache:
         """dW at the live blocks, shaped like the values (in their dtype)."""
         route = self._route("block_sddmm_dw", dy.shape[0], dy, x, reads_values=False)
         if route is None:
-            return ops.sddmm_dw(self.W, dy, x, variant=self._name("block_sddmm_dw", dy.shape[0]))
+            return ops.sddmm_dw(self.W, dy, x, variant=self._name("block_sddmm_dw", dy.shape[0], dy, x))
         v, w_args, _, threads = route
         # The kernels sum dW in float32; a bfloat16 layer's is rounded once here.
         return run_block_sddmm_dw(v, self.W, w_args, dy, x, threads).to(self.W.values.dtype)

@@ -10,14 +10,15 @@ memory. The layer swaps in a new record whole.
 The cache is the layer's operand for :mod:`sparselab.nn.function`: ``fwd``, ``dx``, ``dw`` and
 ``backward`` run the planned kernels on raw pointers.
 
-A bfloat16 layer runs the same plans. Where the float32 plan's kernel has a bfloat16 line
-(:func:`~sparselab.dispatch.registry.bf16_twin`: the block-major forms), that line reads the
+A bfloat16 layer's calls on bfloat16 activations have plans of their own (the planner's
+bfloat16 keys). Where the plan names a bfloat16 line (the block-major forms), that line reads the
 bfloat16 activations and writes bfloat16 outputs itself, with only the values (and bias) widened
-per call; elsewhere each call widens the values and its operands to float32 temporaries (exact)
-that the call frees, and rounds its results to bfloat16. Either way the result is the float32
-kernel's on the widened operands, rounded once, except a dW on AVX512_BF16's dot product, which
-sums the same exact products in float32 in another order. Nothing float32 is kept between
-calls, so the layer's memory is its bfloat16 state.
+per call; where it names a float32 form, each call widens the values and its operands to float32
+temporaries (exact) that the call frees, and rounds its results to bfloat16. Calls on float32
+activations run the float32 plans that way. Either way the result is a float32 kernel's on the
+widened operands, rounded once, except a dW on AVX512_BF16's dot product, which sums the same
+exact products in float32 in another order. Nothing float32 is kept between calls, so the
+layer's memory is its bfloat16 state.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from ..dispatch import outputs, planner, registry
+from ..dispatch import outputs, planner
 from ..dispatch.outputs import new_output
 from ..dispatch.registry import BACKWARD, SEPARATE_PAIR
 from ..dispatch.runners import kernel_plan, leading_dim, run_sddmm_dw, run_spmm_dx, run_spmm_fwd
@@ -39,7 +40,8 @@ from .function import TensorOperand
 __all__ = ["LayerCache", "storage_state"]
 
 _PLANS_MAX = 64  # batch sizes vary (the last batch of an epoch, eval): keep the maps bounded
-_PLANNED_DTYPES = (torch.float32, torch.bfloat16)  # bfloat16 runs the float32 plans (or their bfloat16 twins)
+_PLANNED_DTYPES = (torch.float32, torch.bfloat16)  # values the kernel plans run (bfloat16 widened per call)
+_BF16 = "bfloat16"  # the plans of a bfloat16 layer's calls on bfloat16 activations
 
 
 def storage_state(module) -> tuple:
@@ -99,8 +101,8 @@ class LayerCache:
             # A bfloat16 plan holds no values address: every call passes its widened float32 values.
             plan_args = (0,) + self.w_args[1:] if self.low_precision else self.w_args
             self.kernels = kernel_plan(plan_args, self.transposed if keep_t else None, keep_prepared=keep_t)
-        self.plans: dict = {}  # (op, n, threads) -> planner.Plan
-        self.kernel_ids: dict = {}  # (op, n, threads) -> id the kernel plan runs, or -1: the general runners
+        self.plans: dict = {}  # (op, n, threads, dtype) -> planner.Plan
+        self.kernel_ids: dict = {}  # (op, n, threads, dtype) -> id the kernel plan runs, or -1: the general runners
         tensors = (values, cols, rs, rn) + self.transposed_tensors
         # The storages, not just the tensor objects: a capacity change swaps storage under the same
         # objects, and a call still running in another thread must keep reading memory that exists.
@@ -124,57 +126,76 @@ class LayerCache:
 
     # ---- planning ----
 
-    def plan(self, op: str, n: int):
-        """(variant, threads) for this op at batch ``n``: kept per version, else the planner's."""
+    def plan(self, op: str, n: int, dtype: str = "float32"):
+        """(variant, threads) for this op at batch ``n`` on ``dtype`` activations: kept per
+        version, else the planner's. A bfloat16 plan's variant is a bfloat16 line or a float32
+        form (run widened)."""
         threads = torch.get_num_threads()
         if n == 0 or self.state[-2] is torch.float64:
             return None, threads  # no kernel choice: empty batch, or the scalar float64 path
-        key = (op, n, threads)
+        key = (op, n, threads, dtype)
         p = self.plans.get(key)
         if p is None:
-            p = planner.plan(op, self.shape[0], self.shape[1], n, self.density, threads)
+            p = planner.plan(op, self.shape[0], self.shape[1], n, self.density, threads, dtype=dtype)
             if len(self.plans) >= _PLANS_MAX:
                 self.plans.clear()
             self.plans[key] = p
         return p.variant, threads
 
-    def kernel_id(self, op: str, n: int, threads: int) -> int:
-        """The variant id the kernel plan runs for this call, or -1 when the general runners take
-        it (float64, empty batches, dense variants, an empty W; for the backward: the pair)."""
-        key = (op, n, threads)
+    def kernel_id(self, op: str, n: int, threads: int, dtype: str = "float32") -> int:
+        """The id of the float32 kernel the ``dtype`` plan runs for this call (on widened operands
+        for a bfloat16 layer), or -1 when the general runners take it (float64, empty batches,
+        dense variants, an empty W; for the backward: the pair) or the plan names a bfloat16
+        line (:meth:`bf16_kernel_id`)."""
+        key = (op, n, threads, dtype)
         kid = self.kernel_ids.get(key)
         if kid is None:
-            plan = self.kernels
-            if op == BACKWARD:
-                # A fused call reads the kept transposed index: without one nothing is planned.
-                kid = -1
-                if plan is not None and plan.has_transposed and self.transposed.cols.numel() > 0:
-                    v, _ = self.plan(op, n)
-                    kid = v.id if v is not None and v is not SEPARATE_PAIR else -1
-            else:
-                v, _ = self.plan(op, n)
-                usable = v is not None and not v.is_dense and plan is not None
-                if usable and v.dx_layout == "transposed":
-                    usable = plan.has_transposed
-                kid = v.id if usable else -1
+            kid = -1
+            if op != BACKWARD or self._fused_runs():  # else the backward plans nothing
+                v, _ = self.plan(op, n, dtype)
+                kid = self._runnable_id(op, v) if v is None or v.dtype == "float32" else -1
             if len(self.kernel_ids) >= _PLANS_MAX:
                 self.kernel_ids.clear()
             self.kernel_ids[key] = kid
         return kid
 
     def bf16_kernel_id(self, op: str, n: int, threads: int) -> int:
-        """The id of the bfloat16 line of the kernel the plan runs for this call (a bfloat16
-        layer's native call), or -1: none, so the call widens its operands."""
+        """The id of the bfloat16 line the bfloat16 plan names for this call (a bfloat16 layer's
+        native call on bfloat16 activations), or -1: it names a float32 form, or the kernel plan
+        cannot run the line, so the call widens its operands (:meth:`widened_dtype`)."""
         key = (op, n, threads, torch.bfloat16)
         kid = self.kernel_ids.get(key)
         if kid is None:
             kid = -1
-            if self.kernel_id(op, n, threads) >= 0:
-                v, _ = self.plan(op, n)
-                twin = registry.bf16_twin(v)
-                kid = -1 if twin is None else twin.id
+            if op != BACKWARD or self._fused_runs():
+                v, _ = self.plan(op, n, _BF16)
+                kid = self._runnable_id(op, v) if v is not None and v.dtype == _BF16 else -1
+            if len(self.kernel_ids) >= _PLANS_MAX:
+                self.kernel_ids.clear()
             self.kernel_ids[key] = kid
         return kid
+
+    def widened_dtype(self, op: str, n: int, threads: int) -> str:
+        """Whose plan a bfloat16 layer's call on bfloat16 activations runs widened when it runs no
+        bfloat16 line: the bfloat16 plan's where that names a float32 form, else the float32
+        plan's (a bfloat16 line the kernel plan cannot run)."""
+        v, _ = self.plan(op, n, _BF16)
+        return "float32" if v is not None and v.dtype == _BF16 else _BF16
+
+    def _fused_runs(self) -> bool:
+        """Whether a fused backward can run: it reads the kept transposed index."""
+        plan = self.kernels
+        return plan is not None and plan.has_transposed and self.transposed.cols.numel() > 0
+
+    def _runnable_id(self, op: str, v) -> int:
+        """``v``'s id where the kernel plan can run it for this layer, else -1."""
+        plan = self.kernels
+        if op == BACKWARD:
+            return v.id if v is not None and v is not SEPARATE_PAIR else -1
+        usable = v is not None and not v.is_dense and plan is not None
+        if usable and v.dx_layout == "transposed":
+            usable = plan.has_transposed
+        return v.id if usable else -1
 
     # ---- the operand: planned kernels on raw pointers ----
 
@@ -185,12 +206,21 @@ class LayerCache:
         view = self.view.widened()
         return view, (view.values.data_ptr(),) + self.w_args[1:], view.values.data_ptr(), view.values
 
+    def _low_precision_route(self, op: str, n: int, *acts: Tensor) -> tuple[int, str]:
+        """How a bfloat16 layer's call runs: (the bfloat16 line's id, or -1 to widen the operands;
+        whose plan the widened call runs). Calls on float32 activations run the float32 plans."""
+        if any(t.dtype is not torch.bfloat16 for t in acts):
+            return -1, "float32"
+        threads = torch.get_num_threads()
+        kid = self.bf16_kernel_id(op, n, threads)
+        return kid, "float32" if kid >= 0 else self.widened_dtype(op, n, threads)
+
     def fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
         if self.low_precision:
-            kid = self.bf16_kernel_id("spmm_fwd", len(x), torch.get_num_threads())
-            if kid >= 0 and x.dtype is torch.bfloat16:
+            kid, dtype = self._low_precision_route("spmm_fwd", len(x), x)
+            if kid >= 0:
                 return self._fwd_bf16(kid, x, bias)
-            return self._fwd(x.float(), None if bias is None else bias.float()).to(x.dtype)
+            return self._fwd(x.float(), None if bias is None else bias.float(), dtype).to(x.dtype)
         return self._fwd(x, bias)
 
     def _fwd_bf16(self, kid: int, x: Tensor, bias: Optional[Tensor]) -> Tensor:
@@ -205,14 +235,14 @@ class LayerCache:
         )
         return y
 
-    def _fwd(self, x: Tensor, bias: Optional[Tensor]) -> Tensor:
+    def _fwd(self, x: Tensor, bias: Optional[Tensor], dtype: str = "float32") -> Tensor:
         n, threads = len(x), torch.get_num_threads()
-        kid = self.kernel_ids.get(("spmm_fwd", n, threads))
+        kid = self.kernel_ids.get(("spmm_fwd", n, threads, dtype))
         if kid is None:
-            kid = self.kernel_id("spmm_fwd", n, threads)
+            kid = self.kernel_id("spmm_fwd", n, threads, dtype)
         view, w_args, values, _keep = self._widened()
         if kid < 0:
-            v, threads = self.plan("spmm_fwd", n)
+            v, threads = self.plan("spmm_fwd", n, dtype)
             return run_spmm_fwd(v, view, w_args, x, bias, threads)
         out_f, in_f = self.shape
         # The batch-1 forward's path: new_empty directly, the hint only past the cheap size test.
@@ -228,23 +258,23 @@ class LayerCache:
     def dx(self, dy: Tensor) -> Tensor:
         if self.low_precision:
             n, threads = dy.shape[0], torch.get_num_threads()
-            kid = self.bf16_kernel_id("spmm_dx", n, threads)
-            if kid >= 0 and dy.dtype is torch.bfloat16:
+            kid, dtype = self._low_precision_route("spmm_dx", n, dy)
+            if kid >= 0:
                 _, _, values, _keep = self._widened()
                 dx = new_output(dy, n, self.shape[1])  # dy is bfloat16 here
                 self.kernels.spmm_dx(
                     kid, n, dy.data_ptr(), leading_dim(dy), dx.data_ptr(), self.shape[1], threads, values
                 )
                 return dx
-            return self._dx(dy.float()).to(dy.dtype)
+            return self._dx(dy.float(), dtype).to(dy.dtype)
         return self._dx(dy)
 
-    def _dx(self, dy: Tensor) -> Tensor:
+    def _dx(self, dy: Tensor, dtype: str = "float32") -> Tensor:
         n, threads = dy.shape[0], torch.get_num_threads()
-        kid = self.kernel_id("spmm_dx", n, threads)
+        kid = self.kernel_id("spmm_dx", n, threads, dtype)
         view, w_args, values, _keep = self._widened()
         if kid < 0:
-            v, threads = self.plan("spmm_dx", n)
+            v, threads = self.plan("spmm_dx", n, dtype)
             t = self.transposed if v is not None and v.dx_layout == "transposed" else None
             if t is not None and t.cols.numel() != view.nnz:  # the memory preference keeps no index here
                 t = view.transposed()
@@ -257,21 +287,21 @@ class LayerCache:
     def dw(self, dy: Tensor, x: Tensor) -> Tensor:
         if self.low_precision:
             n, threads = dy.shape[0], torch.get_num_threads()
-            kid = self.bf16_kernel_id("sddmm_dw", n, threads)
-            if kid >= 0 and dy.dtype is torch.bfloat16 and x.dtype is torch.bfloat16:
+            kid, dtype = self._low_precision_route("sddmm_dw", n, dy, x)
+            if kid >= 0:
                 dw = torch.empty(self.view.capacity, dtype=torch.float32, device="cpu")
                 self.kernels.sddmm_dw(
                     kid, n, dy.data_ptr(), leading_dim(dy), x.data_ptr(), leading_dim(x), dw.data_ptr(), threads
                 )
                 return dw.to(torch.bfloat16)
-            return self._dw(dy.float(), x.float()).to(torch.bfloat16)
+            return self._dw(dy.float(), x.float(), dtype).to(torch.bfloat16)
         return self._dw(dy, x)
 
-    def _dw(self, dy: Tensor, x: Tensor) -> Tensor:
+    def _dw(self, dy: Tensor, x: Tensor, dtype: str = "float32") -> Tensor:
         n, threads = dy.shape[0], torch.get_num_threads()
-        kid = self.kernel_id("sddmm_dw", n, threads)
+        kid = self.kernel_id("sddmm_dw", n, threads, dtype)
         if kid < 0:
-            v, threads = self.plan("sddmm_dw", n)
+            v, threads = self.plan("sddmm_dw", n, dtype)
             view, w_args, _, _keep = self._widened()
             return run_sddmm_dw(v, view, w_args, dy, x, threads)
         dw = torch.empty(self.view.capacity, dtype=torch.float32, device="cpu")
@@ -286,29 +316,38 @@ class LayerCache:
         unless ``bias_grad``), else None: the plan's separate pair, an empty W, no kept index."""
         if not self.low_precision:
             return self._backward(dy, x, bias_grad)
-        n, threads = dy.shape[0], torch.get_num_threads()
-        if self.kernel_id(BACKWARD, n, threads) < 0:
-            return None  # the separate pair: nothing to widen here
-        kid = self.bf16_kernel_id(BACKWARD, n, threads)
-        if kid >= 0 and dy.dtype is torch.bfloat16 and x.dtype is torch.bfloat16:
+        n = dy.shape[0]
+        if not self._fused_runs():
+            return None  # the separate pair: nothing to plan or widen here
+        kid, dtype = self._low_precision_route(BACKWARD, n, dy, x)
+        if kid >= 0:
             out = self._backward(dy, x, bias_grad, kid=kid, dx_dtype=torch.bfloat16)
+        elif self.kernel_id(BACKWARD, n, torch.get_num_threads(), dtype) < 0:
+            return None  # the separate pair: nothing to widen here
         else:
-            out = self._backward(dy.float(), x.float(), bias_grad)
+            out = self._backward(dy.float(), x.float(), bias_grad, dtype=dtype)
         if out is None:
             return None
         dx, dw, db = out
         return dx.to(x.dtype), dw.to(torch.bfloat16), None if db is None else db.to(torch.bfloat16)
 
     def _backward(
-        self, dy: Tensor, x: Tensor, bias_grad: bool, kid: int | None = None, dx_dtype=torch.float32
+        self,
+        dy: Tensor,
+        x: Tensor,
+        bias_grad: bool,
+        kid: int | None = None,
+        dx_dtype=torch.float32,
+        dtype: str = "float32",
     ) -> Optional[tuple]:
         """The fused kernel's (dX, dW, dB); ``kid`` and ``dx_dtype``: a bfloat16 line's, which
-        reads bfloat16 dy and x and writes a bfloat16 dX."""
+        reads bfloat16 dy and x and writes a bfloat16 dX. ``dtype``: whose plan a float32 kernel
+        is (a bfloat16 layer's widened call may run the bfloat16 plan's float32 form)."""
         n, threads = dy.shape[0], torch.get_num_threads()
         if kid is None:
-            kid = self.kernel_ids.get((BACKWARD, n, threads))
+            kid = self.kernel_ids.get((BACKWARD, n, threads, dtype))
         if kid is None:
-            kid = self.kernel_id(BACKWARD, n, threads)
+            kid = self.kernel_id(BACKWARD, n, threads, dtype)
         if kid < 0:
             return None
         out_f, in_f = self.shape

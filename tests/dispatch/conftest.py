@@ -23,8 +23,9 @@ def wisdom(tmp_path, monkeypatch):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     hook.reset()
+    mode_before = settings.get_mode()
     settings.set_mode("on")
     yield cache
-    settings.set_mode("off")
+    settings.set_mode(mode_before)
     hook.reset()
     torch.set_num_threads(threads)

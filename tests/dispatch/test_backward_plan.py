@@ -147,7 +147,7 @@ def test_a_layer_with_no_live_weight_plans_no_backward(wisdom):
     x = torch.randn(300, IN_F, requires_grad=True)
     layer(x).sum().backward()
     assert planner.BACKWARD not in {k.split("|")[0] for k in wisdom.entries()}
-    assert layer.layer_cache().kernel_ids[(planner.BACKWARD, 300, 1)] == -1
+    assert layer.layer_cache().kernel_ids[(planner.BACKWARD, 300, 1, "float32")] == -1
     assert not x.grad.any() and not layer.weight_values.grad.any()
 
 

@@ -44,8 +44,10 @@ def user_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(settings, "_system_wisdom", True)  # tests/conftest.py turns it off
     system_wisdom.clear()
     hook.reset()
+    mode_before = settings.get_mode()
     settings.set_mode("on")
     yield get_cache, tuned, tmp_path / "shipped"
+    settings.set_mode(mode_before)
     system_wisdom.clear()
     hook.reset()
 

@@ -213,7 +213,7 @@ def test_bf16_layer_runs_the_lines_natively_and_equals_float32_rounded(monkeypat
     preference), which have bfloat16 lines: the layer's outputs and gradients are then the
     float32 layer's on the same (widened) weights and activations, rounded once, and no
     activation is widened on the way."""
-    with settings.prefer(prefer):
+    with settings.prefer(prefer), settings.mode("off"):
         _layer_equals_float32_rounded(monkeypatch)
 
 
@@ -261,9 +261,10 @@ def _ran_dot_product(layer, n: int) -> bool:
 
 
 def test_bf16_layer_dw_on_the_dot_product(monkeypatch):
-    """A plan whose dW is a rowreg kernel, under the memory preference (the pair, no fused
-    backward): a bfloat16 layer's dW runs the dot product and equals the float32 layer's within
-    float32 accumulation error, rounded once; Y and dX stay bit for bit."""
+    """Plans whose dW is a rowreg kernel (float32) and its dot-product line (bfloat16), under the
+    memory preference (the pair, no fused backward): a bfloat16 layer's dW runs the dot product
+    and equals the float32 layer's within float32 accumulation error, rounded once; Y and dX stay
+    bit for bit."""
     dp = next((u for u in BF16 if _dot_product(u) and u.available), None)
     if dp is None:
         pytest.skip("no AVX512_BF16 dot-product line runs here")
@@ -272,10 +273,11 @@ def test_bf16_layer_dw_on_the_dot_product(monkeypatch):
 
     def plan_rowreg_dw(op, *args, **kw):
         p = real_plan(op, *args, **kw)
-        return dataclasses.replace(p, variant=rowreg) if op == "sddmm_dw" else p
+        line = dp if kw.get("dtype") == "bfloat16" else rowreg
+        return dataclasses.replace(p, variant=line) if op == "sddmm_dw" else p
 
     monkeypatch.setattr(planner, "plan", plan_rowreg_dw)
-    with settings.prefer("memory"):
+    with settings.prefer("memory"), settings.mode("off"):
         layer, ref, x = _layer_pair()
         xb, xr = x.clone().requires_grad_(True), x.float().requires_grad_(True)
         y = layer(xb)

@@ -153,10 +153,10 @@ def test_layer_uses_its_plan_for_every_op_and_follows_value_updates():
     assert d.kernels is not None and d.kernels.has_transposed
     for op in kernels.OPS:
         v = next(v for v in kernels.variants(op, available_only=True) if v.prepares)
-        d.plans[(op, 70, threads)] = sparselab.dispatch.planner.Plan(op, v, 70, threads)
+        d.plans[(op, 70, threads, "float32")] = sparselab.dispatch.planner.Plan(op, v, 70, threads)
     # The backward runs as the pair of those plans (a tuned fused kernel would sum in another order).
     pair = sparselab.dispatch.registry.SEPARATE_PAIR
-    d.plans[(pair.op, 70, threads)] = sparselab.dispatch.planner.Plan(pair.op, pair, 70, threads)
+    d.plans[(pair.op, 70, threads, "float32")] = sparselab.dispatch.planner.Plan(pair.op, pair, 70, threads)
     for step in range(2):
         x.grad = None
         layer.zero_grad()
@@ -164,7 +164,7 @@ def test_layer_uses_its_plan_for_every_op_and_follows_value_updates():
         g = torch.randn_like(y)
         y.backward(g)
         W = layer.weight
-        names = {op: d.plans[(op, 70, threads)].variant.name for op in kernels.OPS}
+        names = {op: d.plans[(op, 70, threads, "float32")].variant.name for op in kernels.OPS}
         want_y = ops.spmm_fwd(W, x.detach(), layer.bias.detach(), variant=names["spmm_fwd"])
         want_dx = ops.spmm_dx(W, g, variant=names["spmm_dx"])
         want_dw = ops.sddmm_dw(W, g, x.detach(), variant=names["sddmm_dw"])
@@ -188,12 +188,12 @@ def test_layer_plan_reads_ranks_past_32767_as_unsigned(fused):
     Plan, registry = sparselab.dispatch.planner.Plan, sparselab.dispatch.registry
     for op in ("spmm_fwd", "spmm_dx", "sddmm_dw"):
         v = next(v for v in kernels.variants(op, available_only=True) if v.prepares and v.dx_layout != "scatter")
-        d.plans[(op, 8, threads)] = Plan(op, v, 8, threads)
-    assert d.plans[("spmm_dx", 8, threads)].variant.dx_layout == "transposed"
+        d.plans[(op, 8, threads, "float32")] = Plan(op, v, 8, threads)
+    assert d.plans[("spmm_dx", 8, threads, "float32")].variant.dx_layout == "transposed"
     backward = next(v for v in kernels.variants("backward_fused", available_only=True) if v.prepares)
     if not fused:
         backward = registry.SEPARATE_PAIR
-    d.plans[(backward.op, 8, threads)] = Plan(backward.op, backward, 8, threads)
+    d.plans[(backward.op, 8, threads, "float32")] = Plan(backward.op, backward, 8, threads)
     layer(x).sum().backward()
     dense = layer.to_dense()
     xd = x.detach().clone().requires_grad_(True)

@@ -13,6 +13,7 @@ from torch import nn
 
 import sparselab
 from sparselab import SparseConv2d, SparseLinear, SparseMultiheadAttention, settings
+from sparselab.dispatch.planner import Plan
 from sparselab.model.memory import layer_memory
 
 pytestmark = pytest.mark.usefixtures("no_tuning_one_thread")
@@ -235,7 +236,9 @@ def test_a_bfloat16_layer_runs_each_fused_backward_through_its_plan(v):
     g = torch.randn(70, 64).to(BF16)
     cache = layer.layer_cache()
     cache.kernels = _Recording(cache.kernels)
-    cache.kernel_ids[("backward_fused", 70, torch.get_num_threads())] = v.id
+    # The bfloat16 plan names the float32 kernel: the layer runs it on widened operands.
+    threads = torch.get_num_threads()
+    cache.plans[("backward_fused", 70, threads, "bfloat16")] = Plan("backward_fused", v, 70, threads)
     layer(x).backward(g)
     ref(xr).backward(g.double())
     assert cache.kernels.fused == [v.id]

@@ -36,9 +36,10 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setattr(wisdom, "forget_cache", holder.clear)
     monkeypatch.setattr(rules, "heuristic", lambda *a: "dense_torch")
     hook.reset()
+    mode_before = settings.get_mode()
     settings.set_mode("on")
     yield
-    settings.set_mode("on")
+    settings.set_mode(mode_before)  # later tests assume the suite's default
     hook.reset()
 
 

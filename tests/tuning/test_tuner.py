@@ -40,9 +40,10 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARSELAB_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(wisdom, "get_cache", _fresh_cache_getter(tmp_path / "cache"))
     hook.reset()
+    mode_before = settings.get_mode()
     settings.set_mode("on")
     yield tmp_path / "cache"
-    settings.set_mode("on")
+    settings.set_mode(mode_before)  # later tests assume the suite's default
     hook.reset()
 
 
