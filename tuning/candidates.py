@@ -11,6 +11,8 @@ Simplicity order (lower is simpler and wins a tie within the race's tie band):
      then by tile parameters (smaller first), then by name
   3. dense candidates: dense_torch < dense_mkldnn  (a tie keeps the sparse kernel: it needs no
      dense copy of W, and a tie means the sparse path is not losing)
+In a bfloat16 key's race a bfloat16 line comes before every float32 form (those run widened): a
+tie goes to the line, which allocates no float32 copies of the activations.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def rank(info, reference: str) -> tuple:
         return (2, DENSE_ORDER.get(info.name, len(DENSE_ORDER)), info.name)
     return (
         1,
-        FORM_ORDER.get(info.form, len(FORM_ORDER)),
+        -1 if info.dtype == "bfloat16" else FORM_ORDER.get(info.form, len(FORM_ORDER)),
         ISA_ORDER.get(info.isa, len(ISA_ORDER)),
         _params_key(info.params or {}),
         info.name,
@@ -67,7 +69,8 @@ def available_variants(op: str, block: tuple = UNSTRUCTURED, dtype: str = "float
     backward, the fused variants and the separate pair (the two ops as planned for the key); for
     a block op, those that take ``block``. For a bfloat16 key, every way a bfloat16 layer can run
     the call: the bfloat16 lines, and the float32 forms without one (run on widened operands; a
-    form with a line runs the same kernel with less conversion through it)."""
+    form with a line runs the same tiles through the line with less conversion, streamed stores
+    and prefetch distance aside)."""
 
     def runs(v) -> bool:
         if dtype == "float32":

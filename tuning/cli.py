@@ -78,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument(
         "--dtype",
         metavar="DTYPE[,DTYPE...]",
-        help="activation dtypes to tune: float32 (the default), bfloat16 (a bfloat16 model's calls), or both",
+        help="activation dtypes to tune: float32, bfloat16 (a bfloat16 model's calls), or both "
+        "(default: float32, and bfloat16 too for a --module model with bfloat16 layers)",
     )
     src.add_argument("--batch", metavar="N[,N...]", help="batch sizes for layers without n (default: grid batches)")
     src.add_argument("--threads", type=int, metavar="T", help="torch thread count to tune for")
@@ -102,12 +103,12 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _layers_and_batches(args):
+def _layers_and_batches(args, module_dtypes: set):
     layers = []
     if args.model:
         layers += grids.layers_from_spec(args.model)
     if args.module:
-        layers += grids.layers_from_module(args.module)
+        layers += grids.layers_from_module(args.module, module_dtypes)
     if args.quick and not layers:
         layers, batches = grids.grid_layers(grids.QUICK_SHAPES, grids.QUICK_DENSITIES), grids.QUICK_BATCHES
     elif not layers:
@@ -139,8 +140,10 @@ def _tune(args, cache) -> tuple[list[str], list[str]]:
         if args.threads < 1:
             raise UserError(f"--threads must be a positive integer, got {args.threads}")
         torch.set_num_threads(args.threads)
-    layers, batches = _layers_and_batches(args)
-    dtypes = grids.parse_dtypes(args.dtype) if args.dtype else ["float32"]
+    module_dtypes = set()
+    layers, batches = _layers_and_batches(args, module_dtypes)
+    # Without --dtype: float32, and a --module model's bfloat16 layers' own keys.
+    dtypes = grids.parse_dtypes(args.dtype) if args.dtype else sorted({"float32"} | module_dtypes, reverse=True)
     keys = grids.keys_for(layers, batches, torch.get_num_threads(), dtypes=dtypes)
     _warn_if_busy()
     retune = args.retune or settings.get_mode() == "force"

@@ -13,6 +13,8 @@ import json
 import os
 from typing import Iterable
 
+import torch
+
 from sparselab.dispatch import registry
 from sparselab.dispatch.keys import BLOCK_OPS, DTYPES, OPS, UNSTRUCTURED, make_key
 from sparselab.storage.block_csr import parse_block
@@ -177,9 +179,10 @@ def _density_of(module) -> float | None:
     return None
 
 
-def layers_from_module(path: str) -> list[tuple]:
+def layers_from_module(path: str, dtypes: set | None = None) -> list[tuple]:
     """Parse ``--module pkg.mod:factory``: build the model, collect its sparse linear layers
-    (``BlockSparseLinear`` layers with their block shape)."""
+    (``BlockSparseLinear`` layers with their block shape). ``dtypes``: a set that receives the
+    activation dtypes of their keys (``'bfloat16'`` for a layer holding bfloat16 values)."""
     mod_name, sep, attr = path.partition(":")
     if not sep or not mod_name or not attr:
         raise SpecError(f"--module expects 'package.module:factory', got {path!r}")
@@ -205,6 +208,9 @@ def layers_from_module(path: str) -> list[tuple]:
             if block != UNSTRUCTURED and tuple(block) not in kernel_blocks():
                 continue  # no kernel to tune: the layer runs torch on its dense copy
             layers.append((o, i, d, None, tuple(block)))
+            if dtypes is not None:
+                values = getattr(m, "weight_values", None)
+                dtypes.add("bfloat16" if getattr(values, "dtype", None) is torch.bfloat16 else "float32")
     if not layers:
         raise SpecError(f"{path} has no SparseLinear layers (modules with weight_csr, in_features, out_features)")
     return layers

@@ -376,15 +376,26 @@ class Problem:
 
 def _planned_pair(key, shape) -> tuple[str, str]:
     """The (spmm_dx, sddmm_dw) variants planned for ``key``'s layer, batch, threads and dtype: the
-    process cache's choices, or the planner's rules for an op not tuned (or not runnable) here."""
+    process cache's choices (for a bfloat16 key the tables lack, the bfloat16 line of its float32
+    key's choice, as the planner takes it), or the planner's rules for an op not tuned (or not
+    runnable) here."""
     out_f, in_f, n, density = shape
     names = []
     for op in ("spmm_dx", "sddmm_dw"):
-        entry = wisdom.lookup(key._replace(op=op))  # as the layer will plan it: shipped table included
-        name = entry.get("variant") if entry else None
-        try:
-            ok = isinstance(name, str) and registry.get(op, name).available
-        except ValueError:
-            ok = False
-        names.append(name if ok else rules.for_dtype(op, rules.heuristic(op, out_f, in_f, n, density), key.dtype))
+        name = _table_choice(key._replace(op=op))
+        if name is None and key.dtype != "float32":
+            name = _table_choice(key._replace(op=op, dtype="float32"))
+            name = None if name is None else rules.for_dtype(op, name, key.dtype)
+        names.append(name or rules.for_dtype(op, rules.heuristic(op, out_f, in_f, n, density), key.dtype))
     return names[0], names[1]
+
+
+def _table_choice(key) -> str | None:
+    """The tables' variant for ``key`` (as the layer will plan it: shipped table included) if it
+    runs here, else None."""
+    entry = wisdom.lookup(key)
+    name = entry.get("variant") if entry else None
+    try:
+        return name if isinstance(name, str) and registry.get(key.op, name).available else None
+    except ValueError:
+        return None

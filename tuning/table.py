@@ -19,8 +19,9 @@ COLUMN_HELP = {
     "ops on a block-sparse W (block_spmm_fwd, block_spmm_dx, block_sddmm_dw); the concise table "
     "writes fwd, dx, dw and bwd (a block op's shape ends in /RxC)",
     "shape": "out x in features of the key (its bucket's representative); a block op's ends in /RxC, W's block shape",
-    "dtype": "the activations' dtype: f32, or bf16 for a bfloat16 layer's calls on bfloat16 "
-    "activations (its choice is a bfloat16 line, or a float32 form run on widened operands)",
+    "dtype": "the activations' dtype: float32, or bfloat16 for a bfloat16 layer's calls on bfloat16 "
+    "activations (its choice is a bfloat16 line, or a float32 form run on widened operands); "
+    "the concise table writes f32 and bf16",
     "n": "batch rows of the key (its bucket's representative)",
     "n_timed": "batch rows the candidates were timed at (N is capped to keep tuning short)",
     "density": "share of live weights",
@@ -94,7 +95,7 @@ def build(entries: dict[str, dict], only: set[str] | None = None) -> list[dict]:
                 "shape": f"{k.out_features}x{k.in_features}"
                 + ("" if k.block == UNSTRUCTURED else "/{}x{}".format(*k.block)),
                 "block": list(k.block),
-                "dtype": _DTYPES.get(k.dtype, k.dtype),
+                "dtype": k.dtype,
                 "n": k.n,
                 "n_timed": e.get("n_timed"),
                 "density": round(k.density, 4),
@@ -131,8 +132,10 @@ def render(rows: list[dict], wide: bool = False) -> str:
     headers = [h if wide else _HEADERS.get(h, h) for h in columns]
     cells = [[("" if c == "prov" and r.get(c) is None else _cell(r.get(c))) for c in columns] for r in rows]
     if not wide:
+        at = columns.index("dtype")
         for row in cells:
             row[0] = _SHORT_OPS.get(row[0], row[0])
+            row[at] = _DTYPES.get(row[at], row[at])
     widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(headers)]
     gap = "  " if wide else " "
 

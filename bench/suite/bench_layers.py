@@ -100,8 +100,11 @@ class Problem:
         out = {}
         for i, m in enumerate(self.linears()):
             if isinstance(m, SparseLinear):
+                # A bfloat16 layer's calls on bfloat16 activations are planned under bfloat16 keys.
+                dtype = "bfloat16" if m.weight_values.dtype is torch.bfloat16 else "float32"
                 for op in ("spmm_fwd", "spmm_dx", "sddmm_dw"):
-                    out[f"{i}.{op}"] = planner.choose(op, m.out_features, m.in_features, self.n, m.weight.density)
+                    p = planner.plan(op, m.out_features, m.in_features, self.n, m.weight.density, dtype=dtype)
+                    out[f"{i}.{op}"] = p.name
         return out
 
     def extra_info(self) -> dict:

@@ -19,8 +19,11 @@ too: the tuner races the variants that take that shape; the rules' choice is
 
 A bfloat16 layer's call on bfloat16 activations is planned under keys of its own (``dtype``
 ``'bfloat16'``): its plan names a bfloat16 line, which the layer runs on the activations as they
-are, or a float32 form, which it runs on widened copies. Untuned, it is the float32 choice's
-bfloat16 line where it has one (:func:`~sparselab.dispatch.rules.for_dtype`).
+are, or a float32 form, which it runs on widened copies. Where the tables have no entry for such
+a key but one for its float32 key, the plan is that entry's choice's bfloat16 line where it has
+one (:func:`~sparselab.dispatch.rules.for_dtype`), with nothing tuned: a table made in float32
+(a shipped one, or ``sparselab-tune`` without ``--dtype``) plans a bfloat16 model at once, as it
+did before bfloat16 keys existed. Without either entry the bfloat16 key is tuned on first use.
 
 :data:`epoch` changes whenever earlier plans may be stale (a setting changed, the table was
 cleared or imported): holders of plans compare it.
@@ -198,10 +201,22 @@ def consult(
         plan("spmm_dx", out_features, in_features, n, density, threads, one_off=one_off, dtype=dtype)
         plan("sddmm_dw", out_features, in_features, n, density, threads, one_off=one_off, dtype=dtype)
     key = make_key(op, out_features, in_features, n, density, threads, dtype=dtype)
+    float32_choice = _float32_entry_choice(key, mode, lambda e: _allowed_choice(op, e, one_off))
+    if float32_choice is not None:
+        return rules.for_dtype(op, float32_choice, dtype)
     entry = _entry_for(key, (out_features, in_features, n, density), mode)
     if entry is None:
         return rule
     return _allowed_choice(op, entry, one_off) or rule
+
+
+def _float32_entry_choice(key, mode: str, choice: Callable[[dict], Optional[str]]) -> str | None:
+    """For a bfloat16 key the tables lack (outside force mode), the choice of its float32 key's
+    entry where they have one; else None (a float32 key, or no float32 entry either)."""
+    if key.dtype == "float32" or mode == "force" or wisdom.lookup(key) is not None:
+        return None
+    entry = wisdom.lookup(key._replace(dtype="float32"))
+    return None if entry is None else choice(entry)
 
 
 def _entry_for(key, shape: tuple, mode: str) -> dict | None:
@@ -228,10 +243,15 @@ def _consult_block(
     if mode == "off" or n == 0:
         return rule
     key = make_key(op, out_features, in_features, n, density, threads, dtype=dtype, block=block)
+
+    def choice(entry: dict) -> str | None:  # a variant of another block shape would misread W
+        return entry["variant"] if registry.get(op, entry["variant"]).block == block else None
+
+    float32_choice = _float32_entry_choice(key, mode, choice)
+    if float32_choice is not None:
+        return rules.for_dtype(op, float32_choice, dtype)
     entry = _entry_for(key, (out_features, in_features, n, density), mode)
-    if entry is None or registry.get(op, entry["variant"]).block != block:
-        return rule  # a variant of another block shape would misread W
-    return entry["variant"]
+    return (entry is not None and choice(entry)) or rule
 
 
 def _allowed_choice(op: str, entry: dict, one_off: bool) -> str | None:

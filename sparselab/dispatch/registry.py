@@ -53,7 +53,7 @@ class VariantInfo:
             topology.
         block: the ``(rows, cols)`` block shape of W it takes; ``(1, 1)`` for the unstructured ops.
         dtype: the activations' dtype it reads and writes: ``'float32'``, or ``'bfloat16'`` for
-            the lines a bfloat16 layer runs (:func:`bf16_twin`).
+            the lines a bfloat16 layer's plans may name (:func:`bf16_lines`).
     """
 
     op: str
@@ -257,9 +257,9 @@ def bf16_lines(v: VariantInfo, *, available_only: bool = True) -> list[VariantIn
 
 
 def bf16_twin(v: VariantInfo, *, available_only: bool = True) -> VariantInfo | None:
-    """The bfloat16 line a bfloat16 layer runs where its float32 plan chose ``v``: the best of
-    :func:`bf16_lines`, or None where there is none (then the layer runs ``v`` on widened
-    copies). Where the CPU has AVX512_BF16 an AVX-512 dW's twin is its dot-product line
+    """The bfloat16 line of float32 variant ``v`` a bfloat16 call is planned where its untuned
+    choice, or its float32 key's tuned one, is ``v``: the best of :func:`bf16_lines`, or None
+    where there is none (then the call runs ``v`` on widened copies). Where the CPU has AVX512_BF16 an AVX-512 dW's twin is its dot-product line
     (``avx512bf16_dp*``), which sums in another order than ``v``.
 
     Args:

@@ -182,6 +182,14 @@ class LayerCache:
         v, _ = self.plan(op, n, _BF16)
         return "float32" if v is not None and v.dtype == _BF16 else _BF16
 
+    def _general_plan(self, op: str, n: int, dtype: str):
+        """(variant, threads) for the general runners on float32 operands: the ``dtype`` plan's,
+        or the float32 plan's where that names a bfloat16 line (which reads bfloat16 memory)."""
+        v, threads = self.plan(op, n, dtype)
+        if v is not None and v.dtype != "float32":
+            v, threads = self.plan(op, n)
+        return v, threads
+
     def _fused_runs(self) -> bool:
         """Whether a fused backward can run: it reads the kept transposed index."""
         plan = self.kernels
@@ -242,7 +250,7 @@ class LayerCache:
             kid = self.kernel_id("spmm_fwd", n, threads, dtype)
         view, w_args, values, _keep = self._widened()
         if kid < 0:
-            v, threads = self.plan("spmm_fwd", n, dtype)
+            v, threads = self._general_plan("spmm_fwd", n, dtype)
             return run_spmm_fwd(v, view, w_args, x, bias, threads)
         out_f, in_f = self.shape
         # The batch-1 forward's path: new_empty directly, the hint only past the cheap size test.
@@ -274,7 +282,7 @@ class LayerCache:
         kid = self.kernel_id("spmm_dx", n, threads, dtype)
         view, w_args, values, _keep = self._widened()
         if kid < 0:
-            v, threads = self.plan("spmm_dx", n, dtype)
+            v, threads = self._general_plan("spmm_dx", n, dtype)
             t = self.transposed if v is not None and v.dx_layout == "transposed" else None
             if t is not None and t.cols.numel() != view.nnz:  # the memory preference keeps no index here
                 t = view.transposed()
@@ -301,7 +309,7 @@ class LayerCache:
         n, threads = dy.shape[0], torch.get_num_threads()
         kid = self.kernel_id("sddmm_dw", n, threads, dtype)
         if kid < 0:
-            v, threads = self.plan("sddmm_dw", n, dtype)
+            v, threads = self._general_plan("sddmm_dw", n, dtype)
             view, w_args, _, _keep = self._widened()
             return run_sddmm_dw(v, view, w_args, dy, x, threads)
         dw = torch.empty(self.view.capacity, dtype=torch.float32, device="cpu")

@@ -14,7 +14,7 @@ from sparselab.tuning import problem as problem_mod
 from sparselab.tuning.problem import BF16_ROUNDING, Problem
 
 from sparselab import SparseLinear, settings
-from sparselab.dispatch import planner, registry, rules
+from sparselab.dispatch import planner, registry
 from sparselab.dispatch.keys import make_key, parse_key
 from sparselab.dispatch.wisdom import runs_here
 
@@ -140,7 +140,6 @@ def test_a_bfloat16_layer_runs_the_line_or_the_widened_form_its_plan_names(wisdo
     for choice in (lines, forms):
         for op in OPS:
             _put(wisdom, op, n, choice[op].name, "bfloat16")
-            _put(wisdom, op, n, rules.default_variant(op, n), "float32")
         _put(wisdom, planner.BACKWARD, n, planner.SEPARATE, "bfloat16")
         planner.invalidate()
         cache = layer.layer_cache()
@@ -153,6 +152,7 @@ def test_a_bfloat16_layer_runs_the_line_or_the_widened_form_its_plan_names(wisdo
         ref(xr).backward(g.double())
         calls = layer.layer_cache().kernels.calls
         assert calls == [(op, choice[op].id) for op in ("spmm_fwd", "spmm_dx", "sddmm_dw")], choice
+        assert all("|bfloat16|" in k for k in wisdom.entries())  # nothing planned (so tuned) in float32
         assert y.dtype is BF16 and x.grad.dtype is BF16 and layer.weight_values.grad.dtype is BF16
         assert _rel(y, ref(xr)) < 1e-2 and _rel(x.grad, xr.grad) < 1e-2
         assert _rel(layer.weight_values.grad, ref.weight_values.grad) < 1e-2
@@ -160,13 +160,51 @@ def test_a_bfloat16_layer_runs_the_line_or_the_widened_form_its_plan_names(wisdo
         ref.zero_grad()
 
 
-def test_a_bfloat16_layer_plans_float32_operands_under_the_float32_keys(wisdom):
+@needs_lines
+def test_float32_operands_into_a_bfloat16_layer_s_kernels_run_the_float32_plans(wisdom):
     # The layer refuses float32 activations, but a cache call on float32 operands (a caller that
-    # widened them) must run a float32 plan, never a bfloat16 line on float32 memory.
+    # widened them) must run its float32 plan, never the bfloat16 plan's line on float32 memory.
+    torch.manual_seed(5)
     layer = SparseLinear(IN_F, OUT_F, sparsity=SPARSITY, dtype=BF16)
+    n = 64
+    forms = {op: next(v for v in registry.variants(op, available_only=True) if v.isa != "torch") for op in OPS}
+    for op in OPS:
+        _put(wisdom, op, n, LINES[op][0].name, "bfloat16")
+        _put(wisdom, op, n, forms[op].name, "float32")
     cache = layer.layer_cache()
-    assert cache._low_precision_route("spmm_fwd", 64, torch.randn(64, IN_F)) == (-1, "float32")
-    assert not wisdom.entries()  # nothing was planned under a bfloat16 key for it
+    cache.kernels = _Recording(cache.kernels)
+    x, dy = torch.randn(n, IN_F), torch.randn(n, OUT_F)
+    y, dx, dw = cache.fwd(x, None), cache.dx(dy), cache.dw(dy, x)
+    assert cache.kernels.calls == [(op, forms[op].id) for op in OPS]
+    dense = layer.to_dense().weight.detach().float()
+    assert _rel(y, x @ dense.T) < 1e-2 and _rel(dx, dy @ dense) < 1e-2 and dw.dtype is BF16
+
+
+def test_a_bfloat16_key_the_tables_lack_takes_its_float32_entry_s_line_untuned(wisdom, monkeypatch):
+    from sparselab.tuning import hook
+
+    tuned = []
+    real = hook.on_miss
+    monkeypatch.setattr(planner, "_on_miss", lambda key, shape: tuned.append(str(key)) or real(key, shape))
+    monkeypatch.setattr(planner, "_on_miss_loaded", True)
+    for op in OPS:
+        f32 = next(
+            (v for v in registry.variants(op, available_only=True) if registry.bf16_twin(v)),
+            registry.get(op, "scalar"),
+        )
+        _put(wisdom, op, 64, f32.name, "float32")
+        got = planner.plan(op, OUT_F, IN_F, 64, DENSITY, 1, dtype="bfloat16").variant
+        assert got is (registry.bf16_twin(f32) or f32) and tuned == [], op
+    with settings.mode("force"):  # force mode measures the bfloat16 key itself
+        planner.plan("spmm_fwd", OUT_F, IN_F, 64, DENSITY, 1, dtype="bfloat16")
+    assert tuned == [str(make_key("spmm_fwd", OUT_F, IN_F, 64, DENSITY, 1, dtype="bfloat16"))]
+
+
+def test_a_tie_in_a_bfloat16_race_goes_to_the_line():
+    for op in OPS:
+        ranked = sorted(candidates.available_variants(op, dtype="bfloat16"), key=lambda v: candidates.rank(v, "scalar"))
+        kinds = [v.dtype for v in ranked if v.name != "scalar" and not candidates.is_dense(v)]
+        assert kinds == sorted(kinds, key=lambda d: d != "bfloat16"), op  # every line before every form
 
 
 def test_sparselab_tune_dtype_adds_the_bfloat16_keys():

@@ -110,6 +110,22 @@ def test_module_factory_collects_sparse_layers(capsys, fake_tune, monkeypatch):
     assert code == 0 and len(fake_tune) == 8  # 2 layers x 4 ops
 
 
+def test_a_module_with_bfloat16_layers_adds_their_bfloat16_keys(capsys, fake_tune, monkeypatch):
+    import torch
+
+    from sparselab import SparseLinear
+
+    fake_mod = types.ModuleType("fake_bf16_models")
+    fake_mod.build = lambda: torch.nn.Sequential(SparseLinear(64, 32, sparsity=0.9, dtype=torch.bfloat16))
+    monkeypatch.setitem(sys.modules, "fake_bf16_models", fake_mod)
+    assert run(capsys, "--module", "fake_bf16_models:build", "--batch", "8")[0] == 0
+    assert sorted(k.split("|")[4] for k in fake_tune) == ["bfloat16"] * 4 + ["float32"] * 4
+    fake_tune.clear()
+    assert run(capsys, "--module", "fake_bf16_models:build", "--batch", "8", "--dtype", "float32", "--retune")[0] == 0
+    assert {k.split("|")[4] for k in fake_tune} == {"float32"}
+    assert run(capsys, "--model", SPEC, "--dtype", "float16")[0] == 2
+
+
 def test_show_export_import_clear(tmp_path, capsys, fake_tune, isolated):
     code, out, _ = run(capsys, "--show")
     assert code == 0 and "no tuned keys" in out and fake_tune == []
