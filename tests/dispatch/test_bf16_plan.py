@@ -48,6 +48,18 @@ def _put(cache, op: str, n: int, variant: str, dtype: str) -> None:
     cache.put(make_key(op, OUT_F, IN_F, n, DENSITY, 1, dtype=dtype), {"variant": variant, "median_s": 1e-4})
 
 
+def _step_beside_float64(layer, ref, n: int) -> tuple:
+    """A forward + backward of bfloat16 ``layer`` and of its float64 copy ``ref`` on the same
+    bfloat16 batch and output gradient; returns (x, the float64 copy of x, layer's output)."""
+    x = torch.randn(n, layer.in_features).to(BF16).requires_grad_()
+    xr = x.detach().double().requires_grad_()
+    g = torch.randn(n, layer.out_features).to(BF16)
+    y = layer(x)
+    y.backward(g)
+    ref(xr).backward(g.double())
+    return x, xr, y
+
+
 def _rel(a, b) -> float:
     a, b = a.detach().double(), b.detach().double()
     return float((a - b).norm() / b.norm())
@@ -144,12 +156,7 @@ def test_a_bfloat16_layer_runs_the_line_or_the_widened_form_its_plan_names(wisdo
         planner.invalidate()
         cache = layer.layer_cache()
         cache.kernels = _Recording(cache.kernels)
-        x = torch.randn(n, IN_F).to(BF16).requires_grad_()
-        xr = x.detach().double().requires_grad_()
-        g = torch.randn(n, OUT_F).to(BF16)
-        y = layer(x)
-        y.backward(g)
-        ref(xr).backward(g.double())
+        x, xr, y = _step_beside_float64(layer, ref, n)
         calls = layer.layer_cache().kernels.calls
         assert calls == [(op, choice[op].id) for op in ("spmm_fwd", "spmm_dx", "sddmm_dw")], choice
         assert all("|bfloat16|" in k for k in wisdom.entries())  # nothing planned (so tuned) in float32
@@ -266,12 +273,7 @@ def test_a_bfloat16_block_layer_runs_the_line_or_the_widened_form_its_plan_names
                 {"variant": choice[op].name, "median_s": 1e-4},
             )
         planner.invalidate()
-        x = torch.randn(n, IN_F).to(BF16).requires_grad_()
-        xr = x.detach().double().requires_grad_()
-        g = torch.randn(n, OUT_F).to(BF16)
-        y = layer(x)
-        y.backward(g)
-        ref(xr).backward(g.double())
+        x, xr, y = _step_beside_float64(layer, ref, n)
         if choice is scalar:
             assert widened == [(op.removeprefix("block_"), scalar[op].name) for op in BLOCK_OPS]
         else:
