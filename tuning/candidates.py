@@ -51,7 +51,7 @@ def rank(info, reference: str) -> tuple:
         return (2, DENSE_ORDER.get(info.name, len(DENSE_ORDER)), info.name)
     return (
         1,
-        -1 if info.dtype == "bfloat16" else FORM_ORDER.get(info.form, len(FORM_ORDER)),
+        -1 if getattr(info, "dtype", "float32") == "bfloat16" else FORM_ORDER.get(info.form, len(FORM_ORDER)),
         ISA_ORDER.get(info.isa, len(ISA_ORDER)),
         _params_key(info.params or {}),
         info.name,
