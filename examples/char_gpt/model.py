@@ -71,13 +71,35 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(C, dim=2)
         h = self.n_head
         q, k, v = (t.view(B, T, h, C // h).transpose(1, 2) for t in (q, k, v))
-        # In a bfloat16 model the attention itself runs in float32: torch's bfloat16 attention
-        # backward is slow on a CPU without AVX512_BF16 (reports/bf16/README.md).
-        low = q.dtype is torch.bfloat16
-        if low:
-            q, k, v = q.float(), k.float(), v.float()
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
-        return self.proj(y.to(x.dtype).transpose(1, 2).reshape(B, T, C))
+        dropout = self.dropout if self.training else 0.0
+        if q.dtype is torch.bfloat16 and dropout == 0.0:
+            y = Float32Attention.apply(q, k, v)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class Float32Attention(torch.autograd.Function):
+    """Causal attention on bfloat16 q, k, v computed in float32, saving only the bfloat16 inputs.
+
+    torch's bfloat16 attention backward is slow on a CPU without AVX512_BF16
+    (reports/bf16/README.md), so the maths runs in float32; saving float32 copies for backward
+    would cost 376 MiB at the XL shape, so backward recomputes them (one more attention forward).
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        ctx.save_for_backward(q, k, v)
+        return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        q, k, v = ctx.saved_tensors
+        with torch.enable_grad():
+            q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q32, k32, v32, is_causal=True)
+            grads = torch.autograd.grad(y, (q32, k32, v32), dy.float())
+        return tuple(g.to(q.dtype) for g in grads)
 
 
 class MLP(nn.Module):

@@ -551,6 +551,9 @@ class SparseModule(nn.Module):
         out = super()._apply(fn, recurse)
         self._csr = None
         self._mark_values()  # a new Parameter under torch's overwrite-on-conversion setting
+        # A new cache now: the old one holds the pre-conversion values (a float32 copy of every
+        # weight after .to(torch.bfloat16)) until the next call would have replaced it.
+        self._cache = LayerCache(self, self._topology_version)
         return out
 
     def _load_from_state_dict(self, *args):

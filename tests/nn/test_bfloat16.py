@@ -100,6 +100,19 @@ def test_to_bfloat16_keeps_the_parameter_objects_and_converts_back():
     assert layer(torch.randn(4, 64)).dtype == torch.float32
 
 
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_conversion_releases_the_old_values_at_once(kind):
+    # Before any call: the cache the layer held must not keep the float32 values alive.
+    make, _ = KINDS[kind]
+    layer = make()
+    layer.to(BF16)
+    for m in layer.modules():
+        cache = m.__dict__.get("_cache")
+        if isinstance(m, sparselab.nn.SparseModule) and cache is not None:
+            assert cache.held[0] is m.weight_values and cache.held[0].dtype == BF16
+            assert all(s.data_ptr() == t.untyped_storage().data_ptr() for s, t in zip(cache.storages, cache.held))
+
+
 def test_constructors_take_bfloat16():
     assert SparseLinear(16, 8, dtype=BF16).weight_values.dtype == BF16
     assert SparseConv2d(2, 4, 3, dtype=BF16).weight_values.dtype == BF16
