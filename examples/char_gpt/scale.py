@@ -94,11 +94,14 @@ def _materialize(module: nn.Module) -> None:
 
 
 @torch.no_grad()
-def build_sparse_direct(gpt_cls, cfg, *, seed: int, sparsities: dict[str, float]) -> nn.Module:
+def build_sparse_direct(
+    gpt_cls, cfg, *, seed: int, sparsities: dict[str, float], release_memory: bool = True
+) -> nn.Module:
     """The GPT with the linears named in ``sparsities`` (names inside a block) built as
     ``SparseLinear`` directly: no dense weight of those layers ever exists. Init as the dense
     model's in distribution: normal(0, 0.02) (residual projections 0.02 / sqrt(2 n_layer)),
-    scaled by ``1 / sqrt(density)`` on the live entries; biases 0; layer norms 1 / 0."""
+    scaled by ``1 / sqrt(density)`` on the live entries; biases 0; layer norms 1 / 0.
+    ``release_memory``: call :func:`release_freed_memory` after each block."""
     torch.manual_seed(seed)
     residual = {"attn.proj", "mlp.fc2"}
 
@@ -123,7 +126,8 @@ def build_sparse_direct(gpt_cls, cfg, *, seed: int, sparsities: dict[str, float]
                         m.reset_parameters()
                     elif isinstance(m, nn.Linear):
                         raise ValueError(f"block linear {m} has no sparsity: give every block linear one")
-        release_freed_memory()
+        if release_memory:
+            release_freed_memory()
         return block
 
     with torch.device("meta"):
