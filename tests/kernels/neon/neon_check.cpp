@@ -725,9 +725,22 @@ auto pick_fn(F16 f16, F32 f32) {
     return f32;
 }
 
+// The float32 block line of a bfloat16 one's op, ISA, form (without "_bf16") and tiles.
+const sparselab::Variant* block_twin_of(const sparselab::Variant& u) {
+  const std::string form = u.form.substr(0, u.form.size() - 5);
+  for (const sparselab::Variant& v : variants())
+    if (v.dtype != "bfloat16" && v.op == u.op && v.isa == u.isa && v.form == form && v.params == u.params) return &v;
+  return nullptr;
+}
+
+// A float32 line: checked against the double loops. A bfloat16 line (`v.dtype`): its operands are
+// X and dY rounded to bfloat16, and its result must be bitwise its float32 twin's on those values
+// widened, with Y / dX rounded once (the twin passes the double check on its own).
 template <typename Idx>
 void check_block_case(const sparselab::Variant& v, int64_t grows, int64_t gcols, int64_t n, double density,
                       int ld_extra, bool bias, uint64_t seed) {
+  const bool low = v.dtype == "bfloat16";
+  const sparselab::Variant* twin = low ? block_twin_of(v) : nullptr;
   const int R = v.block_rows, C = v.block_cols;
   const int64_t out = grows * R, in = gcols * C;
   Rng rng(seed);
@@ -758,6 +771,10 @@ void check_block_case(const sparselab::Variant& v, int64_t grows, int64_t gcols,
   for (int64_t q = 0; q < n * ldx; ++q) x[size_t(q)] = q % ldx < in ? rng.value() : kNaN;
   for (int64_t q = 0; q < n * ldy; ++q) dy[size_t(q)] = q % ldy < out ? rng.value() : kNaN;
   for (int64_t o = 0; o < out; ++o) b[size_t(o)] = rng.value();
+  // A bfloat16 line's operands (NaN padding stays NaN); x and dy then hold exactly their values.
+  Guarded<Bf16> xb(low ? x.size() : 0), dyb(low ? dy.size() : 0);
+  for (size_t k = 0; k < xb.size(); ++k) x[k] = bf16_to_float(xb[k] = float_to_bf16(x[k]));
+  for (size_t k = 0; k < dyb.size(); ++k) dy[k] = bf16_to_float(dyb[k] = float_to_bf16(dy[k]));
   const CsrView<Idx> w{values.data(), cols.data(), row_start.data(), row_nnz.data(), grows, gcols};
   const std::vector<int64_t> chunks = make_chunks(grows, 2, rng);
   const int64_t nchunks = int64_t(chunks.size()) - 1;
@@ -809,32 +826,56 @@ void check_block_case(const sparselab::Variant& v, int64_t grows, int64_t gcols,
       }
   }
 
-  auto run = [&](int threads) {
-    const int64_t rows_out = v.op == Op::BlockSpmmFwd ? out : in;
-    const size_t count = v.op == Op::BlockSddmmDw ? size_t(cap * R * C) : size_t(n * rows_out);
+  // One variant's output, an activation-shaped one of a bfloat16 line widened (untouched slots
+  // as kOutSentinel).
+  auto run_one = [&](const sparselab::Variant& k, int threads) {
+    const bool line = k.dtype == "bfloat16", act_out = k.op != Op::BlockSddmmDw;
+    const int64_t rows_out = k.op == Op::BlockSpmmFwd ? out : in;
+    const size_t count = act_out ? size_t(n * rows_out) : size_t(cap * R * C);
     std::vector<float> got(count, from_bits(kOutSentinel));
-    Scratch sc(v.scratch(n, gcols, grows, cap, threads));
+    std::vector<Bf16> got16(line && act_out ? count : 0, Bf16{kOutSentinelBf16});
+    float* dst = got16.empty() ? got.data() : reinterpret_cast<float*>(got16.data());
+    const float* xp = line ? reinterpret_cast<const float*>(xb.data()) : x.data();
+    const float* dyp = line ? reinterpret_cast<const float*>(dyb.data()) : dy.data();
+    Scratch sc(k.scratch(n, gcols, grows, cap, threads));
     float* sp = sc.ptr();
-    if (v.op == Op::BlockSpmmFwd) {
-      FwdArgs<Idx> a{w,       n,  x.data(), ldx, bias ? b.data() : nullptr, got.data(), out, chunks.data(),
-                     nchunks, sp, threads};
-      pick_fn<Idx>(v.fwd16, v.fwd32)(a);
-    } else if (v.op == Op::BlockSpmmDx) {
-      DxArgs<Idx> a{w, n, dy.data(), ldy, got.data(), in, chunks.data(), nchunks, sp, threads};
-      pick_fn<Idx>(v.dx16, v.dx32)(a);
+    if (k.op == Op::BlockSpmmFwd) {
+      FwdArgs<Idx> a{w, n, xp, ldx, bias ? b.data() : nullptr, dst, out, chunks.data(), nchunks, sp, threads};
+      pick_fn<Idx>(k.fwd16, k.fwd32)(a);
+    } else if (k.op == Op::BlockSpmmDx) {
+      DxArgs<Idx> a{w, n, dyp, ldy, dst, in, chunks.data(), nchunks, sp, threads};
+      pick_fn<Idx>(k.dx16, k.dx32)(a);
     } else {
-      DwArgs<Idx> a{w, n, dy.data(), ldy, x.data(), ldx, got.data(), chunks.data(), nchunks, sp, threads};
-      pick_fn<Idx>(v.dw16, v.dw32)(a);
+      DwArgs<Idx> a{w, n, dyp, ldy, xp, ldx, dst, chunks.data(), nchunks, sp, threads};
+      pick_fn<Idx>(k.dw16, k.dw32)(a);
     }
+    for (size_t e = 0; e < got16.size(); ++e)
+      got[e] = got16[e].bits == kOutSentinelBf16 ? from_bits(kOutSentinel) : bf16_to_float(got16[e]);
     if (!sc.intact()) got.assign(got.size(), from_bits(kScratchSlack));  // fails the comparison below
     return got;
   };
+  auto run = [&](int threads) { return run_one(v, threads); };
   const std::string what = std::string(opn) + "/" + v.name + " grid " + std::to_string(grows) + "x" +
                            std::to_string(gcols) + " N=" + std::to_string(n) + " idx" + std::to_string(8 * sizeof(Idx));
   snprintf(g_current, sizeof g_current, "%s", what.c_str());
   const std::vector<float> one = run(1), two = run(2);
   std::string err;
-  for (size_t e = 0; e < one.size() && err.empty(); ++e) {
+  if (low) {
+    if (twin == nullptr) {
+      record(false, what, "no float32 twin in the registry");
+      return;
+    }
+    const std::vector<float> want = run_one(*twin, 1);
+    for (size_t e = 0; e < one.size() && err.empty(); ++e) {
+      // dW is float32; activation outputs are the twin's rounded once (its untouched slots too).
+      const bool as_is = v.op == Op::BlockSddmmDw || bits(want[e]) == kOutSentinel;
+      const float wv = as_is ? want[e] : bf16_to_float(float_to_bf16(want[e]));
+      if (bits(one[e]) != bits(wv))
+        err = "element " + std::to_string(e) + ": got " + std::to_string(one[e]) + ", " + twin->name + " rounded " +
+              std::to_string(wv);
+    }
+  }
+  for (size_t e = 0; e < one.size() && err.empty() && !low; ++e) {
     const double tol = 2.0 * double(len + 2) * std::ldexp(1.0, -24) * scale[e];
     if (!(std::fabs(double(one[e]) - ref[e]) <= tol))
       err = "element " + std::to_string(e) + ": got " + std::to_string(one[e]) + " want " + std::to_string(ref[e]);
@@ -896,12 +937,27 @@ int main(int argc, char** argv) {
   }
 
   // Every form exists for NEON too (csrc/kernels/vec/vec_neon.h runs the generic ones).
-  const char* forms[][2] = {{"spmm_fwd", "plain"},   {"spmm_fwd", "unrolled"},    {"spmm_fwd", "tiled"},
-                            {"spmm_fwd", "blocked"}, {"spmm_fwd", "block_major"}, {"spmm_dx", "tiled"},
-                            {"spmm_dx", "blocked"},  {"spmm_dx", "block_major"},  {"spmm_dx", "scatter_block_major"},
-                            {"sddmm_dw", "plain"},   {"sddmm_dw", "unrolled"},    {"sddmm_dw", "tiled"},
-                            {"sddmm_dw", "blocked"}, {"sddmm_dw", "block_major"}, {"spmm_fwd", "inflight"},
-                            {"spmm_dx", "inflight"}, {"sddmm_dw", "rowreg"},      {"spmm_fwd", "lanes"}};
+  const char* forms[][2] = {{"spmm_fwd", "plain"},
+                            {"spmm_fwd", "unrolled"},
+                            {"spmm_fwd", "tiled"},
+                            {"spmm_fwd", "blocked"},
+                            {"spmm_fwd", "block_major"},
+                            {"spmm_dx", "tiled"},
+                            {"spmm_dx", "blocked"},
+                            {"spmm_dx", "block_major"},
+                            {"spmm_dx", "scatter_block_major"},
+                            {"sddmm_dw", "plain"},
+                            {"sddmm_dw", "unrolled"},
+                            {"sddmm_dw", "tiled"},
+                            {"sddmm_dw", "blocked"},
+                            {"sddmm_dw", "block_major"},
+                            {"spmm_fwd", "inflight"},
+                            {"spmm_dx", "inflight"},
+                            {"sddmm_dw", "rowreg"},
+                            {"spmm_fwd", "lanes"},
+                            {"block_spmm_fwd", "tiled_bf16"},
+                            {"block_spmm_dx", "scatter_bf16"},
+                            {"block_sddmm_dw", "tiled_bf16"}};
   for (const auto& f : forms) {
     bool found = false;
     for (const sparselab::Variant& v : variants())
