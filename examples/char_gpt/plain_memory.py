@@ -1,7 +1,7 @@
 """Peak RSS of the GPT-2-XL-shaped all-sparse model trained by a plain script (issue 31).
 
 What a user's script does, nothing more: build the model, ``model.to(torch.bfloat16)`` for the
-bfloat16 run, train a few steps with AdamW and gradient clipping. No glibc tunable, no
+bfloat16 run, train a few steps with AdamW (linear warm-up) and gradient clipping. No glibc tunable, no
 ``malloc_trim``, no allocator call of any kind; the trainer (``train.py``) does both.
 
     SPARSELAB_PREFER=memory python plain_memory.py --dtype float32 --out ../../reports/scale
@@ -18,13 +18,12 @@ import time
 from pathlib import Path
 
 import torch
-
-import sparselab
 from data import CharData
 from model import GPT, get_config
 from scale import build_sparse_direct, memory_per_live_weight
 from train import layer_sparsities
 
+import sparselab
 from sparselab.dispatch.fingerprint import cpu_description
 
 
@@ -55,6 +54,8 @@ def main(argv=None) -> dict:
         model.to(torch.bfloat16)
     build_s = time.perf_counter() - t0
     opt = sparselab.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    # The trainer's linear warm-up over 100 steps: at the full rate from the first step the loss diverges.
+    warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / 100))
     losses, step_s = [], []
     for _ in range(a.steps):
         t = time.perf_counter()
@@ -64,6 +65,7 @@ def main(argv=None) -> dict:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        warmup.step()
         losses.append(loss.item())
         step_s.append(time.perf_counter() - t)
     cpu = cpu_description()
