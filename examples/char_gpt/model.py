@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, replace
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 __all__ = ["GPTConfig", "CONFIGS", "GPT", "get_config"]
@@ -74,6 +75,10 @@ class CausalSelfAttention(nn.Module):
         dropout = self.dropout if self.training else 0.0
         if q.dtype is torch.bfloat16 and dropout == 0.0:
             y = Float32Attention.apply(q, k, v)
+        elif q.dtype is torch.bfloat16:  # dropout cannot be recomputed: float32 copies are saved
+            with torch.autocast("cpu", enabled=False):
+                y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, dropout_p=dropout)
+            y = y.to(q.dtype)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
@@ -83,19 +88,22 @@ class Float32Attention(torch.autograd.Function):
     """Causal attention on bfloat16 q, k, v computed in float32, saving only the bfloat16 inputs.
 
     torch's bfloat16 attention backward is slow on a CPU without AVX512_BF16
-    (reports/bf16/README.md), so the maths runs in float32; saving float32 copies for backward
-    would cost 376 MiB at the XL shape, so backward recomputes them (one more attention forward).
+    (reports/bf16/README.md), so the maths runs in float32, autocast or not. Backward recomputes
+    the float32 attention (one more attention forward) rather than keep float32 copies: that
+    saves 376 MiB at the XL shape, net of the bfloat16 q, k and v kept instead.
     """
 
     @staticmethod
     def forward(ctx, q, k, v):
         ctx.save_for_backward(q, k, v)
-        return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).to(q.dtype)
+        with torch.autocast("cpu", enabled=False):
+            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).to(q.dtype)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy):
         q, k, v = ctx.saved_tensors
-        with torch.enable_grad():
+        with torch.enable_grad(), torch.autocast("cpu", enabled=False):
             q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
             y = F.scaled_dot_product_attention(q32, k32, v32, is_causal=True)
             grads = torch.autograd.grad(y, (q32, k32, v32), dy.float())

@@ -221,7 +221,7 @@ _BF16_FORMS = {
     "scatter_block_major": ("scatter_block_major_bf16",),
 }
 
-#: The same for the block ops' x86 forms (block_sparse/), whose names unstructured forms share.
+#: The same for the block ops' forms (block_sparse/), whose names unstructured forms share.
 #: The lines forward sums as the tiled one does (it differs in its stores and prefetches).
 _BLOCK_BF16_FORMS = {"tiled": ("tiled_bf16",), "lines": ("tiled_bf16",), "scatter": ("scatter_bf16",)}
 

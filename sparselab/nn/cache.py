@@ -74,6 +74,18 @@ def storage_state(module) -> tuple:
     )
 
 
+class ReleasedCache:
+    """What a layer holds in place of its cache after a conversion (``.to()``, ``to_empty``):
+    the old cache's record of the weight and no tensor, so the pre-conversion values are freed at
+    once. The record no longer matches the weight, so the next call takes the layer's checked
+    rebuild, as it would have on the old cache (an index edited in place is validated there)."""
+
+    inference = False
+
+    def __init__(self, state: tuple):
+        self.state = state
+
+
 class LayerCache:
     """One version of what a layer's calls reuse (see the module docstring)."""
 

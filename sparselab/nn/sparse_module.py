@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from .. import settings
 from ..optim import mark_sparse_values
 from ..storage import VALUE_DTYPE_NAMES, VALUE_DTYPES, PaddedCSR, build_transposed, no_transposed
-from .cache import LayerCache, storage_state
+from .cache import LayerCache, ReleasedCache, storage_state
 from .custom_ops import row_major, wrap_csr
 from .function import SparseProduct, sparse_linear
 from .state import check_unpickled, load_layer_state
@@ -447,6 +447,7 @@ class SparseModule(nn.Module):
         state = storage_state(self)
         if (
             state == cache.state
+            and isinstance(cache, LayerCache)  # a released one's storages are gone: an equal record proves nothing
             and not cache.inference
             and (view is None or view.topology_version == self._topology_version)
         ):
@@ -551,9 +552,11 @@ class SparseModule(nn.Module):
         out = super()._apply(fn, recurse)
         self._csr = None
         self._mark_values()  # a new Parameter under torch's overwrite-on-conversion setting
-        # A new cache now: the old one holds the pre-conversion values (a float32 copy of every
-        # weight after .to(torch.bfloat16)) until the next call would have replaced it.
-        self._cache = LayerCache(self, self._topology_version)
+        with self._lock:
+            # The old cache holds the pre-conversion values (a float32 copy of every weight after
+            # .to(torch.bfloat16)): keep only its record, so they are freed now, not at the next call.
+            if isinstance(self._cache, LayerCache) and storage_state(self) != self._cache.state:
+                self._cache = ReleasedCache(self._cache.state)
         return out
 
     def _load_from_state_dict(self, *args):

@@ -13,6 +13,7 @@ from torch import nn
 
 import sparselab
 from sparselab import SparseConv2d, SparseLinear, SparseMultiheadAttention, settings
+from sparselab.nn import SparseModule
 from sparselab.dispatch.planner import Plan
 from sparselab.model.memory import layer_memory
 
@@ -100,17 +101,40 @@ def test_to_bfloat16_keeps_the_parameter_objects_and_converts_back():
     assert layer(torch.randn(4, 64)).dtype == torch.float32
 
 
+def _storage_ptrs_held_by(module) -> set:
+    """Data addresses of every tensor storage the module's own objects reach (its dicts, lists,
+    tuples and sparselab objects, recursively; not torch's or Python's internals)."""
+    ptrs, seen, todo = set(), set(), [module]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            ptrs.add(obj.untyped_storage().data_ptr())
+        elif isinstance(obj, torch.UntypedStorage):
+            ptrs.add(obj.data_ptr())
+        elif isinstance(obj, dict):
+            todo.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set)):
+            todo.extend(obj)
+        elif type(obj).__module__.startswith("sparselab") or isinstance(obj, nn.Module):
+            todo.extend(vars(obj).values() if hasattr(obj, "__dict__") else ())
+    return ptrs
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_conversion_releases_the_old_values_at_once(kind):
-    # Before any call: the cache the layer held must not keep the float32 values alive.
-    make, _ = KINDS[kind]
+    # Before any call: what the layer kept from its last call must not hold the float32 values.
+    make, shape = KINDS[kind]
     layer = make()
+    _call(layer, torch.randn(shape))
+    old = {m.weight_values.untyped_storage().data_ptr() for m in layer.modules() if isinstance(m, SparseModule)}
     layer.to(BF16)
-    for m in layer.modules():
-        cache = m.__dict__.get("_cache")
-        if isinstance(m, sparselab.nn.SparseModule) and cache is not None:
-            assert cache.held[0] is m.weight_values and cache.held[0].dtype == BF16
-            assert all(s.data_ptr() == t.untyped_storage().data_ptr() for s, t in zip(cache.storages, cache.held))
+    assert old and not old & _storage_ptrs_held_by(layer)
+    torch.manual_seed(0)
+    x = torch.randn(shape).to(BF16)
+    assert _rel(_call(layer, x), _call(copy.deepcopy(layer).double(), x.double())) < 2e-2
 
 
 def test_constructors_take_bfloat16():

@@ -34,6 +34,58 @@ def test_index_storage_swapped_through_data_is_seen():
     del junk
 
 
+def _grads(layer, x):
+    """(Y, dX) of the layer and of its dense weight, on the same x."""
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y1 = layer(x1)
+    y1.sum().backward()
+    y2 = x2 @ layer.dense_weight().detach().T + layer.bias.detach()
+    y2.sum().backward()
+    return (y1, x1.grad), (y2, x2.grad)
+
+
+def test_an_index_edited_in_place_then_a_conversion_is_still_checked():
+    # An in-place edit without topology_changed() is seen at the next call, conversion or not.
+    layer = _layer()
+    x = torch.randn(5, 48)
+    _grads(layer, x)
+    with torch.no_grad():
+        c, start, live = layer.weight_cols, int(layer.weight_row_start[0]), int(layer.weight_row_nnz[0])
+        row = c[start : start + live]
+        free = next(j for j in range(48) if j not in set(row.tolist()))
+        row[0] = free
+        row.copy_(row.sort().values)
+    layer.double().float()
+    (y, dx), (y_ref, dx_ref) = _grads(layer, x)
+    torch.testing.assert_close(y, y_ref)
+    torch.testing.assert_close(dx, dx_ref)
+    assert layer.topology_version == 1
+
+
+def test_to_empty_then_load_state_dict_builds_a_working_layer():
+    # to_empty leaves the index uninitialised (garbage) until the load.
+    src = _layer()
+    torch.manual_seed(1)
+    layer = SparseLinear(48, 32, sparsity=0.7)
+    layer.to_empty(device="cpu")
+    layer.load_state_dict(src.state_dict())
+    x = torch.randn(5, 48)
+    torch.testing.assert_close(layer(x), src(x))
+
+
+def test_a_conversion_after_a_preference_change_follows_the_new_preference():
+    from sparselab import settings
+
+    with settings.prefer("speed"):
+        layer = _layer()
+        layer(torch.randn(4, 48))
+        assert layer.cache_bytes() > 0
+    with settings.prefer("memory"):
+        layer.to(torch.bfloat16)
+        layer(torch.randn(4, 48, dtype=torch.bfloat16))
+        assert all(t.numel() == 0 for t in layer.cache_tensors())
+
+
 def test_bias_of_the_wrong_shape_or_dtype_is_refused():
     layer = _layer()
     x = torch.randn(3, 48)

@@ -832,9 +832,13 @@ void check_block_case(const sparselab::Variant& v, int64_t grows, int64_t gcols,
     const bool line = k.dtype == "bfloat16", act_out = k.op != Op::BlockSddmmDw;
     const int64_t rows_out = k.op == Op::BlockSpmmFwd ? out : in;
     const size_t count = act_out ? size_t(n * rows_out) : size_t(cap * R * C);
-    std::vector<float> got(count, from_bits(kOutSentinel));
-    std::vector<Bf16> got16(line && act_out ? count : 0, Bf16{kOutSentinelBf16});
-    float* dst = got16.empty() ? got.data() : reinterpret_cast<float*>(got16.data());
+    // Outputs end at a PROT_NONE page (Guarded): a store past Y, dX or dW faults.
+    const bool narrow = line && act_out;
+    Guarded<float> got32(narrow ? 0 : count);
+    Guarded<Bf16> got16(narrow ? count : 0);
+    for (size_t e = 0; e < got32.size(); ++e) got32[e] = from_bits(kOutSentinel);
+    for (size_t e = 0; e < got16.size(); ++e) got16[e] = Bf16{kOutSentinelBf16};
+    float* dst = narrow ? reinterpret_cast<float*>(got16.data()) : got32.data();
     const float* xp = line ? reinterpret_cast<const float*>(xb.data()) : x.data();
     const float* dyp = line ? reinterpret_cast<const float*>(dyb.data()) : dy.data();
     Scratch sc(k.scratch(n, gcols, grows, cap, threads));
@@ -849,8 +853,11 @@ void check_block_case(const sparselab::Variant& v, int64_t grows, int64_t gcols,
       DwArgs<Idx> a{w, n, dyp, ldy, xp, ldx, dst, chunks.data(), nchunks, sp, threads};
       pick_fn<Idx>(k.dw16, k.dw32)(a);
     }
-    for (size_t e = 0; e < got16.size(); ++e)
-      got[e] = got16[e].bits == kOutSentinelBf16 ? from_bits(kOutSentinel) : bf16_to_float(got16[e]);
+    std::vector<float> got(count);
+    for (size_t e = 0; e < count; ++e)
+      got[e] = !narrow                             ? got32[e]
+               : got16[e].bits == kOutSentinelBf16 ? from_bits(kOutSentinel)
+                                                   : bf16_to_float(got16[e]);
     if (!sc.intact()) got.assign(got.size(), from_bits(kScratchSlack));  // fails the comparison below
     return got;
   };
