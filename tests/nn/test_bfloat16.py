@@ -13,9 +13,9 @@ from torch import nn
 
 import sparselab
 from sparselab import SparseConv2d, SparseLinear, SparseMultiheadAttention, settings
-from sparselab.nn import SparseModule
 from sparselab.dispatch.planner import Plan
 from sparselab.model.memory import layer_memory
+from sparselab.nn import SparseModule
 
 pytestmark = pytest.mark.usefixtures("no_tuning_one_thread")
 
