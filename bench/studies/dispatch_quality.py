@@ -1,6 +1,7 @@
 """The quality of the tuned choice, and what the tuner's second timing point changes.
 
     python bench/studies/dispatch_quality.py quality [--keys 36] [--json out.json] [--stat median|min] [--threads T]
+        [--calls N]
     python bench/studies/dispatch_quality.py second-point [--passes 2]
 
 ``quality`` (minutes): on keys that are *not* the tuner's representative shapes (odd sizes,
@@ -109,12 +110,16 @@ def sample_interleaved(runs: dict, rounds: int, calls: int = 1) -> dict[str, lis
     return samples
 
 
-def time_all(op, out_f, in_f, n, density, reps=21, stat=statistics.median, sample_s: float = 1e-3) -> dict[str, float]:
+def time_all(
+    op, out_f, in_f, n, density, reps=21, stat=statistics.median, sample_s: float = 1e-3, calls: int | None = None
+) -> dict[str, float]:
     """Time (``stat`` of ``reps`` samples, seconds per call) of every available candidate
     on this exact shape, interleaved. A sample times enough back-to-back calls to last about
     ``sample_s`` (the same count for every candidate of the key), so microsecond calls are not
     judged by timer noise. Candidates more than CONTENDER_RATIO slower than the fastest after
-    FIRST_LOOK samples keep that first-look time and are not re-timed."""
+    FIRST_LOOK samples keep that first-look time and are not re-timed. ``calls``: that many calls a
+    sample instead (1: single calls interleaved across candidates, as the tuner times them and as a
+    layer's call meets the cache between other layers' calls)."""
     names = [v.name for v in kernels.variants(op) if v.available]
     runs = _layer_runs(op, out_f, in_f, n, density, names, seed=11)  # not the tuner's data (seed 0)
     fastest = float("inf")
@@ -123,7 +128,8 @@ def time_all(op, out_f, in_f, n, density, reps=21, stat=statistics.median, sampl
         t0 = time.perf_counter()
         run()
         fastest = min(fastest, time.perf_counter() - t0)
-    calls = max(1, min(1000, int(sample_s / max(fastest, 1e-7))))
+    if calls is None:
+        calls = max(1, min(1000, int(sample_s / max(fastest, 1e-7))))
     first = {name: statistics.median(s) for name, s in sample_interleaved(runs, FIRST_LOOK, calls).items()}
     best = min(first.values())
     contenders = {name: run for name, run in runs.items() if first[name] <= CONTENDER_RATIO * best}
@@ -131,7 +137,7 @@ def time_all(op, out_f, in_f, n, density, reps=21, stat=statistics.median, sampl
     return {name: stat(samples[name]) if name in contenders else first[name] for name in runs}
 
 
-def quality(count: int, json_path: str | None, stat_name: str = "median") -> int:
+def quality(count: int, json_path: str | None, stat_name: str = "median", calls: int | None = None) -> int:
     os.environ["SPARSELAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="sparselab-quality-")
     hook.reset()
     settings.set_mode("on")
@@ -139,7 +145,8 @@ def quality(count: int, json_path: str | None, stat_name: str = "median") -> int
     # only adds time, so the minimum is the steadier estimate of a kernel's own speed there).
     stat = {"median": statistics.median, "min": min}[stat_name]
     race.ESTIMATOR = stat
-    print(f"statistic: {stat_name}; load average at start: {os.getloadavg()[0]:.1f}")
+    per_sample = "enough for 1 ms" if calls is None else str(calls)
+    print(f"statistic: {stat_name}; calls a sample: {per_sample}; load average at start: {os.getloadavg()[0]:.1f}")
     # Open the cache (and describe the CPU: py-cpuinfo takes ~1 s in a fresh cache dir) before
     # the first key, so its "tuned in" time is the tuning alone.
     wisdom.get_cache().entries()
@@ -148,7 +155,7 @@ def quality(count: int, json_path: str | None, stat_name: str = "median") -> int
         t0 = time.perf_counter()
         chosen = planner.choose(op, out_f, in_f, n, density)
         tune_s = time.perf_counter() - t0
-        times = time_all(op, out_f, in_f, n, density, stat=stat)
+        times = time_all(op, out_f, in_f, n, density, stat=stat, calls=calls)
         best = min(times, key=times.get)
         rows.append(
             {
@@ -227,9 +234,12 @@ if __name__ == "__main__":
     p.add_argument("--json")
     p.add_argument("--stat", choices=["median", "min"], default="median")
     p.add_argument("--threads", type=int, help="torch.set_num_threads first (keys are per thread count)")
+    p.add_argument(
+        "--calls", type=int, help="quality: calls a judge's sample (default: enough for 1 ms; 1: as the tuner)"
+    )
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     if a.what == "second-point":
         sys.exit(second_point_check(a.passes))
-    sys.exit(quality(a.keys, a.json, a.stat))
+    sys.exit(quality(a.keys, a.json, a.stat, a.calls))
