@@ -76,36 +76,39 @@ class CausalSelfAttention(nn.Module):
         if q.dtype is torch.bfloat16 and dropout == 0.0:
             y = Float32Attention.apply(q, k, v)
         elif q.dtype is torch.bfloat16:  # dropout cannot be recomputed: float32 copies are saved
-            with torch.autocast("cpu", enabled=False):
-                y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, dropout_p=dropout)
-            y = y.to(q.dtype)
+            y = causal_attention_float32(q, k, v, dropout).to(q.dtype)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 
+def causal_attention_float32(q, k, v, dropout: float = 0.0) -> torch.Tensor:
+    """Causal attention in float32 whatever the dtype of q, k, v and whether autocast is on:
+    torch's bfloat16 attention backward is slow on a CPU without AVX512_BF16
+    (reports/bf16/README.md)."""
+    with torch.autocast("cpu", enabled=False):
+        return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, dropout_p=dropout)
+
+
 class Float32Attention(torch.autograd.Function):
     """Causal attention on bfloat16 q, k, v computed in float32, saving only the bfloat16 inputs.
 
-    torch's bfloat16 attention backward is slow on a CPU without AVX512_BF16
-    (reports/bf16/README.md), so the maths runs in float32, autocast or not. Backward recomputes
-    the float32 attention (one more attention forward) rather than keep float32 copies: that
-    saves 376 MiB at the XL shape, net of the bfloat16 q, k and v kept instead.
+    Backward recomputes the float32 attention (one more attention forward): keeping float32
+    q, k, v and the output for backward would hold more than twice the bytes of the bfloat16 inputs.
     """
 
     @staticmethod
     def forward(ctx, q, k, v):
         ctx.save_for_backward(q, k, v)
-        with torch.autocast("cpu", enabled=False):
-            return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True).to(q.dtype)
+        return causal_attention_float32(q, k, v).to(q.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         q, k, v = ctx.saved_tensors
-        with torch.enable_grad(), torch.autocast("cpu", enabled=False):
+        with torch.enable_grad():
             q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
-            y = F.scaled_dot_product_attention(q32, k32, v32, is_causal=True)
+            y = causal_attention_float32(q32, k32, v32)
             grads = torch.autograd.grad(y, (q32, k32, v32), dy.float())
         return tuple(g.to(q.dtype) for g in grads)
 

@@ -21,18 +21,10 @@ import torch
 from data import CharData
 from model import GPT, get_config
 from scale import build_sparse_direct, memory_per_live_weight
-from train import layer_sparsities
+from train import layer_sparsities, lr_at, peak_rss_bytes
 
 import sparselab
 from sparselab.dispatch.fingerprint import cpu_description
-
-
-def peak_rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def main(argv=None) -> dict:
@@ -54,8 +46,8 @@ def main(argv=None) -> dict:
         model.to(torch.bfloat16)
     build_s = time.perf_counter() - t0
     opt = sparselab.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
-    # The trainer's linear warm-up over 100 steps: at the full rate from the first step the loss diverges.
-    warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / 100))
+    # The trainer's schedule (warm-up over 100 steps): at the full rate from the first step the loss diverges.
+    warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_at(step, base=1.0, steps=2000, warmup=100))
     losses, step_s = [], []
     for _ in range(a.steps):
         t = time.perf_counter()
@@ -74,7 +66,7 @@ def main(argv=None) -> dict:
         "n_layer": cfg.n_layer,
         "steps": a.steps,
         "threads": a.threads,
-        "peak_rss_mib": round(peak_rss_mib(), 1),
+        "peak_rss_mib": round(peak_rss_bytes() / 2**20, 1),
         "build_s": round(build_s, 1),
         "step_s": [round(s, 2) for s in step_s],
         "losses": losses,

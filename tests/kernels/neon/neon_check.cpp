@@ -611,13 +611,19 @@ void check_case(const CaseSpec& s) {
 // ---- bfloat16 lines: bitwise their float32 twin's result on the widened operands, rounded ----
 
 // The float32 line of the same op, ISA, form (without "_bf16") and tiles: registry.bf16_twin's
-// rule on a CPU without streamed forms (NEON has none).
-const NcVariant* twin_of(const NcVariant& u) {
-  const std::string& f = u.v->form;
+// rule on a CPU without streamed forms (NEON has none). Unstructured and block lines alike.
+const sparselab::Variant* float32_twin(const sparselab::Variant& u) {
+  const std::string& f = u.form;
   const std::string form = f.size() > 5 ? f.substr(0, f.size() - 5) : f;
+  for (const sparselab::Variant& v : variants())
+    if (v.dtype != "bfloat16" && v.op == u.op && v.isa == u.isa && v.form == form && v.params == u.params) return &v;
+  return nullptr;
+}
+
+const NcVariant* twin_of(const NcVariant& u) {
+  const sparselab::Variant* t = float32_twin(*u.v);
   for (const NcVariant& v : registry())
-    if (!v.bf16 && v.kind == u.kind && v.v->isa == u.v->isa && v.v->form == form && v.v->params == u.v->params)
-      return &v;
+    if (v.v == t) return &v;
   return nullptr;
 }
 
@@ -725,14 +731,6 @@ auto pick_fn(F16 f16, F32 f32) {
     return f32;
 }
 
-// The float32 block line of a bfloat16 one's op, ISA, form (without "_bf16") and tiles.
-const sparselab::Variant* block_twin_of(const sparselab::Variant& u) {
-  const std::string form = u.form.substr(0, u.form.size() - 5);
-  for (const sparselab::Variant& v : variants())
-    if (v.dtype != "bfloat16" && v.op == u.op && v.isa == u.isa && v.form == form && v.params == u.params) return &v;
-  return nullptr;
-}
-
 // A float32 line: checked against the double loops. A bfloat16 line (`v.dtype`): its operands are
 // X and dY rounded to bfloat16, and its result must be bitwise its float32 twin's on those values
 // widened, with Y / dX rounded once (the twin passes the double check on its own).
@@ -740,7 +738,7 @@ template <typename Idx>
 void check_block_case(const sparselab::Variant& v, int64_t grows, int64_t gcols, int64_t n, double density,
                       int ld_extra, bool bias, uint64_t seed) {
   const bool low = v.dtype == "bfloat16";
-  const sparselab::Variant* twin = low ? block_twin_of(v) : nullptr;
+  const sparselab::Variant* twin = low ? float32_twin(v) : nullptr;
   const int R = v.block_rows, C = v.block_cols;
   const int64_t out = grows * R, in = gcols * C;
   Rng rng(seed);
