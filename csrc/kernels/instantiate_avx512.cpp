@@ -23,6 +23,7 @@
 #include "block_sparse/block_spmm_fwd_lines.h"
 #include "block_sparse/block_spmm_dx_scatter.h"
 #include "block_sparse/block_sddmm_dw_tiled.h"
+#include "block_sparse/block_sddmm_dw_tile_packed.h"
 #include "backward_fused/backward_fused_blockmajor.h"
 
 namespace sparselab {

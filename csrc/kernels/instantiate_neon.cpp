@@ -21,6 +21,7 @@
 #include "block_sparse/block_spmm_fwd_rowvec.h"
 #include "block_sparse/block_spmm_dx_scatter.h"
 #include "block_sparse/block_sddmm_dw_tiled.h"
+#include "block_sparse/block_sddmm_dw_tile_packed.h"
 
 namespace sparselab {
 namespace isa_neon {

@@ -223,7 +223,12 @@ _BF16_FORMS = {
 
 #: The same for the block ops' forms (block_sparse/), whose names unstructured forms share.
 #: The lines forward sums as the tiled one does (it differs in its stores and prefetches).
-_BLOCK_BF16_FORMS = {"tiled": ("tiled_bf16",), "lines": ("tiled_bf16",), "scatter": ("scatter_bf16",)}
+_BLOCK_BF16_FORMS = {
+    "tiled": ("tiled_bf16",),
+    "lines": ("tiled_bf16",),
+    "scatter": ("scatter_bf16",),
+    "tile_packed": ("tile_packed_bf16",),
+}
 
 #: The ISAs whose bfloat16 lines may stand in for an ISA's float32 line: AVX512_BF16's
 #: lines run beside the AVX-512 forms.

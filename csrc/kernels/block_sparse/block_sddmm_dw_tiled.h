@@ -24,11 +24,12 @@ inline void add_lane_sums(const typename V::reg (&acc)[E], float* dw) {
   for (; e < E; ++e) dw[e] += V::hsum(acc[e]);
 }
 
-// KB blocks starting at slot `slot` of block row i, on batch tile panels Px and Pdy. `ahead`
-// (or nullptr): the first of the KB slots of the next group, whose X panel rows (C * T floats
-// each, random rows of a panel wider than L1) are prefetched while this group computes.
+// KB blocks starting at slot `slot` of a block row whose R dY panel rows (T floats each) start
+// at dy, on batch tile panel Px. `ahead` (or nullptr): the first of the KB slots of the next
+// group, whose X panel rows (C * T floats each, random rows of a panel wider than L1) are
+// prefetched while this group computes.
 template <class V, int R, int C, int T, int KB, typename Idx>
-inline void block_dw_group(const DwArgs<Idx>& a, int64_t i, int64_t slot, const float* Px, const float* Pdy,
+inline void block_dw_group(const DwArgs<Idx>& a, int64_t slot, const float* Px, const float* dy,
                            const Idx* ahead = nullptr) {
   using reg = typename V::reg;
   constexpr int E = R * C;
@@ -42,7 +43,6 @@ inline void block_dw_group(const DwArgs<Idx>& a, int64_t i, int64_t slot, const 
     for (int e = 0; e < E; ++e) acc[g][e] = V::zero();
   const float* x[KB];
   for (int g = 0; g < KB; ++g) x[g] = Px + int64_t(a.w.cols[slot + g]) * C * T;
-  const float* dy = Pdy + i * R * T;
   for (int q = 0; q < T; q += V::W) {
     reg d[R];
     for (int r = 0; r < R; ++r) d[r] = V::load(dy + r * T + q);
@@ -95,9 +95,10 @@ void block_dw_tiled(const DwArgs<Idx>& a) {
             const Idx* col = a.w.cols + s;
             const int32_t nnz = a.w.row_nnz[i];
             int32_t k = cursor[h];
+            const float* dy = pdy + i * R * T;
             for (; k + KB <= nnz && int64_t(col[k + KB - 1]) < j_end; k += KB)
-              block_dw_group<V, R, C, T, KB>(a, i, s + k, px, pdy, k + 2 * KB <= nnz ? col + k + KB : nullptr);
-            for (; k < nnz && int64_t(col[k]) < j_end; ++k) block_dw_group<V, R, C, T, 1>(a, i, s + k, px, pdy);
+              block_dw_group<V, R, C, T, KB>(a, s + k, px, dy, k + 2 * KB <= nnz ? col + k + KB : nullptr);
+            for (; k < nnz && int64_t(col[k]) < j_end; ++k) block_dw_group<V, R, C, T, 1>(a, s + k, px, dy);
             cursor[h] = k;
           }
         }
