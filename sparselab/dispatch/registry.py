@@ -222,10 +222,11 @@ _BF16_FORMS = {
 }
 
 #: The same for the block ops' forms (block_sparse/), whose names unstructured forms share.
-#: The lines forward sums as the tiled one does (it differs in its stores and prefetches).
+#: The lines forward sums as the tiled one does (it differs in its stores and prefetches): its
+#: own bfloat16 line goes first, and the tiled line of its tiles stands in where it has none.
 _BLOCK_BF16_FORMS = {
     "tiled": ("tiled_bf16",),
-    "lines": ("tiled_bf16",),
+    "lines": ("lines_bf16", "tiled_bf16"),
     "scatter": ("scatter_bf16",),
     "tile_packed": ("tile_packed_bf16",),
 }

@@ -86,15 +86,18 @@ def test_block_bf16_lines_exist_and_mirror_their_float32_twins():
         v = _twin_of(u)
         assert (v.isa, v.block, u.form) == (u.isa, u.block, v.form + "_bf16"), u.name
         assert registry.bf16_twin(v, available_only=False) is u
-    # A lines forward (streamed stores, prefetches) sums as the tiled form of its tiles.
+    # A lines forward's twin is its own bfloat16 line (ordinary stores: no NT), whose sums are
+    # the tiled form's of the same tiles.
     for v in kernels.variants("block_spmm_fwd"):
         if v.form == "lines" and v.isa in ("avx2", "avx512"):
             u = registry.bf16_twin(v, available_only=False)
             assert (
                 u is not None
-                and u.form == "tiled_bf16"
-                and u.params == {k: x for k, x in v.params.items() if k not in ("NT", "PF")}
+                and u.form == "lines_bf16"
+                and u.params == {k: x for k, x in v.params.items() if k != "NT"}
             ), v.name
+            tiled = [w for w in registry.bf16_lines(v, available_only=False) if w.form == "tiled_bf16"]
+            assert tiled, f"{v.name}: no tiled bfloat16 line of its tiles to stand in"
 
 
 @pytest.mark.parametrize(
@@ -106,7 +109,7 @@ def test_block_bf16_lines_exist_and_mirror_their_float32_twins():
     ],
 )
 def test_lines_forward_equals_its_bf16_twin_on_widened_operands(v):
-    """The lines form's twin is a tiled line: the same sums, so the same bits once rounded."""
+    """The lines form's bfloat16 twin sums as it does, so it gives the same bits once rounded."""
     u = registry.bf16_twin(v)
     for k, (rows, cols, n, density, padding, index_dtype, garbage, ld_extra, threads) in enumerate(CASES):
         W = _weight(v.block, rows, cols, density, padding, index_dtype, garbage, seed=60 + k)

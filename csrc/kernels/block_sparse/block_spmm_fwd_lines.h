@@ -14,6 +14,8 @@
 //   each block's first load.
 // Row chunks are moved down to whole 16-row pieces, so every piece but a
 // layer's last starts on a line of Y.
+// A bfloat16 line (Act = Bf16) packs X widened and writes Y rounded in 8-row
+// groups, as the tiled form stores; its sums are the float32 line's.
 #pragma once
 #include "../isa_namespace.h"
 #include "../../common/parallel.h"
@@ -30,8 +32,10 @@ constexpr int64_t block_lines_panel_floats(int64_t in) {
   return (in * T + 15) / 16 * 16;
 }
 
-template <class V, int R, int C, int T, int CB, int NT, int PF, typename Idx>
+template <class V, int R, int C, int T, int CB, int NT, int PF, typename Act = float, typename Idx>
 void block_fwd_lines(const FwdArgs<Idx>& a) {
+  constexpr bool kFloat = sizeof(Act) == sizeof(float);
+  static_assert(kFloat || NT == 0, "bfloat16 output goes through ordinary stores");
   constexpr int Q = T / V::W;
   constexpr int PQ = fwd_lines_piece_batch(V{});  // batch rows per output piece
   static_assert(16 % R == 0, "a 16-row output piece holds whole block rows");
@@ -57,7 +61,10 @@ void block_fwd_lines(const FwdArgs<Idx>& a) {
     const int nb = int(min64(T, a.n - b0));
     float* P = a.scratch + worker * panel;
     if (packed_tile[worker] != t) {
-      fwd_lines_pack<T>(V{}, a.x + b0 * a.ldx, a.ldx, nb, in, P);
+      if constexpr (kFloat)
+        fwd_lines_pack<T>(V{}, a.x + b0 * a.ldx, a.ldx, nb, in, P);
+      else
+        pack_tile_cols<T>(reinterpret_cast<const Act*>(a.x), a.ldx, a.n, t, 0, in, P);
       packed_tile[worker] = t;
     }
     const int64_t lo = a.row_chunks[c], hi = a.row_chunks[c + 1];
@@ -69,6 +76,11 @@ void block_fwd_lines(const FwdArgs<Idx>& a) {
       const int g = int(min64(kGroupRows, i_hi - i0));
       block_fwd_group<V, R, C, T, PF>(a, P, i0, g, col_step, buf, cursor);
       const int gn = g * R;
+      if constexpr (!kFloat) {
+        for (int r0 = 0; r0 < gn; r0 += 8)
+          fwd_tiled_store<T, Act>(a, buf + r0, i0 * R + r0, int(min64(8, gn - r0)), b0, nb);
+        continue;
+      }
       // A last, partial piece reads all 16 of its rows (and stores only the first gn).
       for (int r = gn; r < (gn + 15) / 16 * 16; ++r)
         for (int q = 0; q < Q; ++q) V::store(buf[r] + q * V::W, V::zero());
@@ -93,6 +105,18 @@ struct lines {
   // in: the block grid's columns.
   static size_t scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {
     return size_t(block_lines_panel_floats<T>(in * block_cols) + 2) * size_t(threads);
+  }
+};
+
+// The same kernel on bfloat16 activations: reads X and writes Y as bfloat16 (W and bias float),
+// with ordinary stores.
+template <class V, int block_rows, int block_cols, int T, int CB, int PF>
+struct lines_bf16 : lines<V, block_rows, block_cols, T, CB, 0, PF> {
+  static constexpr const char kParams[] = "block_rows,block_cols,T,CB,PF";
+  static constexpr const char kDtype[] = "bfloat16";
+  template <typename Idx>
+  static void run(const FwdArgs<Idx>& a) {
+    block_fwd_lines<V, block_rows, block_cols, T, CB, 0, PF, Bf16>(a);
   }
 };
 
