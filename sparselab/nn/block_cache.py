@@ -6,7 +6,7 @@ to that version: W's view, checked once (:meth:`BlockPaddedCSR.check`), W's raw 
 planner's variant per op, batch and thread count, and the storages behind those pointers. The
 layer swaps in a new record whole. Its ``fwd``, ``dx`` and ``dw`` hand float32 operands straight to the extension.
 A bfloat16 layer's call on bfloat16 activations is planned under the planner's bfloat16 keys.
-Where that plan names a bfloat16 line (the tiled and scatter forms), the line runs with only
+Where that plan names a bfloat16 line (the lines, tiled, tile-packed and scatter forms), the line runs with only
 the values (and bias) widened per call; other calls (a float32 form, float32 activations, float64
 on torch) go through :mod:`sparselab.ops`, which widens the operands too. Either way the result is the float32
 kernel's on the widened operands, rounded once.

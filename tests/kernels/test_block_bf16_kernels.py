@@ -34,6 +34,7 @@ CASES = [  # (grid rows, grid cols, n, density, padding, index dtype, spare garb
     (9, 37, 65, 0.9, 0, torch.int32, math.inf, 0, 1),
     (13, 300, 1, 0.1, 1, torch.int16, 1e30, 5, 2),
     (3, 5, 257, 1.0, 3, torch.int32, NAN, 0, 2),
+    (136, 9, 130, 0.3, 1, torch.int16, NAN, 0, 1),  # one thread's rows span several row groups
 ]
 
 

@@ -215,12 +215,14 @@ def test_rule_picks_a_kernel_of_the_widest_isa_with_one():
         assert rules.block_variant(op, (3, 1)) is None
 
 
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("v", [p for p in VARIANTS if p.values[0].isa != "scalar"])
-def test_block_variant_on_many_row_groups_and_column_blocks(v):
+def test_block_variant_on_many_row_groups_and_column_blocks(v, threads):
     """More block rows than any form's row group and more block columns than any column block, so
-    every group and column-block pass runs (the hypothesis cases are smaller)."""
+    every group and column-block pass runs (the hypothesis cases are smaller). On one thread a
+    task's rows span several 64-row groups, as they do on two threads of a wider layer."""
     r, c = v.block
-    case = BlockCase(v.block, 136, 1100 // c, 19, 0.03, True, True, 1, "int16", NAN, 0, True, 2, 11)
+    case = BlockCase(v.block, 136, 1100 // c, 19, 0.03, True, True, 1, "int16", NAN, 0, True, threads, 11)
     W = case.weight()
     X, dY, bias = case.operands(W)
     got = _run(v, W, X, dY, bias, case.threads)

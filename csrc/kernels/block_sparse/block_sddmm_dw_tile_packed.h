@@ -2,10 +2,10 @@
 // block_sddmm_dw_tiled.h, but no panel of the whole batch is written to memory and read back.
 // A batch tile's X panel is shared (every block row reads random columns of it): the threads
 // pack the next tile's panel, in a second buffer, in the same round of tasks as they compute on
-// this one. Each compute task packs the dY columns of kGroupRows block rows of its own row part
-// into its worker's buffer, just before their blocks use them. A task owns the same rows in every
-// tile and the tiles go in order, so each dW slot sums its tiles in the same order whatever the
-// thread count.
+// this one. Each compute task packs the dY columns of kTilePackedGroupRows block rows of its own
+// row part into its worker's buffer, just before their blocks use them. A task owns the same rows
+// in every tile and the tiles go in order, so each dW slot sums its tiles in the same order
+// whatever the thread count.
 #pragma once
 #include "../isa_namespace.h"
 #include "../../common/parallel.h"
