@@ -66,13 +66,13 @@ def _block_variant(
     return planner.plan(op, out_f, in_f, n, W.density, nthreads, one_off=True, block=W.block).variant
 
 
-def _run_widened(runner, v, W: BlockPaddedCSR, operands: tuple, nthreads: int) -> torch.Tensor:
+def _run_widened(runner, v, W: BlockPaddedCSR, operands: tuple, nthreads: int, **options):
     """A block op on a bfloat16 W: ``runner`` on float32 copies of W's values and of the operands
     for one call (the same index tensors)."""
     W32 = BlockPaddedCSR(
         W.values.float(), W.block_cols, W.block_row_start, W.block_row_nnz, W.shape, W.block, check=False
     )
-    return runner(v, W32, W32.raw_args(check=False), *_widened(*operands), nthreads)
+    return runner(v, W32, W32.raw_args(check=False), *_widened(*operands), nthreads, **options)
 
 
 def _check_variant_arg(op: str, variant) -> None:
@@ -197,7 +197,8 @@ def sddmm_dw(
     *,
     variant: str | None = None,
     threads: int | None = None,
-) -> torch.Tensor:
+    bias_grad: bool = False,
+):
     """Weight gradient at W's live slots: ``dW[k] = sum_b dY[b, row(k)] * X[b, col(k)]``.
 
     Args:
@@ -207,28 +208,37 @@ def sddmm_dw(
         variant: run this variant (a name from ``sparselab.kernels.variants('sddmm_dw')``) instead of
             the planner's choice; ``RuntimeError`` if this CPU cannot run it.
         threads: the thread count to run with; default ``torch.get_num_threads()``.
+        bias_grad: also return ``db = dY.sum(0)`` (the bias gradient). A block-sparse W's kernels
+            sum it from the dY they pack, in float32; for an unstructured W it is ``dY.sum(0)``
+            (:func:`backward_fused` sums it in its kernel).
 
     Returns:
-        A tensor shaped like ``W.values``, 0 at padding slots.
+        A tensor shaped like ``W.values``, 0 at padding slots; with ``bias_grad`` the pair
+        ``(dW, db)``.
     """
     _check_weight(W)
     out_f, in_f = W.shape
     dtype = W.values.dtype
     check_dense_operand("dY", dY, None, out_f, dtype)
     check_dense_operand("X", X, dY.shape[0], in_f, dtype)
+    if not isinstance(bias_grad, bool):
+        raise TypeError(f"bias_grad must be a bool, got {type(bias_grad).__name__}")
     if isinstance(W, BlockPaddedCSR):
         nthreads = _threads(threads)
         v = _block_variant("block_sddmm_dw", W, variant, dY.shape[0], nthreads)
         if dtype is torch.bfloat16:
-            return _run_widened(run_block_sddmm_dw, v, W, (dY, X), nthreads).to(dtype)
-        return run_block_sddmm_dw(v, W, W.raw_args(check=False), dY, X, nthreads)
+            got = _run_widened(run_block_sddmm_dw, v, W, (dY, X), nthreads, bias_grad=bias_grad)
+            return (got[0].to(dtype), got[1]) if bias_grad else got.to(dtype)
+        return run_block_sddmm_dw(v, W, W.raw_args(check=False), dY, X, nthreads, bias_grad=bias_grad)
     _check_variant_arg("sddmm_dw", variant)
     if dtype is torch.bfloat16:
-        return sddmm_dw(W.widened(), *_widened(dY, X), variant=variant, threads=threads).to(dtype)
-    nthreads = _threads(threads)
-    n = dY.shape[0]
-    v = None if n == 0 or dtype == torch.float64 else _resolve("sddmm_dw", W, n, variant, nthreads)
-    return run_sddmm_dw(v, W, W.raw_args(), dY, X, nthreads)
+        dW = sddmm_dw(W.widened(), *_widened(dY, X), variant=variant, threads=threads).to(dtype)
+    else:
+        nthreads = _threads(threads)
+        n = dY.shape[0]
+        v = None if n == 0 or dtype == torch.float64 else _resolve("sddmm_dw", W, n, variant, nthreads)
+        dW = run_sddmm_dw(v, W, W.raw_args(), dY, X, nthreads)
+    return (dW, dY.sum(0)) if bias_grad else dW
 
 
 def backward_fused(

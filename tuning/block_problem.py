@@ -140,7 +140,8 @@ class BlockProblem:
         calls = {
             "block_spmm_fwd": lambda X, dY: run_block_spmm_fwd(v, W, w_args, X, bias, t),
             "block_spmm_dx": lambda X, dY: run_block_spmm_dx(v, W, w_args, dY, t),
-            "block_sddmm_dw": lambda X, dY: run_block_sddmm_dw(v, W, w_args, dY, X, t),
+            # with the bias gradient, as a layer with a bias (every problem has one) runs it
+            "block_sddmm_dw": lambda X, dY: run_block_sddmm_dw(v, W, w_args, dY, X, t, bias_grad=True)[0],
         }
         return timed_call(self.key, v, calls[op], op, self.X, self.dY)
 

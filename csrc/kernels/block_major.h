@@ -37,14 +37,14 @@ struct BlockMajor {
 template <int CB, int G>
 size_t block_major_floats(int64_t rows, int64_t cols, int64_t nnz, bool with_values) {
   const size_t ng = size_t(ceil_div(rows, G)), nb = size_t(ceil_div(cols, CB));
-  auto up16 = [](size_t f) { return (f + 15) / 16 * 16; };
+  auto up16 = [](size_t f) { return size_t(whole_lines(int64_t(f))); };
   return 16 + up16(ng * nb * G / 2 + 1) + up16((ng + 1) * 2) + up16(ng * (nb + 1) * 2) +
          (with_values ? up16(size_t(nnz)) : 0) + up16(size_t(nnz) / 2 + 1);  // 16: room to align the start to 64 bytes
 }
 
 template <int CB, int G>
 BlockMajor<CB, G> block_major_carve(float* scratch, int64_t rows, int64_t cols, int64_t nnz, bool with_values) {
-  auto up16 = [](size_t f) { return (f + 15) / 16 * 16; };
+  auto up16 = [](size_t f) { return size_t(whole_lines(int64_t(f))); };
   BlockMajor<CB, G> bm;
   bm.rows = rows;
   bm.ngroups = ceil_div(rows, G);

@@ -93,6 +93,10 @@ struct DwArgs {
   float* scratch;
   int threads;
   const float* prepared = nullptr;  // the variant's prepare() output for this W, or nullptr
+  // [out] or nullptr: the block forms also write db = dY.sum(0), the bias gradient, from the dY
+  // they pack (no second pass over dY); the unstructured forms take nullptr (their layers get db
+  // from the fused backward).
+  float* db = nullptr;
 };
 
 // dX[n, in] = dY[n, out] @ W and dW (as DwArgs) in one pass over W's slots,

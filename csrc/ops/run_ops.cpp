@@ -191,9 +191,9 @@ void call_spmm_dx_scatter(const Variant& v, const CallW& w, int64_t n, uintptr_t
 }
 
 void call_sddmm_dw(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
-                   uintptr_t dw, int threads) {
+                   uintptr_t dw, int threads, uintptr_t db) {
   invoke(v.dw16, v.dw32, w.w, kernel_floats(v, w, n, threads), [&](auto& a, auto wv, float* scratch) {
-    a = {wv, n, src(dy), lddy, src(x), ldx, dst(dw), w.chunks, w.nchunks, scratch, threads, w.prepared};
+    a = {wv, n, src(dy), lddy, src(x), ldx, dst(dw), w.chunks, w.nchunks, scratch, threads, w.prepared, dst(db)};
   });
 }
 
@@ -356,10 +356,10 @@ void run_block_spmm_dx(const Variant& v, const RawCsr& w, int block_rows, int bl
 }
 
 void run_block_sddmm_dw(const Variant& v, const RawCsr& w, int block_rows, int block_cols, int64_t n, uintptr_t dy,
-                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw, int threads) {
+                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw, uintptr_t db, int threads) {
   check_block(v, Op::BlockSddmmDw, block_rows, block_cols);
   const OneOffCall c(w, n, threads);
-  call_sddmm_dw(v, c.w, n, dy, lddy, x, ldx, dw, threads);
+  call_sddmm_dw(v, c.w, n, dy, lddy, x, ldx, dw, threads, db);
 }
 
 namespace {

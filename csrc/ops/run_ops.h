@@ -57,8 +57,9 @@ void call_spmm_dx_transposed(const Variant& v, const CallW& wt, const Transposed
 void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, const TransposedSlots& ranks, int64_t n,
                          uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx, int64_t lddx, uintptr_t dw,
                          uintptr_t db, int threads);
+// db (0 for none): dY summed over the batch, which only the block forms take (DwArgs::db).
 void call_sddmm_dw(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
-                   uintptr_t dw, int threads);
+                   uintptr_t dw, int threads, uintptr_t db = 0);
 
 void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y,
                   int64_t ldy, int threads);
@@ -83,8 +84,9 @@ void run_block_spmm_fwd(const Variant& v, const RawCsr& w, int block_rows, int b
                         int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy, int threads);
 void run_block_spmm_dx(const Variant& v, const RawCsr& w, int block_rows, int block_cols, int64_t n, uintptr_t dy,
                        int64_t lddy, uintptr_t dx, int64_t lddx, int threads);
+// db (0 for none) receives dY summed over the batch, from the dY the kernel packs.
 void run_block_sddmm_dw(const Variant& v, const RawCsr& w, int block_rows, int block_cols, int64_t n, uintptr_t dy,
-                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw, int threads);
+                        int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw, uintptr_t db, int threads);
 
 // float64 paths (scalar only): the same three ops in double precision.
 void run_spmm_fwd_f64(const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y, int64_t ldy,

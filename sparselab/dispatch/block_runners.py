@@ -60,14 +60,18 @@ def run_block_spmm_dx(v, W: BlockPaddedCSR, w_args: tuple, dY: torch.Tensor, nth
 
 
 def run_block_sddmm_dw(
-    v, W: BlockPaddedCSR, w_args: tuple, dY: torch.Tensor, X: torch.Tensor, nthreads: int
-) -> torch.Tensor:
-    """dW at W's live blocks, shaped like ``W.values`` (0 at spare slots)."""
+    v, W: BlockPaddedCSR, w_args: tuple, dY: torch.Tensor, X: torch.Tensor, nthreads: int, bias_grad: bool = False
+):
+    """dW at W's live blocks, shaped like ``W.values`` (0 at spare slots); with ``bias_grad`` the
+    pair ``(dW, db)``, ``db = dY.sum(0)`` in float32, which the kernel sums from the dY it packs."""
     if v is None:
-        return _dense_block_dw(W, dY, X)
+        dW = _dense_block_dw(W, dY, X)
+        return (dW, dY.sum(0)) if bias_grad else dW
     dW = torch.empty_like(W.values, dtype=torch.float32)  # the kernels write float32
+    db = torch.empty(W.shape[0], dtype=torch.float32) if bias_grad else None
     if dY.shape[0] == 0:
-        return dW.zero_()
+        dW.zero_()
+        return (dW, db.zero_()) if bias_grad else dW
     _C.block_sddmm_dw(
         v.id,
         *w_args,
@@ -78,9 +82,10 @@ def run_block_sddmm_dw(
         X.data_ptr(),
         leading_dim(X),
         dW.data_ptr(),
+        db.data_ptr() if bias_grad else 0,
         nthreads,
     )
-    return dW
+    return (dW, db) if bias_grad else dW
 
 
 def _dense_block_dw(W: BlockPaddedCSR, dY: torch.Tensor, X: torch.Tensor) -> torch.Tensor:

@@ -181,11 +181,16 @@ class BlockLayerCache:
         v, w_args, _values, threads = route
         return run_block_spmm_dx(v, self.W, w_args, dy, threads)
 
-    def dw(self, dy: Tensor, x: Tensor) -> Tensor:
-        """dW at the live blocks, shaped like the values (in their dtype)."""
+    def dw(self, dy: Tensor, x: Tensor, bias_grad: bool = False):
+        """dW at the live blocks, shaped like the values (in their dtype); with ``bias_grad`` the
+        pair ``(dW, db)``, ``db = dy.sum(0)`` summed by the kernel from the dY it packs (float32)."""
         route = self._route("block_sddmm_dw", dy.shape[0], dy, x, reads_values=False)
         if route is None:
-            return ops.sddmm_dw(self.W, dy, x, variant=self._name("block_sddmm_dw", dy.shape[0], dy, x))
+            name = self._name("block_sddmm_dw", dy.shape[0], dy, x)
+            return ops.sddmm_dw(self.W, dy, x, variant=name, bias_grad=bias_grad)
         v, w_args, _, threads = route
         # The kernels sum dW in float32; a bfloat16 layer's is rounded once here.
+        if bias_grad:
+            dw, db = run_block_sddmm_dw(v, self.W, w_args, dy, x, threads, bias_grad=True)
+            return dw.to(self.W.values.dtype), db
         return run_block_sddmm_dw(v, self.W, w_args, dy, x, threads).to(self.W.values.dtype)

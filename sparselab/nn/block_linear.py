@@ -66,6 +66,7 @@ class _BlockProduct(torch.autograd.Function):
     def forward(ctx, x: Tensor, values: Tensor, bias: Optional[Tensor], fwd_w, cache: BlockLayerCache) -> Tensor:
         # fwd_w runs the forward and dX: the cache, or a forward subset's operand (Top-KAST).
         ctx.fwd_w, ctx.cache, ctx.has_bias = fwd_w, cache, bias is not None
+        ctx.bias_dtype = None if bias is None else bias.dtype
         ctx.save_for_backward(x, values)
         return fwd_w.fwd(x, bias)
 
@@ -75,11 +76,17 @@ class _BlockProduct(torch.autograd.Function):
         x, _ = ctx.saved_tensors
         cache = ctx.cache
         dy = row_major(dy.resolve_neg())
+        want_db = ctx.has_bias and ctx.needs_input_grad[2]
+        dw = db = None
         with cache.lock:
             cache.check_unchanged()
             dx = ctx.fwd_w.dx(dy) if ctx.needs_input_grad[0] else None
-            dw = cache.dw(dy, x) if ctx.needs_input_grad[1] else None
-        db = dy.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+            if ctx.needs_input_grad[1] and want_db:  # the dW kernel sums db from the dY it packs
+                dw, db = cache.dw(dy, x, bias_grad=True)
+            elif ctx.needs_input_grad[1]:
+                dw = cache.dw(dy, x)
+        if want_db:
+            db = (dy.sum(0) if db is None else db).to(ctx.bias_dtype)
         return dx, dw, db, None, None
 
 

@@ -49,9 +49,9 @@ def _spy(monkeypatch) -> dict:
         name = f"run_{op}"
         real = getattr(block_cache, name)
 
-        def spy(v, *args, _op=op, _real=real):
+        def spy(v, *args, _op=op, _real=real, **options):
             ran[_op] = None if v is None else v.name
-            return _real(v, *args)
+            return _real(v, *args, **options)
 
         monkeypatch.setattr(block_cache, name, spy)
     return ran
@@ -87,10 +87,12 @@ def test_block_layer_runs_the_tables_choice(wisdom, monkeypatch):
     # The result is the dense layer's.
     w = layer.weight.to_dense().detach().requires_grad_(True)
     x2 = x.detach().clone().requires_grad_(True)
-    y2 = torch.nn.functional.linear(x2, w, layer.bias.detach())
+    b2 = layer.bias.detach().clone().requires_grad_(True)
+    y2 = torch.nn.functional.linear(x2, w, b2)
     y2.square().sum().backward()
     torch.testing.assert_close(y, y2, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(x.grad, x2.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(layer.bias.grad, b2.grad, rtol=1e-4, atol=1e-4)  # summed by the dW kernel
 
 
 def test_block_layer_and_one_off_call_tune_a_missing_key(wisdom, monkeypatch):

@@ -63,22 +63,23 @@ def _weight(block, rows, cols, density, padding, index_dtype, garbage, seed):
 
 
 def _run(v, W, X, dY, bias, threads):
-    """``v`` through the block runners, every output NaN-filled first."""
+    """``v`` through the block runners, every output NaN-filled first; a dW line gives ``(dW, db)``."""
 
     def poisoned(*a, **kw):
         return outputs.new_output(*a, **kw).fill_(NAN)
 
-    real_empty_like = torch.empty_like
+    real_empty_like, real_empty = torch.empty_like, torch.empty
     with (
         mock.patch.object(block_runners, "new_output", poisoned),
         mock.patch.object(torch, "empty_like", lambda t, **kw: real_empty_like(t, **kw).fill_(NAN)),
+        mock.patch.object(torch, "empty", lambda *a, **kw: real_empty(*a, **kw).fill_(NAN)),
     ):
         w_args = W.raw_args()
         if v.op == "block_spmm_fwd":
             return block_runners.run_block_spmm_fwd(v, W, w_args, X, bias, threads)
         if v.op == "block_spmm_dx":
             return block_runners.run_block_spmm_dx(v, W, w_args, dY, threads)
-        return block_runners.run_block_sddmm_dw(v, W, w_args, dY, X, threads)
+        return block_runners.run_block_sddmm_dw(v, W, w_args, dY, X, threads, bias_grad=True)
 
 
 def test_block_bf16_lines_exist_and_mirror_their_float32_twins():
@@ -131,9 +132,11 @@ def test_block_bf16_line_is_its_float32_twin_rounded_once(u):
         bias = torch.randn(out_f, generator=torch.Generator().manual_seed(53 + k)) if k % 2 == 0 else None
         got = _run(u, W, X, dY, bias, threads)
         want = _run(v, W, X.float(), dY.float(), bias, threads)
-        if u.op != "block_sddmm_dw":
-            assert got.dtype is torch.bfloat16
-            want = want.to(torch.bfloat16)
+        if u.op == "block_sddmm_dw":  # dW and the bias gradient are float32 sums of the same panels
+            assert all(torch.equal(bits(a), bits(b)) for a, b in zip(got, want)), f"case {k}: {u.name} is not {v.name}"
+            continue
+        assert got.dtype is torch.bfloat16
+        want = want.to(torch.bfloat16)
         assert torch.equal(bits(got), bits(want)), f"case {k}: {u.name} is not {v.name} rounded"
 
 

@@ -122,21 +122,23 @@ class _PoisonTorch:
         return outputs.new_output(*args, **kw).fill_(NAN)
 
 
-def _run(v, W, X, dY, bias, threads):
-    poison = _PoisonTorch()  # dW from block_runners' torch, Y and dX from its new_output
+def _run(v, W, X, dY, bias, threads) -> tuple:
+    """The op's outputs: ``(Y,)``, ``(dX,)`` or ``(dW, db)`` (dW kernels also sum the bias gradient)."""
+    poison = _PoisonTorch()  # dW and db from block_runners' torch, Y and dX from its new_output
     with (
         mock.patch.object(block_runners, "torch", poison),
         mock.patch.object(block_runners, "new_output", poison.new_output),
     ):
         if v.op == "block_spmm_fwd":
-            return ops.spmm_fwd(W, X, bias, variant=v.name, threads=threads)
+            return (ops.spmm_fwd(W, X, bias, variant=v.name, threads=threads),)
         if v.op == "block_spmm_dx":
-            return ops.spmm_dx(W, dY, variant=v.name, threads=threads)
-        return ops.sddmm_dw(W, dY, X, variant=v.name, threads=threads)
+            return (ops.spmm_dx(W, dY, variant=v.name, threads=threads),)
+        return ops.sddmm_dw(W, dY, X, variant=v.name, threads=threads, bias_grad=True)
 
 
-def _reference(op, W: BlockPaddedCSR, X, dY, bias):
-    """``(ref, scale, K)`` in float64, as helpers.reference for the unstructured ops."""
+def _reference(op, W: BlockPaddedCSR, X, dY, bias) -> list:
+    """``(ref, scale, K)`` in float64 for each output of :func:`_run`, as helpers.reference for the
+    unstructured ops."""
     live = W._index_view().live_mask()  # spare slots hold garbage, which is not part of W
     Wd = torch.zeros(W.shape, dtype=torch.float64)
     r, c = W.block
@@ -148,17 +150,17 @@ def _reference(op, W: BlockPaddedCSR, X, dY, bias):
         ref, scale = Xd @ Wd.T, Xd.abs() @ Wd.abs().T
         if bias is not None:
             ref, scale = ref + bias.double(), scale + bias.double().abs()
-        return ref, scale, W.shape[1] + 1
+        return [(ref, scale, W.shape[1] + 1)]
     if op == "block_spmm_dx":
         Dd = dY.double()
-        return Dd @ Wd, Dd.abs() @ Wd.abs(), W.shape[0]
+        return [(Dd @ Wd, Dd.abs() @ Wd.abs(), W.shape[0])]
     Dd, Xd = dY.double(), X.double()
     full = (Dd.T @ Xd).view(W.shape[0] // r, r, W.shape[1] // c, c).permute(0, 2, 1, 3)
     fabs = (Dd.abs().T @ Xd.abs()).view(W.shape[0] // r, r, W.shape[1] // c, c).permute(0, 2, 1, 3)
     ref = torch.zeros(W.values.shape, dtype=torch.float64)
     scale = torch.zeros(W.values.shape, dtype=torch.float64)
     ref[live], scale[live] = full[rows, cols], fabs[rows, cols]
-    return ref, scale, X.shape[0]
+    return [(ref, scale, X.shape[0]), (Dd.sum(0), Dd.abs().sum(0), X.shape[0])]
 
 
 def test_registry_has_every_block_shape():
@@ -181,22 +183,23 @@ def test_block_variant_matches_float64_reference(v, data):
     W = case.weight()
     X, dY, bias = case.operands(W)
     got = _run(v, W, X, dY, bias, case.threads)
-    ref, scale, K = _reference(v.op, W, X, dY, bias)
-    assert_matches(got, ref, scale, K, f"{v.op}/{v.name}")
+    for out, (ref, scale, K), what in zip(got, _reference(v.op, W, X, dY, bias), ("", " db")):
+        assert_matches(out, ref, scale, K, f"{v.op}/{v.name}{what}")
     if v.op == "block_sddmm_dw":
         spare = ~W._index_view().live_mask()
-        assert bool((got[spare] == 0).all()), "block_sddmm_dw must write exactly 0 into spare block slots"
+        assert bool((got[0][spare] == 0).all()), "block_sddmm_dw must write exactly 0 into spare block slots"
 
 
 @pytest.mark.parametrize("v", [p for p in VARIANTS if p.values[0].isa != "scalar"])
 def test_block_variant_is_thread_count_independent(v):
-    """Each output element belongs to one task, so 1 and 2 threads give identical bits."""
+    """Each output element (the bias gradient's too) belongs to one task, so 1 and 2 threads give
+    identical bits."""
     case = BlockCase(v.block, 24, 50, 150, 0.3, True, True, 1, "int16", NAN, 3, True, 1, 7)
     W = case.weight()
     X, dY, bias = case.operands(W)
     one = _run(v, W, X, dY, bias, 1)
     two = _run(v, W, X, dY, bias, 2)
-    assert torch.equal(one, two)
+    assert len(one) == len(two) and all(torch.equal(a, b) for a, b in zip(one, two))
 
 
 def test_rule_picks_a_kernel_of_the_widest_isa_with_one():
@@ -226,8 +229,8 @@ def test_block_variant_on_many_row_groups_and_column_blocks(v, threads):
     W = case.weight()
     X, dY, bias = case.operands(W)
     got = _run(v, W, X, dY, bias, case.threads)
-    ref, scale, K = _reference(v.op, W, X, dY, bias)
-    assert_matches(got, ref, scale, K, f"{v.op}/{v.name}")
+    for out, (ref, scale, K), what in zip(got, _reference(v.op, W, X, dY, bias), ("", " db")):
+        assert_matches(out, ref, scale, K, f"{v.op}/{v.name}{what}")
 
 
 @pytest.mark.parametrize("block", [(4, 1), (3, 1), (1, 4)])
@@ -241,7 +244,7 @@ def test_planned_call_and_dense_fallback_match(block):
     torch.testing.assert_close(ops.spmm_dx(W, dY), dY @ D, rtol=1e-5, atol=1e-5)
     dX, dW = ops.backward_fused(W, dY, X)
     torch.testing.assert_close(dX, dY @ D, rtol=1e-5, atol=1e-5)
-    ref = _reference("block_sddmm_dw", W, X, dY, None)[0]
+    ref = _reference("block_sddmm_dw", W, X, dY, None)[0][0]
     torch.testing.assert_close(dW.double(), ref, rtol=1e-5, atol=1e-5)
     W64 = BlockPaddedCSR(W.values.double(), W.block_cols, W.block_row_start, W.block_row_nnz, W.shape, block)
     torch.testing.assert_close(ops.spmm_fwd(W64, X.double()), X.double() @ D.double().T)

@@ -459,3 +459,25 @@ def test_kernels_stay_in_bounds_while_another_thread_writes_row_nnz(tmp_path):
     assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     calls = int(proc.stdout.split()[1])
     assert calls > 0, proc.stdout
+
+
+@pytest.mark.parametrize("kind", ["unstructured", "block", "block_bf16"])
+def test_sddmm_dw_with_bias_grad_also_returns_the_column_sums(kind):
+    """``bias_grad=True`` adds ``dY.sum(0)`` in float32 (summed by a block kernel from the dY it
+    packs) and leaves dW as it is without it."""
+    from sparselab.storage import BlockPaddedCSR
+
+    g = torch.Generator().manual_seed(5)
+    if kind == "unstructured":
+        W = PaddedCSR.random(40, 30, 0.7, seed=3)
+    else:
+        dtype = torch.bfloat16 if kind == "block_bf16" else torch.float32
+        W = BlockPaddedCSR.random(40, 30, 0.7, (4, 1), seed=3, dtype=dtype)
+    dY = torch.randn(9, 40, generator=g).to(W.values.dtype)
+    X = torch.randn(9, 30, generator=g).to(W.values.dtype)
+    dW, db = ops.sddmm_dw(W, dY, X, bias_grad=True)
+    assert torch.equal(dW, ops.sddmm_dw(W, dY, X)) and dW.dtype is W.values.dtype
+    assert db.dtype is torch.float32
+    torch.testing.assert_close(db, dY.double().sum(0).float(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="bias_grad must be a bool"):
+        ops.sddmm_dw(W, dY, X, bias_grad=1)

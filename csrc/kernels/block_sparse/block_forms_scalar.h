@@ -92,6 +92,12 @@ struct plain {
   static void run(const DwArgs<Idx>& a) {
     parallel_for(a.threads, a.nchunks, [&](int64_t c, int) {
       for (int64_t i = a.row_chunks[c]; i < a.row_chunks[c + 1]; ++i) {
+        if (a.db)  // the bias gradient of the block row's R outputs
+          for (int r = 0; r < R; ++r) {
+            float sum = 0.0f;
+            for (int64_t b = 0; b < a.n; ++b) sum += a.dy[b * a.lddy + i * R + r];
+            a.db[i * R + r] = sum;
+          }
         const int64_t s = a.w.row_start[i];
         const int32_t live = a.w.row_nnz[i];
         for (int64_t k = s; k < a.w.row_start[i + 1]; ++k) {

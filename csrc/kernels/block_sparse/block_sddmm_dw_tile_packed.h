@@ -5,7 +5,7 @@
 // this one. Each compute task packs the dY columns of kTilePackedGroupRows block rows of its own
 // row part into its worker's buffer, just before their blocks use them. A task owns the same rows
 // in every tile and the tiles go in order, so each dW slot sums its tiles in the same order
-// whatever the thread count.
+// whatever the thread count. The bias gradient of those rows is summed from the same dY panel.
 #pragma once
 #include "../isa_namespace.h"
 #include "../../common/parallel.h"
@@ -33,13 +33,15 @@ void block_dw_tile_packed(const DwArgs<Idx>& a) {
   const Act* dy = reinterpret_cast<const Act*>(a.dy);
   const int64_t in = a.w.ncols * C;
   const int64_t ntiles = ceil_div(a.n, T);
-  const int64_t panel = (in * T + 15) / 16 * 16;
+  const int64_t panel = whole_lines(in * T);
   float* Px[2] = {a.scratch, a.scratch + panel};  // tile t's X panel is Px[t % 2]
   float* Pdy = a.scratch + 2 * panel;             // then one buffer per worker
   const int64_t parts = min64(a.nchunks, 2 * int64_t(a.threads));
   const int64_t pack_tasks = ceil_div(in, kPackCols);
-  if (ntiles == 0) {  // no batch rows: dW is zero
+  if (ntiles == 0) {  // no batch rows: dW and db are zero
     for (int64_t e = 0; e < a.w.row_start[a.w.rows] * R * C; ++e) a.dw[e] = 0.0f;
+    if (a.db)
+      for (int64_t e = 0; e < a.w.rows * R; ++e) a.db[e] = 0.0f;
     return;
   }
   auto pack_x = [&](int64_t t, int64_t task) {
@@ -55,13 +57,17 @@ void block_dw_tile_packed(const DwArgs<Idx>& a) {
       const float* px = Px[t % 2];
       const int64_t row_lo = a.row_chunks[part * a.nchunks / parts],
                     row_hi = a.row_chunks[(part + 1) * a.nchunks / parts];
-      if (t == 0)  // every slot of the part's rows, spare ones included, starts at 0
+      if (t == 0) {  // every slot of the part's rows, spare ones included, starts at 0, as does their db
         for (int64_t e = a.w.row_start[row_lo] * R * C; e < a.w.row_start[row_hi] * R * C; ++e) a.dw[e] = 0.0f;
+        if (a.db)
+          for (int64_t e = row_lo * R; e < row_hi * R; ++e) a.db[e] = 0.0f;
+      }
       float* pdy = Pdy + worker * tile_packed_dy_floats<R, T>();
       for (int64_t i0 = row_lo; i0 < row_hi; i0 += kTilePackedGroupRows) {
         const int64_t g = min64(kTilePackedGroupRows, row_hi - i0);
         // The group's dY columns [i0 R, (i0 + g) R) as panel rows 0 .. g R of pdy.
         pack_tile_cols<T>(dy + i0 * R, a.lddy, a.n, t, 0, g * R, pdy);
+        if (a.db) add_panel_row_sums<V, T>(pdy, g * R, a.db + i0 * R);
         for (int64_t h = 0; h < g; ++h) {
           const int64_t i = i0 + h;
           const int64_t s = a.w.row_start[i];
@@ -91,8 +97,7 @@ struct tile_packed {
   }
   // in: the block grid's columns. Two tiles' X panels, and a group's dY panel per worker.
   static size_t scratch(int64_t, int64_t in, int64_t, int64_t, int threads) {
-    return size_t(2 * ((in * block_cols * T + 15) / 16 * 16) +
-                  int64_t(threads) * tile_packed_dy_floats<block_rows, T>());
+    return size_t(2 * whole_lines(in * block_cols * T) + int64_t(threads) * tile_packed_dy_floats<block_rows, T>());
   }
 };
 

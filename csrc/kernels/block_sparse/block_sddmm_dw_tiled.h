@@ -24,6 +24,21 @@ inline void add_lane_sums(const typename V::reg (&acc)[E], float* dw) {
   for (; e < E; ++e) dw[e] += V::hsum(acc[e]);
 }
 
+// out[j] += the lane sum of panel row j (T floats), j < rows: one batch tile's share of dY's
+// column sums (the bias gradient, DwArgs::db), read from the panel the dots read.
+template <class V, int T>
+inline void add_panel_row_sums(const float* P, int64_t rows, float* out) {
+  using reg = typename V::reg;
+  auto row_sum = [P](int64_t j) {
+    reg s = V::load(P + j * T);
+    for (int q = V::W; q < T; q += V::W) s = V::add(s, V::load(P + j * T + q));
+    return s;
+  };
+  int64_t j = 0;
+  for (; j + 4 <= rows; j += 4) V::hsum4_add(row_sum(j), row_sum(j + 1), row_sum(j + 2), row_sum(j + 3), out + j);
+  for (; j < rows; ++j) out[j] += V::hsum(row_sum(j));
+}
+
 // KB blocks starting at slot `slot` of a block row whose R dY panel rows (T floats each) start
 // at dy, on batch tile panel Px. `ahead` (or nullptr): the first of the KB slots of the next
 // group, whose X panel rows (C * T floats each, random rows of a panel wider than L1) are
@@ -80,6 +95,12 @@ void block_dw_tiled(const DwArgs<Idx>& a) {
                   row_hi = a.row_chunks[(part + 1) * a.nchunks / parts];
     // Every slot of the chunk's rows, spare ones included, starts at 0.
     for (int64_t e = a.w.row_start[row_lo] * R * C; e < a.w.row_start[row_hi] * R * C; ++e) a.dw[e] = 0.0f;
+    if (a.db) {  // the bias gradient of the part's rows, summed tile by tile in order
+      float* db = a.db + row_lo * R;
+      for (int64_t e = 0; e < (row_hi - row_lo) * R; ++e) db[e] = 0.0f;
+      for (int64_t t = 0; t < ntiles; ++t)
+        add_panel_row_sums<V, T>(Pdy + t * out * T + row_lo * R * T, (row_hi - row_lo) * R, db);
+    }
     int32_t cursor[kGroupRows];
     for (int64_t i0 = row_lo; i0 < row_hi; i0 += kGroupRows) {
       const int g = int(min64(kGroupRows, row_hi - i0));

@@ -17,7 +17,7 @@ namespace {
 
 template <int T>
 int64_t block_dx_worker_floats(int64_t in, int64_t out) {
-  return (out * T + 15) / 16 * 16 + (in * T + 15) / 16 * 16;
+  return whole_lines(out * T) + whole_lines(in * T);
 }
 
 // Act: dY's and dX's element, float or Bf16 (a bfloat16 line: dY widened while packing, dX
@@ -34,7 +34,7 @@ void block_dx_scatter(const DxArgs<Idx>& a) {
   if (ntiles == 0) return;
   parallel_for(min64(a.threads, ntiles), ntiles, [&](int64_t t, int worker) {
     float* Pdy = a.scratch + worker * stride;
-    float* Pdx = Pdy + (out * T + 15) / 16 * 16;
+    float* Pdx = Pdy + whole_lines(out * T);
     pack_tile_cols<T>(ady, a.lddy, a.n, t, 0, out, Pdy);
     for (int64_t e = 0; e < in * T; e += V::W) V::store(Pdx + e, V::zero());
     for (int64_t i = 0; i < a.w.rows; ++i) {

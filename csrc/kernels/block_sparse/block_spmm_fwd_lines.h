@@ -29,7 +29,7 @@ namespace {
 // Floats of one worker's panel (in x T, rounded up to whole lines).
 template <int T>
 constexpr int64_t block_lines_panel_floats(int64_t in) {
-  return (in * T + 15) / 16 * 16;
+  return whole_lines(in * T);
 }
 
 template <class V, int R, int C, int T, int CB, int NT, int PF, typename Act = float, typename Idx>

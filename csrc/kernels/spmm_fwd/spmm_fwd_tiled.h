@@ -33,7 +33,7 @@ inline int64_t panel_copies(int64_t n, int64_t T, int64_t stride, int threads) {
   return copies ? threads : 0;
 }
 
-inline int64_t panel_stride(int64_t panel) { return (panel + 15) / 16 * 16; }
+inline int64_t panel_stride(int64_t panel) { return whole_lines(panel); }
 
 template <int T>
 size_t fwd_tiled_scratch(int64_t n, int64_t in, int64_t out, int64_t nnz, int threads) {

@@ -822,10 +822,19 @@ void check_block_case(const sparselab::Variant& v, int64_t grows, int64_t gcols,
               scale[size_t(slot * R * C + r * C + c)] += std::fabs(t);
             }
       }
+    for (int64_t o = 0; o < out; ++o) {  // then the bias gradient (DwArgs::db), dY's column sums
+      double sum = 0.0, mag = 0.0;
+      for (int64_t q = 0; q < n; ++q) {
+        sum += dy[size_t(q * ldy + o)];
+        mag += std::fabs(dy[size_t(q * ldy + o)]);
+      }
+      ref.push_back(sum);
+      scale.push_back(mag);
+    }
   }
 
   // One variant's output, an activation-shaped one of a bfloat16 line widened (untouched slots
-  // as kOutSentinel).
+  // as kOutSentinel); a dW variant's is dW, then db.
   auto run_one = [&](const sparselab::Variant& k, int threads) {
     const bool line = k.dtype == "bfloat16", act_out = k.op != Op::BlockSddmmDw;
     const int64_t rows_out = k.op == Op::BlockSpmmFwd ? out : in;
@@ -847,8 +856,12 @@ void check_block_case(const sparselab::Variant& v, int64_t grows, int64_t gcols,
     } else if (k.op == Op::BlockSpmmDx) {
       DxArgs<Idx> a{w, n, dyp, ldy, dst, in, chunks.data(), nchunks, sp, threads};
       pick_fn<Idx>(k.dx16, k.dx32)(a);
-    } else {
+    }
+    Guarded<float> db(act_out ? 0 : size_t(out));
+    for (size_t e = 0; e < db.size(); ++e) db[e] = from_bits(kOutSentinel);
+    if (k.op == Op::BlockSddmmDw) {
       DwArgs<Idx> a{w, n, dyp, ldy, xp, ldx, dst, chunks.data(), nchunks, sp, threads};
+      a.db = db.data();
       pick_fn<Idx>(k.dw16, k.dw32)(a);
     }
     std::vector<float> got(count);
@@ -856,6 +869,7 @@ void check_block_case(const sparselab::Variant& v, int64_t grows, int64_t gcols,
       got[e] = !narrow                             ? got32[e]
                : got16[e].bits == kOutSentinelBf16 ? from_bits(kOutSentinel)
                                                    : bf16_to_float(got16[e]);
+    got.insert(got.end(), db.data(), db.data() + db.size());
     if (!sc.intact()) got.assign(got.size(), from_bits(kScratchSlack));  // fails the comparison below
     return got;
   };
