@@ -2,6 +2,7 @@
 
     python reports/block_sparse/emr_layer_pairs.py --pair kernels [--rounds 7]
     SPARSELAB_CACHE_DIR=$(mktemp -d) python reports/block_sparse/emr_layer_pairs.py --pair dtype
+    python reports/block_sparse/emr_layer_pairs.py --pair bias [--rounds 7]
 
 A step is forward, dX, dW and bias gradient at 90% sparsity, N=2048, 2 threads, for 4x1 and 8x1
 blocks at the three headline shapes. The two versions of a layer hold the same weights and run
@@ -12,7 +13,9 @@ interleaved round by round (medians). The pairs:
   the T=32 or T=16 dX, the tiled dW without column blocks: ahead at the small shapes, within 3%
   of the ``_cb256`` line at 4096x4096), "b" the wider dX and the tile-packed dW;
 - ``dtype``: "a" the float32 layer, "b" the same layer after ``.to(torch.bfloat16)`` on bfloat16
-  activations, both as planned; the variants each bfloat16 layer ran are listed after the table.
+  activations, both as planned; the variants each bfloat16 layer ran are listed after the table;
+- ``bias``: "a" the bias gradient as ``dy.sum(0)`` after a dW call without it (the backward
+  before 57c3dbb), "b" summed by the dW kernel from the dY it packs, both as planned.
 """
 
 from __future__ import annotations
@@ -60,14 +63,28 @@ def force_plans() -> None:
     block_cache.BlockLayerCache._variant = variant
 
 
+def sum_bias_apart() -> None:
+    """A BlockLayerCache with ``_sum_bias_apart`` set gives the bias gradient as ``dy.sum(0)``."""
+    kernel_dw = block_cache.BlockLayerCache.dw
+
+    def dw(self, dy, x, bias_grad=False):
+        if bias_grad and getattr(self, "_sum_bias_apart", False):
+            return kernel_dw(self, dy, x), dy.sum(0)
+        return kernel_dw(self, dy, x, bias_grad)
+
+    block_cache.BlockLayerCache.dw = dw
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pair", choices=("kernels", "dtype"), required=True)
+    p.add_argument("--pair", choices=("kernels", "dtype", "bias"), required=True)
     p.add_argument("--rounds", type=int, default=7)
     a = p.parse_args()
     torch.set_num_threads(2)
     if a.pair == "kernels":
         force_plans()
+    if a.pair == "bias":
+        sum_bias_apart()
     n, fns, ran, layers = 2048, {}, {}, {}
     for out_f, in_f in SHAPES:
         torch.manual_seed(0)
@@ -82,7 +99,9 @@ def main() -> None:
                 if a.pair == "kernels":
                     names = dict(zip(OPS, KERNELS[tag][block]))
 
-                def step(layer=layer, x=xs, g=gs, names=names):
+                def step(layer=layer, x=xs, g=gs, names=names, apart=a.pair == "bias" and tag == "a"):
+                    if apart:
+                        layer._fresh_cache()._sum_bias_apart = True
                     if names is not None:
                         cache = layer._fresh_cache()  # the one the call below runs on
                         cache._forced, cache.ran = names, getattr(cache, "ran", set())
@@ -96,7 +115,7 @@ def main() -> None:
                 layers[(out_f, in_f, block, tag)] = layer
     t = interleaved(fns, a.rounds)
     assert all(got == want for got, want in ran.values()), "a layer ran other variants than its set"
-    label = {"kernels": ("before", "after"), "dtype": ("float32", "bfloat16")}[a.pair]
+    label = {"kernels": ("before", "after"), "dtype": ("float32", "bfloat16"), "bias": ("dy.sum", "kernel db")}[a.pair]
     print(f"| shape | block | {label[0]} ms | {label[1]} ms | {label[1]} / {label[0]} |\n|---|---|---|---|---|")
     for (out_f, in_f, block, tag), sec in t.items():
         if tag == "b":
