@@ -137,13 +137,22 @@ class BlockSparseLinear(nn.Module):
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
         sparsity = check_sparsity(sparsity)
         check_cpu(device, "BlockSparseLinear")
-        dtype = _check_dtype(dtype)
-        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
-        W = BlockPaddedCSR.random(
-            out_features, in_features, sparsity, block, seed=seed, dtype=dtype, padding=padding, index_dtype=index_dtype
-        )
-        self._adopt(W, torch.empty(out_features, dtype=dtype) if bias else None)
-        self.reset_parameters()
+        # The CPU whatever torch's default device is (device="cpu" under a torch.device block).
+        with torch.device("cpu"):
+            dtype = _check_dtype(dtype)
+            seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+            W = BlockPaddedCSR.random(
+                out_features,
+                in_features,
+                sparsity,
+                block,
+                seed=seed,
+                dtype=dtype,
+                padding=padding,
+                index_dtype=index_dtype,
+            )
+            self._adopt(W, torch.empty(out_features, dtype=dtype) if bias else None)
+            self.reset_parameters()
 
     def _adopt(self, W: BlockPaddedCSR, bias: Optional[Tensor]) -> None:
         self._lock = threading.RLock()

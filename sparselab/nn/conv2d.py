@@ -79,19 +79,21 @@ class SparseConv2d(SparseModule):
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
         self._set_geometry(in_channels, out_channels, kernel_size, stride, padding, dilation)
         check_cpu(device, "SparseConv2d")
-        dtype = torch.get_default_dtype() if dtype is None else dtype
-        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
-        csr = PaddedCSR.random(
-            out_channels,
-            in_channels * self.kernel_size[0] * self.kernel_size[1],
-            check_sparsity(sparsity),
-            seed=seed,
-            dtype=dtype,
-            padding=spare_slots,
-            index_dtype=index_dtype,
-        )
-        self._adopt(csr, torch.empty(out_channels, dtype=dtype) if bias else None)
-        self.reset_parameters()
+        # The CPU whatever torch's default device is (device="cpu" under a torch.device block).
+        with torch.device("cpu"):
+            dtype = torch.get_default_dtype() if dtype is None else dtype
+            seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+            csr = PaddedCSR.random(
+                out_channels,
+                in_channels * self.kernel_size[0] * self.kernel_size[1],
+                check_sparsity(sparsity),
+                seed=seed,
+                dtype=dtype,
+                padding=spare_slots,
+                index_dtype=index_dtype,
+            )
+            self._adopt(csr, torch.empty(out_channels, dtype=dtype) if bias else None)
+            self.reset_parameters()
 
     def _set_geometry(self, in_channels, out_channels, kernel_size, stride, padding, dilation) -> None:
         self.in_channels, self.out_channels = in_channels, out_channels

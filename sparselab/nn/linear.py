@@ -85,18 +85,20 @@ class SparseLinear(SparseModule):
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
         sparsity = check_sparsity(sparsity)
         check_cpu(device)
-        dtype = _check_dtype(dtype)
-        csr = PaddedCSR.random(
-            out_features,
-            in_features,
-            sparsity,
-            seed=_seed_from_global_rng(),
-            dtype=dtype,
-            padding=padding,
-            index_dtype=index_dtype,
-        )
-        self._adopt(csr, torch.empty(out_features, dtype=dtype) if bias else None)
-        self.reset_parameters()
+        # The CPU whatever torch's default device is (device="cpu" under a torch.device block).
+        with torch.device("cpu"):
+            dtype = _check_dtype(dtype)
+            csr = PaddedCSR.random(
+                out_features,
+                in_features,
+                sparsity,
+                seed=_seed_from_global_rng(),
+                dtype=dtype,
+                padding=padding,
+                index_dtype=index_dtype,
+            )
+            self._adopt(csr, torch.empty(out_features, dtype=dtype) if bias else None)
+            self.reset_parameters()
 
     @classmethod
     def from_csr(cls, csr: PaddedCSR, bias: Optional[Tensor] = None) -> "SparseLinear":

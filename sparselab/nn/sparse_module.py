@@ -144,14 +144,19 @@ def check_sparsity(sparsity) -> float:
 
 
 def check_cpu(device, what: str = "SparseLinear") -> None:
-    """``ValueError`` unless ``device`` is None or the CPU."""
-    if device is None:
-        return
-    dev = torch.device(device)
+    """``ValueError`` unless ``device`` is the CPU. None stands for torch's default device, which a
+    ``with torch.device(...)`` block or ``torch.set_default_device`` may have moved off the CPU."""
+    dev = torch.get_default_device() if device is None else torch.device(device)
     if dev.type != "cpu":
+        default = (
+            " (torch's default device, set by a torch.device block or torch.set_default_device; "
+            "pass device='cpu' to build the layer on the CPU there)"
+            if device is None
+            else ""
+        )
         raise ValueError(
             f"{what} runs on the CPU only (its sparse kernels are CPU kernels); "
-            f"got device {str(dev)!r}. Keep sparse layers on the CPU, or use "
+            f"got device {str(dev)!r}{default}. Keep sparse layers on the CPU, or use "
             f".to_dense() for a dense layer that can move."
         )
 

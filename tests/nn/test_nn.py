@@ -432,6 +432,8 @@ def test_bad_inputs_give_clear_errors():
         SparseLinear(8, 4, device="meta")
     with pytest.raises(ValueError, match="CPU only"):
         SparseLinear(8, 4, device="cuda")
+    with torch.device("meta"), pytest.raises(ValueError, match="CPU only.*torch's default device"):
+        SparseLinear(8, 4)
     with pytest.raises(TypeError, match="float32, float64 or bfloat16"):
         SparseLinear(8, 4, dtype=torch.float16)
     with pytest.raises(ValueError, match="in_features"):
@@ -481,3 +483,27 @@ def test_topology_change_refreshes_transposed_index():
     w.cols[s0] = w.cols[s0 + 1]
     with pytest.raises(ValueError, match="strictly increasing"):
         w.mark_topology_changed()
+
+
+def test_layers_build_on_the_cpu_when_asked_under_another_default_device():
+    """Under ``with torch.device("meta")`` a layer without ``device=`` refuses clearly (its default
+    device is meta); with ``device="cpu"`` every tensor it holds is on the CPU and it runs."""
+    from sparselab.nn import BlockSparseLinear, SparseConv2d, SparseMultiheadAttention
+
+    builds = {
+        "SparseLinear": lambda **kw: SparseLinear(8, 4, **kw),
+        "BlockSparseLinear": lambda **kw: BlockSparseLinear(8, 4, block=(4, 1), **kw),
+        "SparseConv2d": lambda **kw: SparseConv2d(2, 4, 3, **kw),
+        "SparseMultiheadAttention": lambda **kw: SparseMultiheadAttention(8, 2, **kw),
+    }
+    for name, build in builds.items():
+        with torch.device("meta"):
+            with pytest.raises(ValueError, match="default device"):
+                build()
+            layer = build(device="cpu")
+        held = list(layer.parameters()) + list(layer.buffers())
+        assert held and all(t.device.type == "cpu" for t in held), name
+        if name.endswith("Linear"):  # and it computes what its dense weight does
+            x = torch.randn(3, 8)
+            want = x @ layer.weight.to_dense().T + layer.bias
+            torch.testing.assert_close(layer(x), want, rtol=1e-5, atol=1e-5)
