@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from .dispatch import planner, registry
-from .dispatch.block_runners import run_block_sddmm_dw, run_block_spmm_dx, run_block_spmm_fwd
+from .dispatch.block_runners import bias_grad_of, run_block_sddmm_dw, run_block_spmm_dx, run_block_spmm_fwd
 from .dispatch.registry import SEPARATE
 from .dispatch.runners import run_backward_fused, run_sddmm_dw, run_spmm_dx, run_spmm_fwd
 from .storage import BlockPaddedCSR, PaddedCSR
@@ -208,9 +208,9 @@ def sddmm_dw(
         variant: run this variant (a name from ``sparselab.kernels.variants('sddmm_dw')``) instead of
             the planner's choice; ``RuntimeError`` if this CPU cannot run it.
         threads: the thread count to run with; default ``torch.get_num_threads()``.
-        bias_grad: also return ``db = dY.sum(0)`` (the bias gradient). A block-sparse W's kernels
-            sum it from the dY they pack, in float32; for an unstructured W it is ``dY.sum(0)``
-            (:func:`backward_fused` sums it in its kernel).
+        bias_grad: also return ``db = dY.sum(0)`` (the bias gradient), in float32 (float64 for a
+            float64 W). A block-sparse W's kernels sum it from the dY they pack; for an
+            unstructured W it is torch's sum (:func:`backward_fused` sums it in its kernel).
 
     Returns:
         A tensor shaped like ``W.values``, 0 at padding slots; with ``bias_grad`` the pair
@@ -238,7 +238,7 @@ def sddmm_dw(
         n = dY.shape[0]
         v = None if n == 0 or dtype == torch.float64 else _resolve("sddmm_dw", W, n, variant, nthreads)
         dW = run_sddmm_dw(v, W, W.raw_args(), dY, X, nthreads)
-    return (dW, dY.sum(0)) if bias_grad else dW
+    return (dW, bias_grad_of(dY)) if bias_grad else dW
 
 
 def backward_fused(

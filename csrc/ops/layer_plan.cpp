@@ -96,7 +96,7 @@ void LayerPlan::sddmm_dw(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy
   std::lock_guard<std::mutex> hold(mu_);
   CallW c = call_view(v, kW, n, threads);
   c.w.values = values ? values : w_.w.values;  // dW kernels read W's topology only: 0 is fine here
-  call_sddmm_dw(v, c, n, dy, lddy, x, ldx, dw, threads);
+  call_sddmm_dw(v, c, n, dy, lddy, x, ldx, dw, 0, threads);
 }
 
 void LayerPlan::backward_fused(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,

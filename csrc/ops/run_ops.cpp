@@ -191,7 +191,7 @@ void call_spmm_dx_scatter(const Variant& v, const CallW& w, int64_t n, uintptr_t
 }
 
 void call_sddmm_dw(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
-                   uintptr_t dw, int threads, uintptr_t db) {
+                   uintptr_t dw, uintptr_t db, int threads) {
   invoke(v.dw16, v.dw32, w.w, kernel_floats(v, w, n, threads), [&](auto& a, auto wv, float* scratch) {
     a = {wv, n, src(dy), lddy, src(x), ldx, dst(dw), w.chunks, w.nchunks, scratch, threads, w.prepared, dst(db)};
   });
@@ -320,7 +320,7 @@ void run_sddmm_dw(const Variant& v, const RawCsr& w, int64_t n, uintptr_t dy, in
                   uintptr_t dw, int threads) {
   check_op(v, Op::SddmmDw);
   const OneOffCall c(w, n, threads);
-  call_sddmm_dw(v, c.w, n, dy, lddy, x, ldx, dw, threads);
+  call_sddmm_dw(v, c.w, n, dy, lddy, x, ldx, dw, 0, threads);
 }
 
 void run_backward_fused(const Variant& v, const RawCsr& w, const RawCsr& wt, const TransposedSlots& ranks, int64_t n,
@@ -359,7 +359,7 @@ void run_block_sddmm_dw(const Variant& v, const RawCsr& w, int block_rows, int b
                         int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dw, uintptr_t db, int threads) {
   check_block(v, Op::BlockSddmmDw, block_rows, block_cols);
   const OneOffCall c(w, n, threads);
-  call_sddmm_dw(v, c.w, n, dy, lddy, x, ldx, dw, threads, db);
+  call_sddmm_dw(v, c.w, n, dy, lddy, x, ldx, dw, db, threads);
 }
 
 namespace {

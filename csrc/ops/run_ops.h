@@ -59,7 +59,7 @@ void call_backward_fused(const Variant& v, const CallW& w, const CallW& wt, cons
                          uintptr_t db, int threads);
 // db (0 for none): dY summed over the batch, which only the block forms take (DwArgs::db).
 void call_sddmm_dw(const Variant& v, const CallW& w, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx,
-                   uintptr_t dw, int threads, uintptr_t db = 0);
+                   uintptr_t dw, uintptr_t db, int threads);
 
 void run_spmm_fwd(const Variant& v, const RawCsr& w, int64_t n, uintptr_t x, int64_t ldx, uintptr_t bias, uintptr_t y,
                   int64_t ldy, int threads);

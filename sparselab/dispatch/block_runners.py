@@ -18,7 +18,12 @@ from ..storage import BlockPaddedCSR
 from .outputs import new_output
 from .runners import leading_dim
 
-__all__ = ["run_block_spmm_fwd", "run_block_spmm_dx", "run_block_sddmm_dw"]
+__all__ = ["run_block_spmm_fwd", "run_block_spmm_dx", "run_block_sddmm_dw", "bias_grad_of"]
+
+
+def bias_grad_of(dY: torch.Tensor) -> torch.Tensor:
+    """``dY.sum(0)`` in the dtype the kernels give it: float32, or float64 for float64 operands."""
+    return dY.sum(0, dtype=torch.float64 if dY.dtype == torch.float64 else torch.float32)
 
 
 def run_block_spmm_fwd(
@@ -63,10 +68,11 @@ def run_block_sddmm_dw(
     v, W: BlockPaddedCSR, w_args: tuple, dY: torch.Tensor, X: torch.Tensor, nthreads: int, bias_grad: bool = False
 ):
     """dW at W's live blocks, shaped like ``W.values`` (0 at spare slots); with ``bias_grad`` the
-    pair ``(dW, db)``, ``db = dY.sum(0)`` in float32, which the kernel sums from the dY it packs."""
+    pair ``(dW, db)``, ``db = dY.sum(0)`` (:func:`bias_grad_of`'s dtype), which the kernel sums
+    from the dY it packs."""
     if v is None:
         dW = _dense_block_dw(W, dY, X)
-        return (dW, dY.sum(0)) if bias_grad else dW
+        return (dW, bias_grad_of(dY)) if bias_grad else dW
     dW = torch.empty_like(W.values, dtype=torch.float32)  # the kernels write float32
     db = torch.empty(W.shape[0], dtype=torch.float32) if bias_grad else None
     if dY.shape[0] == 0:

@@ -461,15 +461,16 @@ def test_kernels_stay_in_bounds_while_another_thread_writes_row_nnz(tmp_path):
     assert calls > 0, proc.stdout
 
 
-@pytest.mark.parametrize("kind", ["unstructured", "block", "block_bf16"])
+@pytest.mark.parametrize("kind", ["unstructured", "unstructured_bf16", "block", "block_bf16"])
 def test_sddmm_dw_with_bias_grad_also_returns_the_column_sums(kind):
     """``bias_grad=True`` adds ``dY.sum(0)`` in float32 (summed by a block kernel from the dY it
     packs) and leaves dW as it is without it."""
     from sparselab.storage import BlockPaddedCSR
 
     g = torch.Generator().manual_seed(5)
-    if kind == "unstructured":
-        W = PaddedCSR.random(40, 30, 0.7, seed=3)
+    if kind.startswith("unstructured"):
+        dtype = torch.bfloat16 if kind == "unstructured_bf16" else torch.float32
+        W = PaddedCSR.random(40, 30, 0.7, seed=3, dtype=dtype)
     else:
         dtype = torch.bfloat16 if kind == "block_bf16" else torch.float32
         W = BlockPaddedCSR.random(40, 30, 0.7, (4, 1), seed=3, dtype=dtype)

@@ -25,18 +25,17 @@ inline void add_lane_sums(const typename V::reg (&acc)[E], float* dw) {
 }
 
 // out[j] += the lane sum of panel row j (T floats), j < rows: one batch tile's share of dY's
-// column sums (the bias gradient, DwArgs::db), read from the panel the dots read.
+// column sums (the bias gradient, DwArgs::db), read from the panel the dots read. Every row goes
+// through the same reduction, whatever its place in a group or part, so the sums do not depend
+// on where the thread count puts the part boundaries (once per row per tile: cheap).
 template <class V, int T>
 inline void add_panel_row_sums(const float* P, int64_t rows, float* out) {
   using reg = typename V::reg;
-  auto row_sum = [P](int64_t j) {
+  for (int64_t j = 0; j < rows; ++j) {
     reg s = V::load(P + j * T);
     for (int q = V::W; q < T; q += V::W) s = V::add(s, V::load(P + j * T + q));
-    return s;
-  };
-  int64_t j = 0;
-  for (; j + 4 <= rows; j += 4) V::hsum4_add(row_sum(j), row_sum(j + 1), row_sum(j + 2), row_sum(j + 3), out + j);
-  for (; j < rows; ++j) out[j] += V::hsum(row_sum(j));
+    out[j] += V::hsum(s);
+  }
 }
 
 // KB blocks starting at slot `slot` of a block row whose R dY panel rows (T floats each) start
