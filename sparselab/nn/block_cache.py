@@ -183,7 +183,8 @@ class BlockLayerCache:
 
     def dw(self, dy: Tensor, x: Tensor, bias_grad: bool = False):
         """dW at the live blocks, shaped like the values (in their dtype); with ``bias_grad`` the
-        pair ``(dW, db)``, ``db = dy.sum(0)`` summed by the kernel from the dY it packs (float32)."""
+        pair ``(dW, db)``, ``db = dy.sum(0)`` summed by the kernel from the dY it packs (float32;
+        float64 for a float64 layer, which runs torch)."""
         route = self._route("block_sddmm_dw", dy.shape[0], dy, x, reads_values=False)
         if route is None:
             name = self._name("block_sddmm_dw", dy.shape[0], dy, x)
