@@ -344,6 +344,9 @@ class FakeProblem:
 
         return run
 
+    def preparer(self, name):
+        return None
+
     def check(self, out):
         from sparselab.tuning.problem import compare  # here: importing helpers does not load the tuner
 

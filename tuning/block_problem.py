@@ -131,6 +131,10 @@ class BlockProblem:
         """The same layer and seed at batch size ``n``."""
         return BlockProblem(self.key, self.seed, shape=self.shape, n=n)
 
+    def preparer(self, variant: str):
+        """None: no block-sparse form builds data a layer would keep between calls."""
+        return None
+
     def runner(self, variant: str):
         """A call of ``variant`` on this problem, as a layer (or a one-off call) makes it (a bfloat16
         key's: :func:`~tuning.problem.timed_call`)."""

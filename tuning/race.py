@@ -63,6 +63,9 @@ class Candidate:
     rank: tuple  # simplicity order: lower wins ties
     run: Callable[[], Any]  # one call on the tuning data; returns the op's output
     kind: str = "sparse"  # "sparse" | "dense" | "reference" (for reporting speedups)
+    # Builds, untimed, what a layer builds once per topology and reuses (a block-major index), so
+    # the first timed run is not a timing of that build; None where nothing is built.
+    prepare: Callable[[], None] | None = None
 
 
 @dataclass
@@ -86,14 +89,16 @@ class NoValidCandidate(RuntimeError):
 def run_once_checked(
     candidates: list[Candidate], check: Callable[[str, Any], str | None], clock: Callable[[], float]
 ) -> tuple[dict[str, float], dict[str, str]]:
-    """Run every candidate once, simplest first (so the reference, rank 0, runs first), and judge
-    its output. Returns (seconds of each valid candidate's run, {rejected name: why}); raises
+    """Run every candidate once, simplest first (so the reference, rank 0, runs first), after its
+    untimed ``prepare``, and judge its output. Returns (seconds of each valid candidate's run, {rejected name: why}); raises
     NoValidCandidate when none is valid."""
     times: dict[str, float] = {}
     rejected: dict[str, str] = {}
     for c in sorted(candidates, key=lambda c: c.rank):
-        t0 = clock()
         try:
+            if c.prepare is not None:
+                c.prepare()
+            t0 = clock()
             out = c.run()
         except Exception as e:  # a crashing kernel is a rejected candidate, not a crash of the tuner
             rejected[c.name] = f"raised {type(e).__name__}: {e}"

@@ -223,7 +223,9 @@ def _second_race(
         return {"second_point_skipped": f"deadline: {max(left, 0.0):.3f} s left for {len(names)} finalists at N={n2}"}
     n2 = fitted
     p2 = problem.at_n(n2)
-    racers2 = [Candidate(r.name, r.rank, p2.runner(r.name), r.kind) for r in racers if r.name in names]
+    racers2 = [
+        Candidate(r.name, r.rank, p2.runner(r.name), r.kind, p2.preparer(r.name)) for r in racers if r.name in names
+    ]
     try:
         # Outputs were checked at the first N; here only the times count. No close-finish duel:
         # the predictions decide, and a duel's extra runs would lower only two finalists' fastest.
@@ -517,7 +519,9 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
         key, keep=(reference, prior) + tuple(getattr(problem, "pair", None) or ())
     )
     racers = [
-        Candidate(v.name, cand.rank(v, reference), problem.runner(v.name), cand.kind(v, reference))
+        Candidate(
+            v.name, cand.rank(v, reference), problem.runner(v.name), cand.kind(v, reference), problem.preparer(v.name)
+        )
         for v in variants
         if v.name not in skipped
     ]
@@ -529,7 +533,7 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
     part = problem.check_part()
     check, screened = _checker(problem, reference), None
     if part is not None:
-        part_racers = [Candidate(r.name, r.rank, part.runner(r.name), r.kind) for r in racers]
+        part_racers = [Candidate(r.name, r.rank, part.runner(r.name), r.kind, part.preparer(r.name)) for r in racers]
         screened = screen.screen(part_racers, _checker(part, reference), clock=clock)
         racers = [r for r in racers if r.name in screened.kept]
         check = _sanity_checker(problem)

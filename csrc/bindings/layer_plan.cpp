@@ -53,6 +53,16 @@ void bind_layer_plan(py::module_& m) {
           },
           py::arg("id"), py::arg("n"), py::arg("dy"), py::arg("lddy"), py::arg("x"), py::arg("ldx"), py::arg("dx"),
           py::arg("lddx"), py::arg("dw"), py::arg("threads"), py::arg("db") = 0, py::arg("values") = 0)
+      .def(
+          "prepare",
+          [](LayerPlan& p, int64_t id, int64_t n, int threads) {
+            const Variant& v = variant_at(id);
+            if (v.op != Op::SpmmFwd && v.op != Op::SpmmDx && v.op != Op::SddmmDw && v.op != Op::BackwardFused)
+              throw py::value_error("variant '" + v.name + "' is not an op of an unstructured layer's plan");
+            py::gil_scoped_release nogil;
+            p.prepare(v, n, threads);
+          },
+          py::arg("id"), py::arg("n"), py::arg("threads"))
       .def_property_readonly("has_transposed", &LayerPlan::has_transposed)
       .def_property_readonly("nnz", &LayerPlan::nnz)
       .def("cached_bytes", [](LayerPlan& p) {

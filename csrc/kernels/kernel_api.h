@@ -95,7 +95,7 @@ struct DwArgs {
   const float* prepared = nullptr;  // the variant's prepare() output for this W, or nullptr
   // [out] or nullptr: the block forms also write db = dY.sum(0), the bias gradient, from the dY
   // they pack (no second pass over dY); the unstructured forms take nullptr (their layers get db
-  // from the fused backward).
+  // from the fused backward's kernel, or from dY.sum(0) when the separate pair runs).
   float* db = nullptr;
 };
 

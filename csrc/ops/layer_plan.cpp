@@ -111,6 +111,17 @@ void LayerPlan::backward_fused(const Variant& v, int64_t n, uintptr_t dy, int64_
   call_backward_fused(v, w, call_view(v, kWt, n, threads), ranks_, n, dy, lddy, x, ldx, dx, lddx, dw, db, threads);
 }
 
+void LayerPlan::prepare(const Variant& v, int64_t n, int threads) {
+  // The side each op's kernel walks: W's rows, or the transposed index for a dX through it and
+  // for the fused backward.
+  const bool transposed =
+      v.op == Op::BackwardFused || (v.op == Op::SpmmDx && v.dx_layout != DxLayout::Scatter);
+  if (transposed && !has_t_)
+    throw std::runtime_error("variant '" + v.name + "' needs W's transposed index, which this plan lacks");
+  std::lock_guard<std::mutex> hold(mu_);
+  call_view(v, transposed ? kWt : kW, n, threads);
+}
+
 size_t LayerPlan::cached_bytes() {
   std::lock_guard<std::mutex> hold(mu_);
   size_t b = (w_.live.size() + wt_.live.size()) * sizeof(int32_t);

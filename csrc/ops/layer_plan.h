@@ -34,6 +34,9 @@ class LayerPlan {
   void backward_fused(const Variant& v, int64_t n, uintptr_t dy, int64_t lddy, uintptr_t x, int64_t ldx, uintptr_t dx,
                       int64_t lddx, uintptr_t dw, uintptr_t db, int threads, uintptr_t values);
 
+  // Builds what calls of v at batch n on `threads` reuse (the row partition and v's prepared
+  // data) without running it, so a timing of v's first call is not a timing of that build.
+  void prepare(const Variant& v, int64_t n, int threads);
   bool has_transposed() const { return has_t_; }
   int64_t nnz() const { return w_.nnz; }
   // Bytes the plan holds beyond the layer's tensors (counts, partitions, prepared data).

@@ -23,7 +23,7 @@ from . import cpu, registry
 
 #: The version of the tuner's method whose choices a table holds; part of the fingerprint, so a
 #: table made by an older method is measured again, not kept (CHANGES.md lists the versions).
-METHOD_VERSION = 16
+METHOD_VERSION = 17
 
 # Flags that change what a kernel can do (SIMD width, FMA, dot-product extensions). Other flags
 # (mitigations, virtualisation details) differ between identical CPUs and would make exports

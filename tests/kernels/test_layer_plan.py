@@ -127,6 +127,48 @@ def test_block_major_variants_prepare_and_the_plan_keeps_their_index():
     assert lean.cached_bytes() < 2 * W.nnz
 
 
+@pytest.mark.parametrize("op", ["spmm_fwd", "spmm_dx", "sddmm_dw", "backward_fused"])
+def test_prepare_builds_what_the_first_call_would_and_the_call_reuses_it(op):
+    """plan.prepare (what the tuner runs untimed before a candidate's first timed call) builds
+    the variant's index on the side its op walks: the call after it adds nothing to the plan and
+    matches the one-off call bitwise."""
+    v = next((v for v in kernels.variants(op, available_only=True) if v.prepares), None)
+    if v is None:
+        pytest.skip(f"no {op} variant that prepares runs on this CPU")
+    W = build_weight(300, 1100, 0.9, seed=5, padding=1)
+    X, dY = strided_operand(64, 1100, seed=6), strided_operand(64, 300, seed=7)
+    plan, _t = layer_plan(W)
+    before = plan.cached_bytes()
+    plan.prepare(v.id, 64, 2)
+    prepared = plan.cached_bytes()
+    assert prepared - before >= 2 * W.nnz  # block-local uint16 columns at least
+    if op == "backward_fused":
+        dx, dw = torch.empty(64, 1100), torch.empty(W.capacity)
+        plan.backward_fused(
+            v.id, 64, dY.data_ptr(), _ld(dY), X.data_ptr(), _ld(X), dx.data_ptr(), 1100, dw.data_ptr(), 2
+        )
+        ref = ops.backward_fused(W, dY, X, variant=v.name, threads=2)
+        assert torch.equal(dx, ref[0]) and torch.equal(dw[: W.nnz], ref[1][: W.nnz])
+    else:
+        out = planned(plan, v, W, X, dY, torch.zeros(300), 2)
+        assert torch.equal(out, one_off(v, W, X, dY, torch.zeros(300), 2))
+    assert plan.cached_bytes() == prepared
+
+
+def test_prepare_refuses_a_block_sparse_variant_and_a_missing_transposed_index():
+    W = build_weight(20, 30, 0.5, seed=1)
+    plan = _C.LayerPlan(*W.raw_args(), 0, 32, 0, 0, 0, 16, keep_prepared=True)
+    block = kernels.variants("block_spmm_fwd", available_only=True)[0]
+    with pytest.raises(ValueError, match="not an op of an unstructured layer"):
+        plan.prepare(block.id, 4, 1)
+    dx_t = next(
+        v for v in kernels.variants("spmm_dx", available_only=True) if v.dx_layout == "transposed" and v.prepares
+    )
+    with pytest.raises(RuntimeError, match="transposed index"):
+        plan.prepare(dx_t.id, 4, 1)
+    assert plan.cached_bytes() < 2 * W.nnz  # a refused prepare built nothing
+
+
 def test_plan_refuses_a_variant_of_another_op_and_a_missing_transposed_index():
     W = build_weight(20, 30, 0.5, seed=1)
     plan = _C.LayerPlan(*W.raw_args(), 0, 32, 0, 0, 0, 16, keep_prepared=True)

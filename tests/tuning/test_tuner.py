@@ -143,6 +143,47 @@ def check_equals_one(name, out):
     return compare(out, torch.ones(4), 16)
 
 
+def test_a_candidates_preparation_is_untimed_and_runs_before_its_first_call():
+    """A block-major form's first call would build its index; a layer builds it once per
+    topology, so the race (and the screen, which times one run) must not charge it."""
+    clock, order = FakeClock(), []
+
+    def prepare():
+        order.append("prepare")
+        clock.t += 5e-3  # an index build costing 5x the kernel
+
+    def run():
+        order.append("run")
+        clock.t += 1e-3
+        return torch.ones(4)
+
+    times, rejected = race.run_once_checked([race.Candidate("bm", (1,), run, prepare=prepare)], check_equals_one, clock)
+    assert order == ["prepare", "run"] and not rejected
+    assert times["bm"] == pytest.approx(1e-3)
+
+
+def test_a_screen_ranks_a_prepared_form_by_its_kernel_not_its_build():
+    clock = FakeClock()
+
+    def candidate(name, rank, cost, build):
+        def run():
+            clock.t += cost
+            return torch.ones(4)
+
+        def prepare():
+            clock.t += build
+
+        return race.Candidate(name, rank, run, prepare=prepare if build else None)
+
+    screened = screen.screen(
+        [candidate("scalar", (0,), 8e-3, 0), candidate("tiled", (1,), 1.2e-3, 0), candidate("bm", (2,), 1e-3, 3e-3)],
+        check_equals_one,
+        clock=clock,
+    )
+    assert min(screened.times, key=screened.times.get) == "bm"
+    assert screened.cut == ["scalar"]
+
+
 def test_tie_goes_to_simplest_regardless_of_order():
     for seed in range(5):
         clock = FakeClock()
@@ -1194,3 +1235,27 @@ def test_a_screened_key_races_only_the_first_round_it_can_afford(monkeypatch):
     # The candidate a later step needs (the backward's prior) races whatever its place.
     keep = tuner._affordable({**est, "p": 0.05}, lambda n: n, lambda n: "fast", left=0.0, always="p")
     assert "p" in keep and len(keep) == tuner.FIRST_RACE_MIN
+
+
+@pytest.mark.parametrize("op", ["spmm_fwd", "spmm_dx", "sddmm_dw", "backward_fused"])
+def test_a_problem_prepares_exactly_the_forms_whose_first_call_builds_an_index(op):
+    """Problem.preparer: a callable for a form that keeps a block-major index in the layer's plan
+    (after which its call builds nothing more), None for the others and for dense candidates."""
+    from sparselab.tuning import candidates as cand
+    from sparselab.tuning.problem import SEPARATE, Problem
+
+    key = make_key(op, 300, 500, 64, 0.1, 1)
+    p = Problem(key, shape=(300, 500, 64, 0.1))
+    variants = cand.available_variants(op)
+    prepared = [v for v in variants if getattr(v, "prepares", False)]
+    if not prepared:
+        pytest.skip(f"no {op} variant that prepares runs on this CPU")
+    for v in variants:
+        if not getattr(v, "prepares", False) and v.name != SEPARATE:
+            assert p.preparer(v.name) is None, v.name
+    v = prepared[0]
+    p.preparer(v.name)()
+    held = p._layer_plan().cached_bytes()
+    assert held >= 2 * p.W.nnz
+    p.runner(v.name)()
+    assert p._layer_plan().cached_bytes() == held  # the call found its index built
