@@ -1,5 +1,6 @@
 """The block-sparse product as ``torch.library`` custom ops: ``torch.ops.sparselab.block_fwd``,
-``block_dx`` and ``block_dw``, with ``block_fwd``'s autograd formula registered here.
+``block_dx``, ``block_dw`` and ``block_dw_db`` (dW with the bias gradient), with ``block_fwd``'s
+autograd formula registered here.
 
 They take a :class:`~sparselab.storage.BlockPaddedCSR`'s tensors as explicit arguments (values
 ``(capacity, r, c)``, block columns, block row starts, block row live counts), so
@@ -18,7 +19,7 @@ from .. import ops as _ops
 from ..storage import BlockPaddedCSR
 from .custom_ops import row_major
 
-__all__ = ["block_fwd", "block_dx", "block_dw"]
+__all__ = ["block_fwd", "block_dx", "block_dw", "block_dw_db"]
 
 
 def _weight(values, block_cols, block_row_start, block_row_nnz, out_features, in_features) -> BlockPaddedCSR:
@@ -93,20 +94,53 @@ def _(dy, x, values, block_cols, block_row_start, block_row_nnz, out_features, i
     return values.new_empty(values.shape)
 
 
+@torch.library.custom_op("sparselab::block_dw_db", mutates_args=(), device_types="cpu")
+def block_dw_db(
+    dy: Tensor,
+    x: Tensor,
+    values: Tensor,
+    block_cols: Tensor,
+    block_row_start: Tensor,
+    block_row_nnz: Tensor,
+    out_features: int,
+    in_features: int,
+) -> tuple[Tensor, Tensor]:
+    """``block_dw`` and the bias gradient ``dy.sum(0)``, which the dW kernel sums from the dY it
+    packs (no second pass over dY)."""
+    W = _weight(values, block_cols, block_row_start, block_row_nnz, out_features, in_features)
+    return _ops.sddmm_dw(W, row_major(dy.detach()), row_major(x.detach()), bias_grad=True)
+
+
+@block_dw_db.register_fake
+def _(dy, x, values, block_cols, block_row_start, block_row_nnz, out_features, in_features):
+    # ops.sddmm_dw's db: float32, float64 for float64 operands (bias_grad_of)
+    db_dtype = torch.float64 if dy.dtype == torch.float64 else torch.float32
+    return values.new_empty(values.shape), dy.new_empty((out_features,), dtype=db_dtype)
+
+
 def _setup_context(ctx, inputs, output):
     x, values, block_cols, block_row_start, block_row_nnz, bias, out_features, in_features = inputs
     ctx.save_for_backward(x, values, block_cols, block_row_start, block_row_nnz)
     ctx.sizes = (out_features, in_features)
     ctx.has_bias = bias is not None
+    ctx.bias_dtype = None if bias is None else bias.dtype
 
 
 def _backward(ctx, dy):
     x, values, block_cols, block_row_start, block_row_nnz = ctx.saved_tensors
     index = (values, block_cols, block_row_start, block_row_nnz)
     dy = dy.contiguous()
+    need_b = ctx.has_bias and ctx.needs_input_grad[5]
     dx = block_dx(dy, *index, *ctx.sizes) if ctx.needs_input_grad[0] else None
-    dw = block_dw(dy, x, *index, *ctx.sizes) if ctx.needs_input_grad[1] else None
-    db = dy.sum(0) if ctx.has_bias and ctx.needs_input_grad[5] else None
+    dw = db = None
+    if ctx.needs_input_grad[1] and need_b:
+        dw, db = block_dw_db(dy, x, *index, *ctx.sizes)
+    elif ctx.needs_input_grad[1]:
+        dw = block_dw(dy, x, *index, *ctx.sizes)
+    elif need_b:
+        db = dy.sum(0)
+    if db is not None:
+        db = db.to(ctx.bias_dtype)
     return dx, dw, None, None, None, db, None, None
 
 
