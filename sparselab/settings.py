@@ -8,6 +8,7 @@
 | ``SPARSELAB_CACHE_DIR`` | folder of the tuning table (the wisdom) | a path | see below |
 | ``SPARSELAB_SCRATCH_KEEP_MB`` | kernel scratch kept between calls, per calling thread (read by the extension) | a whole number in ``[0, 1048576]`` | ``4`` |
 | ``SPARSELAB_SYSTEM_WISDOM`` | whether the tuning tables shipped for known CPU classes are consulted (:mod:`sparselab.dispatch.system_wisdom`) | ``on``, ``off`` | ``on`` |
+| ``SPARSELAB_POOL_MB`` | freed blocks of 32 MiB or more (kernel outputs and scratch) kept for reuse, process-wide (:mod:`sparselab.dispatch.outputs`); ``0`` keeps none | a whole number in ``[0, 1048576]`` | ``128`` |
 | ``SPARSELAB_HUGE_PAGES`` | whether outputs of 32 MiB or more are advised for transparent huge pages (:mod:`sparselab.dispatch.outputs`) | ``on``, ``off`` | ``on`` |
 | ``SPARSELAB_MAX_ISA`` | the widest instruction set whose kernels may run, as oneDNN's ``ONEDNN_MAX_CPU_ISA`` (part of the tuning table's key) | ``scalar``, ``avx2``, ``avx512``, ``avx512bf16``, ``neon`` | the CPU's widest |
 
@@ -48,6 +49,7 @@ __all__ = [
     "huge_pages",
     "scratch_keep_mb",
     "check_scratch_keep_mb",
+    "block_pool_mb",
 ]
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,8 @@ SCRATCH_KEEP_MB = "SPARSELAB_SCRATCH_KEEP_MB"
 ENV_MAX_ISA = "SPARSELAB_MAX_ISA"
 ENV_SYSTEM_WISDOM = "SPARSELAB_SYSTEM_WISDOM"
 ENV_HUGE_PAGES = "SPARSELAB_HUGE_PAGES"
+ENV_POOL_MB = "SPARSELAB_POOL_MB"
+POOL_MB_DEFAULT = 128
 ISAS = ("scalar", "avx2", "avx512", "avx512bf16", "neon")
 
 MODES = ("on", "off", "force")
@@ -250,6 +254,21 @@ def scratch_keep_mb(raw: str | None) -> int | None:
     m = _PLAIN_INT.fullmatch(raw)
     if m is None or int(m.group(1)) > SCRATCH_KEEP_MB_MAX:
         return None
+    return int(m.group(1))
+
+
+def block_pool_mb() -> int:
+    """MiB of freed blocks of 32 MiB or more (kernel outputs and scratch) kept for reuse:
+    ``$SPARSELAB_POOL_MB`` if it is a whole number in ``[0, 1048576]``, else (with a warning) 128."""
+    raw = os.environ.get(ENV_POOL_MB)
+    if raw is None:
+        return POOL_MB_DEFAULT
+    m = _PLAIN_INT.fullmatch(raw)
+    if m is None or int(m.group(1)) > SCRATCH_KEEP_MB_MAX:
+        _warn(
+            f"{ENV_POOL_MB}={raw!r} is not a whole number of MiB in [0, {SCRATCH_KEEP_MB_MAX}]; using {POOL_MB_DEFAULT}"
+        )
+        return POOL_MB_DEFAULT
     return int(m.group(1))
 
 

@@ -19,6 +19,7 @@ void bind_ops(pybind11::module_& m);
 void bind_layer_plan(pybind11::module_& m);
 void bind_dst(pybind11::module_& m);
 void bind_scratch(pybind11::module_& m);
+void bind_block_pool(pybind11::module_& m);
 void bind_optim(pybind11::module_& m);
 
 inline const Variant& variant_at(int64_t id) {

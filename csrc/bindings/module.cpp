@@ -9,5 +9,6 @@ PYBIND11_MODULE(_C, m) {
   sparselab::bind_layer_plan(m);
   sparselab::bind_dst(m);
   sparselab::bind_scratch(m);
+  sparselab::bind_block_pool(m);
   sparselab::bind_optim(m);
 }

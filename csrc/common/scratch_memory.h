@@ -1,9 +1,9 @@
 // Memory for a kernel call's scratch (packed activations, repacked W).
-// Blocks of kLargeScratchBytes or more are mapped directly, 2 MB aligned, with
-// transparent huge pages requested: glibc maps blocks that size afresh on every
-// call anyway (its mmap threshold stops growing at 32 MB), and faulting one in
-// 4 KB pages cost 22 ms per 32 MB on the reference machine against 3 ms with
-// 2 MB pages: 15% of a 4096x4096, N=2048 dW call. Smaller blocks come from malloc.
+// Blocks of kLargeScratchBytes or more come from the block pool (block_pool.h): mapped 2 MB
+// aligned with transparent huge pages requested, and reused by later calls rather than faulted
+// in afresh (glibc maps blocks that size anew on every call: its mmap threshold stops growing at
+// 32 MB). Faulting one in 4 KB pages cost 22 ms per 32 MB on the reference machine against 3 ms
+// with 2 MB pages: 15% of a 4096x4096, N=2048 dW call. Smaller blocks come from malloc.
 #pragma once
 #include <cstddef>
 
@@ -13,9 +13,8 @@ constexpr size_t kLargeScratchBytes = size_t(32) << 20;
 constexpr size_t kHugePageBytes = size_t(2) << 20;  // a transparent huge page over 4 KiB base pages
 
 struct ScratchBlock {
-  float* data = nullptr;     // 64-byte aligned
-  void* map_base = nullptr;  // non-null: mapped, release with munmap
-  size_t map_bytes = 0;
+  float* data = nullptr;    // 64-byte aligned
+  size_t pooled_bytes = 0;  // non-zero: a block of the block pool, given back on release
 };
 
 // Throws std::bad_alloc on failure.

@@ -114,8 +114,7 @@ void LayerPlan::backward_fused(const Variant& v, int64_t n, uintptr_t dy, int64_
 void LayerPlan::prepare(const Variant& v, int64_t n, int threads) {
   // The side each op's kernel walks: W's rows, or the transposed index for a dX through it and
   // for the fused backward.
-  const bool transposed =
-      v.op == Op::BackwardFused || (v.op == Op::SpmmDx && v.dx_layout != DxLayout::Scatter);
+  const bool transposed = v.op == Op::BackwardFused || (v.op == Op::SpmmDx && v.dx_layout != DxLayout::Scatter);
   if (transposed && !has_t_)
     throw std::runtime_error("variant '" + v.name + "' needs W's transposed index, which this plan lacks");
   std::lock_guard<std::mutex> hold(mu_);

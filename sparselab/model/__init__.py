@@ -3,7 +3,7 @@ their bytes (:func:`memory_report`) and training them data-parallel."""
 
 from . import distributed, hf
 from .loading import load_state_dict
-from .memory import LayerMemory, MemoryReport, layer_memory, memory_report
+from .memory import LayerMemory, MemoryReport, layer_memory, memory_report, release_kept_memory
 from .sparsify import SparsifySummary, load_dense_state_dict, sparsify
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "SparsifySummary",
     "load_state_dict",
     "memory_report",
+    "release_kept_memory",
     "layer_memory",
     "LayerMemory",
     "MemoryReport",

@@ -17,8 +17,10 @@ and the same for the dense ``nn.Linear`` it replaces (dense weight + bias; a
 dense grad where the sparse layer has one; each per-element optimizer state
 tensor at dense size, scalars like ``step`` as they are). Parameters and
 buffers outside sparse layers are counted once as ``other`` (identical on
-both sides). The kernels' per-thread scratch arena, kept between calls, is
-reported as ``scratch`` and charged to the sparse side.
+both sides). The kernels' per-thread scratch arena, kept between calls, and
+the freed blocks of 32 MiB or more kept for reuse (:mod:`sparselab.dispatch.outputs`,
+process-wide) are reported as ``scratch`` and charged to the sparse side;
+:func:`release_kept_memory` returns both to the system.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from .. import _C
 from ..nn.block_linear import BlockSparseLinear
 from ..nn.sparse_module import SparseModule
 
-__all__ = ["LayerMemory", "MemoryReport", "layer_memory", "memory_report"]
+__all__ = ["LayerMemory", "MemoryReport", "layer_memory", "memory_report", "release_kept_memory"]
 
 _BLOCK_INDEX = ("weight_block_cols", "weight_block_row_start", "weight_block_row_nnz")
 
@@ -148,13 +150,13 @@ class MemoryReport:
         layers: one :class:`LayerMemory` per sparse layer.
         other: parameters and buffers outside sparse layers, counted once (the same on both
             sides).
-        scratch: bytes of the kernel scratch arena the calling thread keeps, charged to the
-            sparse side.
+        scratch: bytes of the kernel scratch arena the calling thread keeps and of the freed
+            blocks of 32 MiB or more kept for reuse, charged to the sparse side.
     """
 
     layers: list[LayerMemory] = field(default_factory=list)
     other: LayerMemory = field(default_factory=lambda: LayerMemory(name="(other)", kind="other"))
-    scratch: int = 0  # kernel scratch arena kept by the calling thread
+    scratch: int = 0  # kernel scratch arena kept by the calling thread, and the block pool
 
     @property
     def sparse_layers_total(self) -> int:
@@ -250,7 +252,8 @@ def memory_report(
     Args:
         model: a module, or a single sparse layer.
         optimizer: the optimizer whose state to count, or None.
-        include_scratch: charge the kernel scratch the calling thread keeps to the sparse side.
+        include_scratch: charge the kernel scratch the calling thread keeps, and the freed large
+            blocks of 32 MiB or more kept for reuse, to the sparse side.
 
     Returns:
         A :class:`MemoryReport`; ``print()`` it for a table.
@@ -279,5 +282,18 @@ def memory_report(
             o.weight += _nbytes(b)
     o.dense_weight, o.dense_grad, o.dense_optimizer = o.weight, o.grad, o.optimizer
     if include_scratch and rep.layers:
-        rep.scratch = int(_C.scratch_bytes_retained())
+        rep.scratch = int(_C.scratch_bytes_retained()) + int(_C.block_pool_bytes_retained())
     return rep
+
+
+def release_kept_memory() -> int:
+    """Return to the system what the kernels keep between calls: the calling thread's scratch
+    arena and the freed blocks of 32 MiB or more kept for reuse (the next calls map them again).
+
+    Returns:
+        The bytes released.
+    """
+    held = int(_C.scratch_bytes_retained()) + int(_C.block_pool_bytes_retained())
+    _C.release_scratch()
+    _C.release_block_pool()
+    return held

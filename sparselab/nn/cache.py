@@ -266,9 +266,10 @@ class LayerCache:
             return run_spmm_fwd(v, view, w_args, x, bias, threads)
         out_f, in_f = self.shape
         # The batch-1 forward's path: new_empty directly, the hint only past the cheap size test.
-        y = x.new_empty(n, out_f)  # x is a float32 CPU tensor (checked)
         if n * out_f >= outputs.HUGE_ELEMENTS_MIN:
-            outputs.advise(y)
+            y = outputs.large_output(x, n, out_f, torch.float32)
+        else:
+            y = x.new_empty(n, out_f)  # x is a float32 CPU tensor (checked)
         ldx = in_f if x.is_contiguous() else leading_dim(x)
         self.kernels.spmm_fwd(
             kid, n, x.data_ptr(), ldx, 0 if bias is None else bias.data_ptr(), y.data_ptr(), out_f, threads, values

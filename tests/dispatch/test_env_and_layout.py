@@ -160,3 +160,11 @@ def test_isa_order_is_cut_to_the_isas_the_build_compiled(monkeypatch):
     assert registry._compiled_orders() == [("scalar", "neon")]
     monkeypatch.setattr(registry, "_C_ISAS", {"scalar"})
     assert registry._compiled_orders() == []
+
+
+@pytest.mark.parametrize("raw, expect_mb", [("-1", 128), ("abc", 128), ("1e3", 128), ("0", 0), (" 64 ", 64)])
+def test_pool_mb_sets_the_extensions_pool_and_warns_on_a_bad_value(raw, expect_mb):
+    done = _python("import sparselab; print(sparselab._C.block_pool_keep_bytes() >> 20)", SPARSELAB_POOL_MB=raw)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) == expect_mb
+    assert ("SPARSELAB_POOL_MB" in done.stderr) == (raw in ("-1", "abc", "1e3"))

@@ -98,6 +98,7 @@ def test_a_large_output_is_advised_and_a_small_one_is_not():
 @needs_thp
 def test_the_setting_turns_the_hint_off(monkeypatch):
     monkeypatch.setattr(settings, "_huge_pages", False)
+    _C.release_block_pool()  # a free block mapped earlier, advised, would be reused
     big = new_output(torch.zeros(1), HUGE_OUTPUT_BYTES // (4 * 1024) + 1, 1024)
     assert not _advised(_inner_page(big))
 
