@@ -90,8 +90,8 @@ def run_once_checked(
     candidates: list[Candidate], check: Callable[[str, Any], str | None], clock: Callable[[], float]
 ) -> tuple[dict[str, float], dict[str, str]]:
     """Run every candidate once, simplest first (so the reference, rank 0, runs first), after its
-    untimed ``prepare``, and judge its output. Returns (seconds of each valid candidate's run, {rejected name: why}); raises
-    NoValidCandidate when none is valid."""
+    untimed ``prepare``, and judge its output. Returns (seconds of each valid candidate's run,
+    {rejected name: why}); raises NoValidCandidate when none is valid."""
     times: dict[str, float] = {}
     rejected: dict[str, str] = {}
     for c in sorted(candidates, key=lambda c: c.rank):

@@ -224,7 +224,7 @@ def _second_race(
     n2 = fitted
     p2 = problem.at_n(n2)
     racers2 = [
-        Candidate(r.name, r.rank, p2.runner(r.name), r.kind, p2.preparer(r.name)) for r in racers if r.name in names
+        Candidate(r.name, r.rank, p2.runner(r.name), r.kind, _preparer(p2, r.name)) for r in racers if r.name in names
     ]
     try:
         # Outputs were checked at the first N; here only the times count. No close-finish duel:
@@ -520,7 +520,7 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
     )
     racers = [
         Candidate(
-            v.name, cand.rank(v, reference), problem.runner(v.name), cand.kind(v, reference), problem.preparer(v.name)
+            v.name, cand.rank(v, reference), problem.runner(v.name), cand.kind(v, reference), _preparer(problem, v.name)
         )
         for v in variants
         if v.name not in skipped
@@ -533,7 +533,7 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
     part = problem.check_part()
     check, screened = _checker(problem, reference), None
     if part is not None:
-        part_racers = [Candidate(r.name, r.rank, part.runner(r.name), r.kind, part.preparer(r.name)) for r in racers]
+        part_racers = [Candidate(r.name, r.rank, part.runner(r.name), r.kind, _preparer(part, r.name)) for r in racers]
         screened = screen.screen(part_racers, _checker(part, reference), clock=clock)
         racers = [r for r in racers if r.name in screened.kept]
         check = _sanity_checker(problem)
@@ -599,6 +599,12 @@ def _tune(key, shape, variants, problem, reference, budget_s, deadline, clock) -
         tuned_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
     )
     return entry
+
+
+def _preparer(problem, name: str):
+    """``problem.preparer(name)``: None for a problem that has none (one a caller passes)."""
+    prepare = getattr(problem, "preparer", None)
+    return prepare(name) if prepare is not None else None
 
 
 def _log_entry(key, e: dict) -> None:

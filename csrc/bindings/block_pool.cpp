@@ -1,4 +1,4 @@
-// Large kernel outputs from the reuse pool (csrc/common/block_pool.h), handed to torch as
+// Large kernel outputs from the block pool (csrc/common/block_pool.h), handed to torch as
 // DLPack capsules: the tensor's storage returns its block to the pool when it dies.
 #include "../common/block_pool.h"
 
@@ -6,6 +6,8 @@
 
 #include "bindings.h"
 #include "dlpack_abi.h"
+
+#include <memory>
 
 namespace py = pybind11;
 
@@ -17,12 +19,13 @@ struct PooledTensor {
   dlpack::ManagedTensor managed;
   int64_t shape[2];
   size_t bytes;
+  bool huge_pages;
 };
 
 // Called by torch when the tensor's storage dies (from any thread, with or without the GIL).
 void give_back(dlpack::ManagedTensor* m) {
   auto* t = static_cast<PooledTensor*>(m->manager_ctx);
-  block_pool_give(m->dl_tensor.data, t->bytes);
+  block_pool_give(m->dl_tensor.data, t->bytes, t->huge_pages);
   delete t;
 }
 
@@ -39,22 +42,20 @@ void bind_block_pool(py::module_& m) {
   m.def(
       "pooled_empty",
       [](int64_t rows, int64_t cols, int code, int bits, bool huge_pages) {
-        if (rows < 0 || cols < 0) throw py::value_error("pooled_empty: negative size");
+        if (rows <= 0 || cols <= 0) throw py::value_error("pooled_empty: an empty or negative size");
         if (!((code == dlpack::kDLFloat && (bits == 16 || bits == 32 || bits == 64)) ||
               (code == dlpack::kDLBfloat && bits == 16)))
           throw py::value_error("pooled_empty: a float16, bfloat16, float32 or float64 element only");
-        if (cols != 0 && uint64_t(rows) > uint64_t(INT64_MAX) / 8 / uint64_t(cols))
+        if (uint64_t(rows) > uint64_t(INT64_MAX) / 8 / uint64_t(cols))
           throw py::value_error("pooled_empty: size overflows");
-        auto* t = new PooledTensor;
+        auto t = std::make_unique<PooledTensor>();
         t->shape[0] = rows;
         t->shape[1] = cols;
         t->bytes = size_t(rows) * size_t(cols) * size_t(bits / 8);
-        try {
+        t->huge_pages = huge_pages;
+        {
           py::gil_scoped_release nogil;
           t->managed.dl_tensor.data = block_pool_take(t->bytes, huge_pages);
-        } catch (...) {
-          delete t;
-          throw;
         }
         t->managed.dl_tensor.device = {dlpack::kDLCPU, 0};
         t->managed.dl_tensor.ndim = 2;
@@ -62,20 +63,27 @@ void bind_block_pool(py::module_& m) {
         t->managed.dl_tensor.shape = t->shape;
         t->managed.dl_tensor.strides = nullptr;
         t->managed.dl_tensor.byte_offset = 0;
-        t->managed.manager_ctx = t;
+        t->managed.manager_ctx = t.get();
         t->managed.deleter = give_back;
-        return py::capsule(&t->managed, "dltensor", capsule_destructor);
+        try {
+          py::capsule cap(&t->managed, "dltensor", capsule_destructor);
+          t.release();  // the capsule (then torch's storage) owns it now
+          return cap;
+        } catch (...) {
+          block_pool_give(t->managed.dl_tensor.data, t->bytes, huge_pages);
+          throw;
+        }
       },
       py::arg("rows"), py::arg("cols"), py::arg("code"), py::arg("bits"), py::arg("huge_pages"),
       "An uninitialised rows x cols output from the reuse pool, as a DLPack capsule for "
       "torch.from_dlpack (code, bits: DLPack's float 2 or bfloat 4, and the element's bits; "
       "huge_pages: advise a newly mapped block for transparent huge pages).");
   m.def("block_pool_bytes_retained", &block_pool_bytes_retained,
-        "Bytes of freed large outputs the pool keeps for reuse.");
+        "Bytes of freed blocks of 32 MiB or more (outputs and scratch) the pool keeps for reuse.");
   m.def("block_pool_keep_bytes", &block_pool_keep_bytes);
   m.def("set_block_pool_keep_bytes", &set_block_pool_keep_bytes,
-        "Keep at most this many bytes of freed large outputs (the longest unused are unmapped first).");
-  m.def("release_block_pool", &release_block_pool, "Unmap every freed large output the pool keeps.");
+        "Keep at most this many bytes of freed blocks (the longest unused are unmapped first).");
+  m.def("release_block_pool", &release_block_pool, "Unmap every free block the pool keeps.");
 }
 
 }  // namespace sparselab

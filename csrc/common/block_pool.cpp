@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <list>
 #include <mutex>
 #include <new>
@@ -9,6 +10,7 @@
 #include "scratch_memory.h"
 
 #if defined(__linux__)
+#include <pthread.h>
 #include <sys/mman.h>
 #endif
 
@@ -25,8 +27,17 @@ size_t whole_huge_pages(size_t bytes) { return (bytes + kHugePageBytes - 1) / kH
 
 struct FreeBlock {
   void* data;
-  size_t bytes;  // whole huge pages
+  size_t bytes;     // whole huge pages
+  bool huge_pages;  // advised for transparent huge pages when mapped
 };
+
+void unmap(const FreeBlock& b) {
+#if defined(__linux__)
+  munmap(b.data, b.bytes);
+#else
+  std::free(b.data);
+#endif
+}
 
 struct Pool {
   std::mutex mu;
@@ -34,28 +45,31 @@ struct Pool {
   size_t free_bytes = 0;
   size_t keep_bytes = kDefaultKeepBytes;
 
-  // Unmaps the longest-unused blocks until at most `limit` bytes are free (mu held).
-  void shrink_to(size_t limit) {
+  // Moves the longest-unused blocks beyond `limit` free bytes into `out` (mu held), to be
+  // unmapped after the lock is released.
+  void evict_to(size_t limit, std::list<FreeBlock>& out) {
     while (free_bytes > limit && !free.empty()) {
-      unmap(free.back());
       free_bytes -= free.back().bytes;
-      free.pop_back();
+      out.splice(out.begin(), free, std::prev(free.end()));
     }
-  }
-
-  static void unmap(const FreeBlock& b) {
-#if defined(__linux__)
-    munmap(b.data, b.bytes);
-#else
-    std::free(b.data);
-#endif
   }
 };
 
+void unmap_all(const std::list<FreeBlock>& blocks) {
+  for (const FreeBlock& b : blocks) unmap(b);
+}
+
 // Never destroyed: tensors may return blocks during interpreter shutdown, after static
-// destructors would have run.
+// destructors would have run. A fork waits for the lock, so the child's copy is consistent
+// (a DataLoader worker that forks while another thread is in the pool must not deadlock).
 Pool& pool() {
-  static Pool* p = new Pool;
+  static Pool* p = [] {
+    Pool* made = new Pool;
+#if defined(__linux__)
+    pthread_atfork([] { pool().mu.lock(); }, [] { pool().mu.unlock(); }, [] { pool().mu.unlock(); });
+#endif
+    return made;
+  }();
   return *p;
 }
 
@@ -89,7 +103,7 @@ void* block_pool_take(size_t bytes, bool huge_pages) {
   {
     std::lock_guard<std::mutex> hold(p.mu);
     for (auto it = p.free.begin(); it != p.free.end(); ++it) {
-      if (it->bytes == bytes) {
+      if (it->bytes == bytes && it->huge_pages == huge_pages) {
         void* data = it->data;
         p.free_bytes -= bytes;
         p.free.erase(it);
@@ -100,14 +114,18 @@ void* block_pool_take(size_t bytes, bool huge_pages) {
   return map_block(bytes, huge_pages);
 }
 
-void block_pool_give(void* data, size_t bytes) {
+void block_pool_give(void* data, size_t bytes, bool huge_pages) {
   if (!data) return;
   bytes = whole_huge_pages(bytes);
   Pool& p = pool();
-  std::lock_guard<std::mutex> hold(p.mu);
-  p.free.push_front(FreeBlock{data, bytes});
-  p.free_bytes += bytes;
-  p.shrink_to(p.keep_bytes);
+  std::list<FreeBlock> evicted;
+  {
+    std::lock_guard<std::mutex> hold(p.mu);
+    p.free.push_front(FreeBlock{data, bytes, huge_pages});
+    p.free_bytes += bytes;
+    p.evict_to(p.keep_bytes, evicted);
+  }
+  unmap_all(evicted);
 }
 
 size_t block_pool_bytes_retained() {
@@ -124,15 +142,23 @@ size_t block_pool_keep_bytes() {
 
 void set_block_pool_keep_bytes(size_t bytes) {
   Pool& p = pool();
-  std::lock_guard<std::mutex> hold(p.mu);
-  p.keep_bytes = bytes;
-  p.shrink_to(bytes);
+  std::list<FreeBlock> evicted;
+  {
+    std::lock_guard<std::mutex> hold(p.mu);
+    p.keep_bytes = bytes;
+    p.evict_to(bytes, evicted);
+  }
+  unmap_all(evicted);
 }
 
 void release_block_pool() {
   Pool& p = pool();
-  std::lock_guard<std::mutex> hold(p.mu);
-  p.shrink_to(0);
+  std::list<FreeBlock> evicted;
+  {
+    std::lock_guard<std::mutex> hold(p.mu);
+    p.evict_to(0, evicted);
+  }
+  unmap_all(evicted);
 }
 
 }  // namespace sparselab

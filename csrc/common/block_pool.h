@@ -14,11 +14,12 @@
 namespace sparselab {
 
 // A block of at least `bytes` (rounded up to whole 2 MiB pages), 2 MiB aligned: a free block of
-// that size if the pool holds one, else a new mapping (advised for transparent huge pages if
-// `huge_pages`). Throws std::bad_alloc on failure.
+// that size and advice if the pool holds one, else a new mapping (advised for transparent huge
+// pages if `huge_pages`). Throws std::bad_alloc on failure; `bytes` must not be 0.
 void* block_pool_take(size_t bytes, bool huge_pages);
-// Returns a block from block_pool_take (the same `bytes`); safe from any thread.
-void block_pool_give(void* data, size_t bytes);
+// Returns a block from block_pool_take (the same `bytes` and `huge_pages`); safe from any
+// thread.
+void block_pool_give(void* data, size_t bytes, bool huge_pages);
 
 size_t block_pool_bytes_retained();  // free blocks the pool keeps
 size_t block_pool_keep_bytes();

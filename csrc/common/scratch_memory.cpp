@@ -27,7 +27,7 @@ ScratchBlock scratch_allocate(size_t bytes) {
 
 void scratch_release(ScratchBlock& b) {
   if (b.pooled_bytes)
-    block_pool_give(b.data, b.pooled_bytes);
+    block_pool_give(b.data, b.pooled_bytes, true);
   else
     std::free(b.data);
   b = ScratchBlock{};

@@ -19,9 +19,9 @@ namespace sparselab {
 namespace {
 
 // Bytes of scratch an arena may keep between calls. Larger scratch (packed
-// activations of big batches) is freed when the call returns, so it exists
-// only during a kernel call and never sits in memory between training steps;
-// the page faults of re-allocating it cost a few percent of such a call.
+// activations of big batches) is released when the call returns: below 32 MiB
+// to malloc, from 32 MiB to the block pool (block_pool.h), which keeps a
+// bounded amount of such blocks for the next call of the same size.
 // SPARSELAB_SCRATCH_KEEP_MB must be a plain decimal integer in [0, kMaxKeepMb] (spaces around it
 // allowed); anything else ("-1", "4x", "1e3") keeps the default. sparselab/env.py applies the same
 // rule and warns, so a bad value is never silently used.

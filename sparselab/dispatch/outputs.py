@@ -3,8 +3,8 @@
 Under glibc's defaults a block of 32 MiB or more is mapped afresh on every allocation (the
 dynamic mmap threshold stops growing there), so every call's output is faulted in page by page
 as the kernel first writes it: 8-11 ms per 32 MiB on a 2-vCPU Emerald Rapids guest, with or
-without huge pages, against 0.9 ms to write memory already mapped. At 99% sparsity that is a
-third of a 4096x4096, N=2048 layer's step.
+without huge pages, against 0.9 ms to write memory already mapped. At 99% sparsity, Y and dX
+cost a fifth of a 4096x4096, N=2048 layer's step that way.
 
 So an output of 32 MiB or more comes from the extension's block pool
 (``csrc/common/block_pool.h``, which also serves the kernels' scratch of that size), as a tensor
@@ -13,7 +13,8 @@ every step, so the next step's outputs take the blocks this step freed, already 
 keeps at most ``SPARSELAB_POOL_MB`` (128) MiB of free blocks, unmapping the longest unused
 first; :func:`sparselab.model.release_kept_memory` unmaps them all, and
 :func:`sparselab.model.memory_report` counts them. The pool's new blocks are advised for
-transparent huge pages (``SPARSELAB_HUGE_PAGES=off`` turns that off for outputs).
+transparent huge pages; ``SPARSELAB_HUGE_PAGES=off`` turns that off for outputs, which then
+take only blocks mapped without the hint (the scratch's are always advised).
 
 ``SPARSELAB_POOL_MB=0`` keeps no free block: outputs then come from torch's allocator, advised
 alike before the kernel writes them. Where glibc's mmap threshold is raised above the output by

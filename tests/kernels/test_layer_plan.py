@@ -161,12 +161,24 @@ def test_prepare_refuses_a_block_sparse_variant_and_a_missing_transposed_index()
     block = kernels.variants("block_spmm_fwd", available_only=True)[0]
     with pytest.raises(ValueError, match="not an op of an unstructured layer"):
         plan.prepare(block.id, 4, 1)
-    dx_t = next(
-        v for v in kernels.variants("spmm_dx", available_only=True) if v.dx_layout == "transposed" and v.prepares
-    )
+    dx_t = [v for v in kernels.variants("spmm_dx", available_only=True) if v.dx_layout == "transposed" and v.prepares]
+    if not dx_t:
+        pytest.skip("no spmm_dx variant through the transposed index that prepares runs on this CPU")
     with pytest.raises(RuntimeError, match="transposed index"):
-        plan.prepare(dx_t.id, 4, 1)
+        plan.prepare(dx_t[0].id, 4, 1)
     assert plan.cached_bytes() < 2 * W.nnz  # a refused prepare built nothing
+
+
+def test_prepare_refuses_a_variant_this_cpu_cannot_run():
+    W = build_weight(20, 30, 0.5, seed=1)
+    plan = _C.LayerPlan(*W.raw_args(), 0, 32, 0, 0, 0, 16, keep_prepared=True)
+    # The CPU lacks its ISA (a SPARSELAB_MAX_ISA cap is the registry's, and the plan runs what the CPU can)
+    missing = [v for v in kernels.variants("spmm_fwd") if v.prepares and not v.available and "MAX_ISA" not in v.reason]
+    if not missing:
+        pytest.skip("this CPU runs every spmm_fwd variant that prepares")
+    with pytest.raises(RuntimeError):
+        plan.prepare(missing[0].id, 4, 1)
+    assert plan.cached_bytes() < 2 * W.nnz
 
 
 def test_plan_refuses_a_variant_of_another_op_and_a_missing_transposed_index():
