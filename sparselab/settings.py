@@ -243,33 +243,33 @@ def cache_dir() -> Path:
     return base / "sparselab"
 
 
+def _whole_mib(raw: str) -> int | None:
+    """The MiB ``raw`` writes as a plain whole number in ``[0, 1048576]``, else None (the rule
+    the extension applies to ``$SPARSELAB_SCRATCH_KEEP_MB``)."""
+    m = _PLAIN_INT.fullmatch(raw)
+    return None if m is None or int(m.group(1)) > SCRATCH_KEEP_MB_MAX else int(m.group(1))
+
+
 def scratch_keep_mb(raw: str | None) -> int | None:
     """MiB the value ``raw`` asks for, or None if the extension rejects it (and keeps 4 MiB).
 
     Args:
         raw: the text of ``$SPARSELAB_SCRATCH_KEEP_MB``, or None when it is not set (4 MiB).
     """
-    if raw is None:
-        return SCRATCH_KEEP_MB_DEFAULT
-    m = _PLAIN_INT.fullmatch(raw)
-    if m is None or int(m.group(1)) > SCRATCH_KEEP_MB_MAX:
-        return None
-    return int(m.group(1))
+    return SCRATCH_KEEP_MB_DEFAULT if raw is None else _whole_mib(raw)
 
 
 def block_pool_mb() -> int:
     """MiB of freed blocks of 32 MiB or more (kernel outputs and scratch) kept for reuse:
     ``$SPARSELAB_POOL_MB`` if it is a whole number in ``[0, 1048576]``, else (with a warning) 128."""
     raw = os.environ.get(ENV_POOL_MB)
-    if raw is None:
-        return POOL_MB_DEFAULT
-    m = _PLAIN_INT.fullmatch(raw)
-    if m is None or int(m.group(1)) > SCRATCH_KEEP_MB_MAX:
+    mb = POOL_MB_DEFAULT if raw is None else _whole_mib(raw)
+    if mb is None:
         _warn(
             f"{ENV_POOL_MB}={raw!r} is not a whole number of MiB in [0, {SCRATCH_KEEP_MB_MAX}]; using {POOL_MB_DEFAULT}"
         )
         return POOL_MB_DEFAULT
-    return int(m.group(1))
+    return mb
 
 
 def check_scratch_keep_mb() -> None:

@@ -57,8 +57,6 @@ void bind_layer_plan(py::module_& m) {
           "prepare",
           [](LayerPlan& p, int64_t id, int64_t n, int threads) {
             const Variant& v = variant_at(id);
-            if (v.op != Op::SpmmFwd && v.op != Op::SpmmDx && v.op != Op::SddmmDw && v.op != Op::BackwardFused)
-              throw py::value_error("variant '" + v.name + "' is not an op of an unstructured layer's plan");
             py::gil_scoped_release nogil;
             p.prepare(v, n, threads);
           },

@@ -112,7 +112,9 @@ void LayerPlan::backward_fused(const Variant& v, int64_t n, uintptr_t dy, int64_
 }
 
 void LayerPlan::prepare(const Variant& v, int64_t n, int threads) {
-  check_op(v, v.op);  // a variant this CPU (or SPARSELAB_MAX_ISA) cannot run builds nothing
+  if (v.op != Op::SpmmFwd && v.op != Op::SpmmDx && v.op != Op::SddmmDw && v.op != Op::BackwardFused)
+    throw std::invalid_argument("variant '" + v.name + "' is not an op of an unstructured layer's plan");
+  check_op(v, v.op);  // a variant this CPU cannot run builds nothing
   // The side each op's kernel walks: W's rows, or the transposed index for a dX through it and
   // for the fused backward.
   const bool transposed = v.op == Op::BackwardFused || (v.op == Op::SpmmDx && v.dx_layout != DxLayout::Scatter);

@@ -18,12 +18,18 @@ from ..storage import BlockPaddedCSR
 from .outputs import new_output
 from .runners import leading_dim
 
-__all__ = ["run_block_spmm_fwd", "run_block_spmm_dx", "run_block_sddmm_dw", "bias_grad_of"]
+__all__ = ["run_block_spmm_fwd", "run_block_spmm_dx", "run_block_sddmm_dw", "bias_grad_of", "bias_grad_dtype"]
+
+
+def bias_grad_dtype(dy_dtype: torch.dtype) -> torch.dtype:
+    """The dtype of ``db = dY.sum(0)`` as the kernels give it: float32, or float64 for float64
+    operands (which run torch)."""
+    return torch.float64 if dy_dtype == torch.float64 else torch.float32
 
 
 def bias_grad_of(dY: torch.Tensor) -> torch.Tensor:
-    """``dY.sum(0)`` in the dtype the kernels give it: float32, or float64 for float64 operands."""
-    return dY.sum(0, dtype=torch.float64 if dY.dtype == torch.float64 else torch.float32)
+    """``dY.sum(0)`` in :func:`bias_grad_dtype`."""
+    return dY.sum(0, dtype=bias_grad_dtype(dY.dtype))
 
 
 def run_block_spmm_fwd(

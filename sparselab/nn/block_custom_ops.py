@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .. import ops as _ops
+from ..dispatch.block_runners import bias_grad_dtype
 from ..storage import BlockPaddedCSR
 from .custom_ops import row_major
 
@@ -113,9 +114,7 @@ def block_dw_db(
 
 @block_dw_db.register_fake
 def _(dy, x, values, block_cols, block_row_start, block_row_nnz, out_features, in_features):
-    # ops.sddmm_dw's db: float32, float64 for float64 operands (bias_grad_of)
-    db_dtype = torch.float64 if dy.dtype == torch.float64 else torch.float32
-    return values.new_empty(values.shape), dy.new_empty((out_features,), dtype=db_dtype)
+    return values.new_empty(values.shape), dy.new_empty((out_features,), dtype=bias_grad_dtype(dy.dtype))
 
 
 def _setup_context(ctx, inputs, output):
